@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Osprey builds against, only those missing.
+# Idempotent: a machine that has them all runs no apt-get at all.
+set -euo pipefail
+
+packages=(
+  cmake g++ make
+  libprotobuf-dev protobuf-compiler libprotoc-dev
+  libgflags-dev libgoogle-glog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+# clang builds the sanitizer and fuzz targets in CI; it is optional elsewhere.
+if [[ "${OSPREY_WITH_CLANG:-0}" == 1 ]]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) != 0 ]]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

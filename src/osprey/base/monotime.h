@@ -1,0 +1,76 @@
+// MonoDelta, MonoTime and Deadline: durations and instants on the steady
+// clock. Plain values; any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace osprey {
+
+class MonoDelta {
+ public:
+  constexpr MonoDelta() = default;
+  static constexpr MonoDelta FromNanoseconds(int64_t ns) { return MonoDelta(ns); }
+  static constexpr MonoDelta FromMicroseconds(int64_t us) { return MonoDelta(us * 1000); }
+  static constexpr MonoDelta FromMilliseconds(int64_t ms) { return MonoDelta(ms * 1000000); }
+  static constexpr MonoDelta FromSeconds(double s) {
+    return MonoDelta(static_cast<int64_t>(s * 1e9));
+  }
+
+  constexpr int64_t ToNanoseconds() const { return ns_; }
+  constexpr int64_t ToMicroseconds() const { return ns_ / 1000; }
+  constexpr int64_t ToMilliseconds() const { return ns_ / 1000000; }
+  constexpr double ToSeconds() const { return static_cast<double>(ns_) / 1e9; }
+  std::string ToString() const;
+
+  constexpr MonoDelta operator+(MonoDelta o) const { return MonoDelta(ns_ + o.ns_); }
+  constexpr MonoDelta operator-(MonoDelta o) const { return MonoDelta(ns_ - o.ns_); }
+  constexpr auto operator<=>(const MonoDelta&) const = default;
+
+ private:
+  constexpr explicit MonoDelta(int64_t ns) : ns_(ns) {}
+  int64_t ns_ = 0;
+};
+
+class MonoTime {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  constexpr MonoTime() = default;  // The clock's epoch; see Min().
+  static MonoTime Now() { return MonoTime(Clock::now()); }
+  static constexpr MonoTime Min() { return MonoTime(Clock::time_point::min()); }
+  static constexpr MonoTime Max() { return MonoTime(Clock::time_point::max()); }
+
+  Clock::time_point time_point() const { return tp_; }
+  bool IsMax() const { return tp_ == Clock::time_point::max(); }
+
+  MonoTime operator+(MonoDelta d) const;
+  MonoTime operator-(MonoDelta d) const { return *this + MonoDelta::FromNanoseconds(-d.ToNanoseconds()); }
+  MonoDelta operator-(MonoTime o) const;
+  auto operator<=>(const MonoTime&) const = default;
+
+ private:
+  constexpr explicit MonoTime(Clock::time_point tp) : tp_(tp) {}
+  Clock::time_point tp_{};
+};
+
+// A point in time by which something must finish; Infinite() never expires.
+class Deadline {
+ public:
+  static Deadline Infinite() { return Deadline(MonoTime::Max()); }
+  static Deadline After(MonoDelta d) { return Deadline(MonoTime::Now() + d); }
+  static Deadline At(MonoTime t) { return Deadline(t); }
+
+  bool is_infinite() const { return when_.IsMax(); }
+  bool Expired() const { return !is_infinite() && MonoTime::Now() >= when_; }
+  // Time left, never negative; meaningless when infinite.
+  MonoDelta Remaining() const;
+  MonoTime when() const { return when_; }
+
+ private:
+  explicit Deadline(MonoTime t) : when_(t) {}
+  MonoTime when_;
+};
+
+}  // namespace osprey

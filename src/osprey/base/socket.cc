@@ -1,0 +1,195 @@
+#include "osprey/base/socket.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace osprey {
+
+Socket::~Socket() { Close(); }
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = o.Release();
+  }
+  return *this;
+}
+
+int Socket::Release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+Status Socket::Close() {
+  if (fd_ < 0) return Status::OK();
+  int fd = Release();
+  if (::close(fd) != 0) return Status::NetworkError("close", errno);
+  return Status::OK();
+}
+
+Status Socket::Init(const Sockaddr& for_addr) {
+  Close();
+  int fd = ::socket(for_addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::NetworkError("socket", errno);
+  fd_ = fd;
+  return Status::OK();
+}
+
+Status Socket::SetNonBlocking(bool enabled) {
+  int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0) return Status::NetworkError("fcntl(F_GETFL)", errno);
+  flags = enabled ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd_, F_SETFL, flags) < 0) return Status::NetworkError("fcntl(F_SETFL)", errno);
+  return Status::OK();
+}
+
+Status Socket::SetNoDelay(bool enabled) {
+  int v = enabled ? 1 : 0;
+  if (::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &v, sizeof(v)) != 0) {
+    return Status::NetworkError("setsockopt(TCP_NODELAY)", errno);
+  }
+  return Status::OK();
+}
+
+Status Socket::SetReuseAddr(bool enabled) {
+  int v = enabled ? 1 : 0;
+  if (::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &v, sizeof(v)) != 0) {
+    return Status::NetworkError("setsockopt(SO_REUSEADDR)", errno);
+  }
+  return Status::OK();
+}
+
+Status Socket::Bind(const Sockaddr& addr) {
+  if (::bind(fd_, addr.addr(), addr.addrlen()) != 0) {
+    return Status::NetworkError("bind to " + addr.ToString(), errno);
+  }
+  return Status::OK();
+}
+
+Status Socket::Listen(int backlog) {
+  if (::listen(fd_, backlog) != 0) return Status::NetworkError("listen", errno);
+  return Status::OK();
+}
+
+Status Socket::Accept(Socket* new_conn, Sockaddr* remote, bool nonblocking) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  int flags = SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0);
+  int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, flags);
+  if (fd < 0) return Status::NetworkError("accept", errno);
+  *new_conn = Socket(fd);
+  if (remote) *remote = Sockaddr::FromNative(reinterpret_cast<sockaddr*>(&ss), len);
+  return Status::OK();
+}
+
+Status Socket::Connect(const Sockaddr& remote, bool* in_progress) {
+  if (in_progress) *in_progress = false;
+  int rc;
+  do {
+    rc = ::connect(fd_, remote.addr(), remote.addrlen());
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return Status::OK();
+  if (errno == EINPROGRESS && in_progress) {
+    *in_progress = true;
+    return Status::OK();
+  }
+  return Status::NetworkError("connect to " + remote.ToString(), errno);
+}
+
+Status Socket::GetSocketError() {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+    return Status::NetworkError("getsockopt(SO_ERROR)", errno);
+  }
+  if (err != 0) return Status::NetworkError("socket error", err);
+  return Status::OK();
+}
+
+Status Socket::GetLocalAddress(Sockaddr* out) const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return Status::NetworkError("getsockname", errno);
+  }
+  *out = Sockaddr::FromNative(reinterpret_cast<sockaddr*>(&ss), len);
+  return Status::OK();
+}
+
+Status Socket::GetPeerAddress(Sockaddr* out) const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return Status::NetworkError("getpeername", errno);
+  }
+  *out = Sockaddr::FromNative(reinterpret_cast<sockaddr*>(&ss), len);
+  return Status::OK();
+}
+
+Status Socket::Read(uint8_t* buf, size_t len, size_t* n) {
+  *n = 0;
+  ssize_t r;
+  do {
+    r = ::recv(fd_, buf, len, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r > 0) {
+    *n = static_cast<size_t>(r);
+    return Status::OK();
+  }
+  if (r == 0) return Status::NetworkError("connection closed by peer", ECONNRESET);
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();
+  return Status::NetworkError("recv", errno);
+}
+
+Status Socket::Writev(const iovec* iov, int iovcnt, size_t* n) {
+  *n = 0;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = static_cast<size_t>(iovcnt);
+  ssize_t r;
+  do {
+    // sendmsg rather than writev: MSG_NOSIGNAL keeps a vanished peer from
+    // raising SIGPIPE in the whole process.
+    r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+  if (r >= 0) {
+    *n = static_cast<size_t>(r);
+    return Status::OK();
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();
+  return Status::NetworkError("sendmsg", errno);
+}
+
+Status Socket::WriteAll(const uint8_t* buf, size_t len) {
+  while (len > 0) {
+    ssize_t r = ::send(fd_, buf, len, MSG_NOSIGNAL);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::NetworkError("send", errno);
+    }
+    buf += r;
+    len -= static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+Status Socket::ReadAll(uint8_t* buf, size_t len) {
+  while (len > 0) {
+    ssize_t r = ::recv(fd_, buf, len, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::NetworkError("recv", errno);
+    }
+    if (r == 0) return Status::NetworkError("connection closed by peer", ECONNRESET);
+    buf += r;
+    len -= static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+}  // namespace osprey

@@ -1,0 +1,30 @@
+// InboundFrame: one decoded frame, its header parsed and its body split into
+// the main message and sidecars. The Slices point into `storage`, which the
+// frame keeps alive; moving a frame never copies the body.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "osprey/base/slice.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey::wire {
+
+// Longest a frame may be unless configured otherwise: Kudu's default
+// rpc_max_message_size.
+inline constexpr size_t kDefaultMaxFrameSize = 50 * 1024 * 1024;
+
+template <class Header>
+struct InboundFrame {
+  Header header;
+  Slice main_message;
+  std::vector<Slice> sidecars;
+  std::shared_ptr<const uint8_t[]> storage;
+};
+
+using InboundRequestFrame = InboundFrame<RequestHeader>;
+using InboundResponseFrame = InboundFrame<ResponseHeader>;
+
+}  // namespace osprey::wire

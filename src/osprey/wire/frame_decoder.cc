@@ -1,0 +1,187 @@
+#include "osprey/wire/frame_decoder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace osprey::wire {
+namespace {
+
+// The smallest possible frame after its length: a 1-byte header length, a
+// 2-byte header (call_id is required), a 1-byte body length.
+constexpr size_t kMinTotalLen = 4;
+
+uint32_t ReadBigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+std::shared_ptr<uint8_t[]> Allocate(size_t n) {
+  // new[] without (), so that a large frame buffer is not zero-filled.
+  return std::shared_ptr<uint8_t[]>(new uint8_t[n]);
+}
+
+}  // namespace
+
+Status ReadVarint32(Slice* in, uint32_t* value) {
+  uint64_t result = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    if (i >= in->size()) return Status::Corruption("truncated varint");
+    uint8_t b = (*in)[i];
+    result |= uint64_t{static_cast<uint8_t>(b & 0x7f)} << (7 * i);
+    if ((b & 0x80) == 0) {
+      if (result > UINT32_MAX) return Status::Corruption("varint overflows 32 bits");
+      *value = static_cast<uint32_t>(result);
+      in->remove_prefix(i + 1);
+      return Status::OK();
+    }
+  }
+  return Status::Corruption("varint longer than 5 bytes");
+}
+
+template <class Header>
+FrameDecoder<Header>::FrameDecoder(size_t max_frame_size, size_t chunk_size)
+    : max_frame_size_(max_frame_size), chunk_size_(std::max<size_t>(chunk_size, 16)) {}
+
+template <class Header>
+uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
+  size_t have = end_ - start_;
+  if (buf_ && have == 0 && buf_.use_count() == 1) {
+    // No frame refers to this buffer any more: start over at its beginning.
+    start_ = end_ = 0;
+    pending_frame_size_ = 0;
+  }
+  // The whole of the next frame must end up contiguous in one buffer.
+  size_t need = pending_frame_size_ != 0 ? pending_frame_size_ : 4;
+  if (!buf_ || start_ + need > cap_ || end_ == cap_) {
+    size_t new_cap = std::max(chunk_size_, need);
+    if (buf_ && buf_.use_count() == 1 && new_cap <= cap_) {
+      std::memmove(buf_.get(), buf_.get() + start_, have);
+    } else {
+      auto fresh = Allocate(new_cap);
+      if (have > 0) std::memcpy(fresh.get(), buf_.get() + start_, have);
+      buf_ = std::move(fresh);
+      cap_ = new_cap;
+    }
+    start_ = 0;
+    end_ = have;
+  }
+  *len = cap_ - end_;
+  if (pending_frame_size_ > chunk_size_) {
+    // A large frame: read only its own bytes into its own buffer, so the
+    // next frame starts in a fresh chunk instead of being copied out.
+    *len = std::min(*len, start_ + pending_frame_size_ - end_);
+  }
+  return buf_.get() + end_;
+}
+
+template <class Header>
+Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>* out) {
+  if (!error_.ok()) return error_;
+  end_ += n;
+  while (true) {
+    size_t have = end_ - start_;
+    if (pending_frame_size_ == 0) {
+      if (have < 4) return Status::OK();
+      uint32_t total = ReadBigEndian32(buf_.get() + start_);
+      if (total < kMinTotalLen) {
+        error_ = Status::Corruption("frame length " + std::to_string(total) +
+                                    " is too small to hold a header and a body");
+        return error_;
+      }
+      if (total > max_frame_size_) {
+        error_ = Status::Corruption("frame length " + std::to_string(total) +
+                                    " exceeds the maximum frame size of " +
+                                    std::to_string(max_frame_size_) + " bytes");
+        return error_;
+      }
+      pending_frame_size_ = 4 + size_t{total};
+    }
+    if (have < pending_frame_size_) return Status::OK();
+    InboundFrame<Header> frame;
+    Status s = ParseFrame(buf_.get() + start_ + 4, pending_frame_size_ - 4, &frame);
+    if (!s.ok()) {
+      error_ = s;
+      return error_;
+    }
+    frame.storage = buf_;
+    out->push_back(std::move(frame));
+    start_ += pending_frame_size_;
+    pending_frame_size_ = 0;
+  }
+}
+
+template <class Header>
+Status FrameDecoder<Header>::Feed(Slice bytes, std::vector<InboundFrame<Header>>* out) {
+  while (!bytes.empty()) {
+    if (!error_.ok()) return error_;
+    size_t space;
+    uint8_t* dst = WriteSpace(&space);
+    size_t n = std::min(space, bytes.size());
+    std::memcpy(dst, bytes.data(), n);
+    bytes.remove_prefix(n);
+    OSPREY_RETURN_NOT_OK(Consume(n, out));
+  }
+  return error_;
+}
+
+template <class Header>
+Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
+                                        InboundFrame<Header>* out) const {
+  Slice in(data, len);
+  uint32_t header_len;
+  Status s = ReadVarint32(&in, &header_len);
+  if (!s.ok()) return s.CloneAndPrepend("bad header length");
+  if (header_len > in.size()) {
+    return Status::Corruption("header length " + std::to_string(header_len) + " exceeds the " +
+                              std::to_string(in.size()) + " bytes left in the frame");
+  }
+  if (!out->header.ParsePartialFromArray(in.data(), static_cast<int>(header_len))) {
+    return Status::Corruption("frame header does not parse as " + Header::descriptor()->name());
+  }
+  if (!out->header.IsInitialized()) {
+    return Status::Corruption("frame header lacks required fields: " +
+                              out->header.InitializationErrorString());
+  }
+  in.remove_prefix(header_len);
+  uint32_t body_len;
+  s = ReadVarint32(&in, &body_len);
+  if (!s.ok()) return s.CloneAndPrepend("bad body length");
+  if (body_len != in.size()) {
+    return Status::Corruption("frame sizes do not add up: body length " +
+                              std::to_string(body_len) + " but " + std::to_string(in.size()) +
+                              " bytes remain in the frame");
+  }
+  const auto& offsets = out->header.sidecar_offsets();
+  if (offsets.empty()) {
+    out->main_message = in;
+    return Status::OK();
+  }
+  uint32_t prev = 0;
+  for (int i = 0; i < offsets.size(); ++i) {
+    uint32_t off = offsets[i];
+    if (off < prev) {
+      return Status::Corruption("sidecar offset " + std::to_string(off) + " at index " +
+                                std::to_string(i) + " is below the previous offset " +
+                                std::to_string(prev));
+    }
+    if (off > body_len) {
+      return Status::Corruption("sidecar offset " + std::to_string(off) + " at index " +
+                                std::to_string(i) + " is past the body's end at " +
+                                std::to_string(body_len));
+    }
+    prev = off;
+  }
+  out->main_message = in.sub(0, offsets[0]);
+  out->sidecars.reserve(offsets.size());
+  for (int i = 0; i < offsets.size(); ++i) {
+    uint32_t begin = offsets[i];
+    uint32_t end = i + 1 < offsets.size() ? offsets[i + 1] : body_len;
+    out->sidecars.push_back(in.sub(begin, end - begin));
+  }
+  return Status::OK();
+}
+
+template class FrameDecoder<RequestHeader>;
+template class FrameDecoder<ResponseHeader>;
+
+}  // namespace osprey::wire

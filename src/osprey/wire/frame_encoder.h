@@ -1,0 +1,56 @@
+// OutboundFrame: one frame ready to send, as a contiguous prefix (length,
+// header, body length and main message) followed by the sidecars, each its
+// own iovec so their bytes are never copied. Tracks how much of it a
+// partial writev already sent. One thread at a time.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message_lite.h>
+
+#include "osprey/base/slice.h"
+#include "osprey/base/status.h"
+
+namespace osprey::wire {
+
+class OutboundFrame {
+ public:
+  // Builds a frame. Sets header->sidecar_offsets from `main` and `sidecars`.
+  // InvalidArgument if the frame would not fit a 32-bit length.
+  template <class Header>
+  static Status Encode(Header* header, const google::protobuf::MessageLite& main,
+                       std::vector<std::string> sidecars, std::unique_ptr<OutboundFrame>* out);
+  // As Encode, with the main message already serialized.
+  template <class Header>
+  static Status EncodeSerialized(Header* header, Slice main, std::vector<std::string> sidecars,
+                                 std::unique_ptr<OutboundFrame>* out);
+
+  size_t total_size() const { return total_size_; }
+  size_t bytes_remaining() const { return total_size_ - sent_; }
+  bool done() const { return sent_ == total_size_; }
+
+  // Appends iovecs for the bytes not yet sent.
+  void AppendIovecs(std::vector<iovec>* iov) const;
+  // Marks up to *n bytes as sent; *n is reduced by what this frame took.
+  void Advance(size_t* n);
+
+  // The whole frame as one string: for tests and tools.
+  std::string ToString() const;
+
+ private:
+  OutboundFrame() = default;
+  template <class Header>
+  static Status Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
+                      std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst);
+
+  std::string prefix_;
+  std::vector<std::string> sidecars_;
+  size_t total_size_ = 0;
+  size_t sent_ = 0;
+};
+
+}  // namespace osprey::wire
