@@ -77,6 +77,13 @@ Status OutboundFrame::EncodeSerialized(Header* header, Slice main,
   return Status::OK();
 }
 
+std::unique_ptr<OutboundFrame> OutboundFrame::FromBytes(std::string bytes) {
+  std::unique_ptr<OutboundFrame> f(new OutboundFrame());
+  f->total_size_ = bytes.size();
+  f->prefix_ = std::move(bytes);
+  return f;
+}
+
 void OutboundFrame::AppendIovecs(std::vector<iovec>* iov) const {
   size_t skip = sent_;
   auto add = [&](const std::string& s) {

@@ -29,6 +29,9 @@ class OutboundFrame {
   static Status EncodeSerialized(Header* header, Slice main, std::vector<std::string> sidecars,
                                  std::unique_ptr<OutboundFrame>* out);
 
+  // A frame of bytes already laid out, such as the connection header.
+  static std::unique_ptr<OutboundFrame> FromBytes(std::string bytes);
+
   size_t total_size() const { return total_size_; }
   size_t bytes_remaining() const { return total_size_ - sent_; }
   bool done() const { return sent_ == total_size_; }

@@ -1,0 +1,55 @@
+// InboundCall: one request a server received, from its frame to the
+// response. Created on the connection's reactor, handed (as a unique_ptr)
+// to a service pool worker and then to the RpcContext; the response may be
+// sent from any thread and goes back to the connection's reactor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/status.h"
+#include "osprey/transport/connection.h"
+#include "osprey/wire/frame.h"
+
+namespace osprey {
+
+class ServiceIf;
+struct ServiceMethod;
+
+class InboundCall {
+ public:
+  InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequestFrame frame);
+
+  int32_t call_id() const { return frame_.header.call_id(); }
+  const wire::RemoteMethodPB& remote_method() const { return frame_.header.remote_method(); }
+  Slice request_body() const { return frame_.main_message; }
+  const std::vector<Slice>& sidecars() const { return frame_.sidecars; }
+  const Sockaddr& remote_address() const { return conn_->remote(); }
+  const std::string& remote_user() const { return conn_->user(); }
+  MonoTime received_at() const { return received_at_; }
+  // The client's deadline (arrival + timeout_millis), or MonoTime::Max().
+  MonoTime deadline() const { return deadline_; }
+
+  const ServiceMethod* method() const { return method_; }
+  void set_method(const ServiceMethod* m) { method_ = m; }
+
+  // Each sends the one response of this call. Any thread.
+  void RespondSuccess(const google::protobuf::MessageLite& response,
+                      std::vector<std::string> sidecars);
+  void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status);
+  void RespondError(const wire::ErrorStatusPB& error);
+
+ private:
+  std::shared_ptr<transport::Connection> conn_;
+  wire::InboundRequestFrame frame_;
+  MonoTime received_at_;
+  MonoTime deadline_;
+  const ServiceMethod* method_ = nullptr;
+};
+
+}  // namespace osprey

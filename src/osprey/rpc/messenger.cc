@@ -1,0 +1,188 @@
+#include "osprey/rpc/messenger.h"
+
+#include <glog/logging.h>
+
+#include "osprey/base/countdown_latch.h"
+#include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/outbound_call.h"
+#include "osprey/transport/acceptor.h"
+#include "osprey/transport/connection.h"
+#include "osprey/transport/reactor.h"
+
+namespace osprey {
+
+MessengerBuilder::MessengerBuilder(std::string name) : name_(std::move(name)) {}
+
+MessengerBuilder& MessengerBuilder::set_num_reactors(int n) {
+  num_reactors_ = n;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_max_frame_size(size_t bytes) {
+  options_.max_frame_size = bytes;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_negotiation_timeout(MonoDelta timeout) {
+  options_.negotiation_timeout = timeout;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
+  options_.idle_timeout = timeout;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
+  options_.max_outbound_queue_bytes = bytes;
+  return *this;
+}
+
+Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
+  if (num_reactors_ < 1 || num_reactors_ > 1024) {
+    return Status::InvalidArgument("number of reactors must be from 1 to 1024, got " +
+                                   std::to_string(num_reactors_));
+  }
+  if (options_.max_frame_size < 64 || options_.max_frame_size > UINT32_MAX) {
+    return Status::InvalidArgument("max frame size must be from 64 bytes to 4 GiB");
+  }
+  if (options_.negotiation_timeout <= MonoDelta()) {
+    return Status::InvalidArgument("negotiation timeout must be positive");
+  }
+  if (options_.idle_timeout <= MonoDelta()) {
+    return Status::InvalidArgument("idle timeout must be positive");
+  }
+  std::shared_ptr<Messenger> m(new Messenger(*this));
+  OSPREY_RETURN_NOT_OK(m->Start());
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Messenger::Messenger(const MessengerBuilder& b) : name_(b.name_) {
+  for (int i = 0; i < b.num_reactors_; ++i) {
+    reactors_.push_back(std::make_unique<transport::Reactor>(
+        name_ + "-reactor-" + std::to_string(i), b.options_, this));
+  }
+}
+
+Messenger::~Messenger() { Shutdown(); }
+
+Status Messenger::Start() {
+  for (auto& r : reactors_) OSPREY_RETURN_NOT_OK(r->Start());
+  return Status::OK();
+}
+
+transport::Reactor* Messenger::NextServerReactor() {
+  return reactors_[next_server_reactor_.fetch_add(1, std::memory_order_relaxed) %
+                   reactors_.size()]
+      .get();
+}
+
+Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
+  MutexLock l(mu_);
+  if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+  if (acceptor_) return Status::IllegalState("messenger " + name_ + " is already listening");
+  Socket listener;
+  Sockaddr actual;
+  OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));
+  transport::Reactor* r = reactors_[0].get();
+  auto acceptor = std::make_shared<transport::Acceptor>(r, std::move(listener),
+                                                        [this] { return NextServerReactor(); });
+  Status result;
+  CountDownLatch started(1);
+  if (!r->Schedule([&] {
+        result = acceptor->Start();
+        started.CountDown();
+      })) {
+    return Status::IllegalState("messenger " + name_ + " is shutting down");
+  }
+  started.Wait();
+  OSPREY_RETURN_NOT_OK(result);
+  acceptor_ = std::move(acceptor);
+  if (bound) *bound = actual;
+  LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
+  return Status::OK();
+}
+
+Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
+                                  const ServicePoolOptions& options) {
+  if (!service) return Status::InvalidArgument("null service");
+  std::string name = service->service_name();
+  auto pool = std::make_shared<ServicePool>(std::move(service), options);
+  MutexLock l(mu_);
+  if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+  if (services_.count(name)) {
+    return Status::IllegalState("service " + name + " is already registered");
+  }
+  OSPREY_RETURN_NOT_OK(pool->Start());
+  services_.emplace(std::move(name), std::move(pool));
+  return Status::OK();
+}
+
+void Messenger::Shutdown() {
+  std::shared_ptr<transport::Acceptor> acceptor;
+  std::unordered_map<std::string, std::shared_ptr<ServicePool>> services;
+  {
+    MutexLock l(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    closing_.store(true);
+    acceptor = std::move(acceptor_);
+    services = services_;  // keep them registered so late calls find them shutting down
+  }
+  if (acceptor) {
+    CountDownLatch stopped(1);
+    if (reactors_[0]->Schedule([&] {
+          acceptor->Stop();
+          stopped.CountDown();
+        })) {
+      stopped.Wait();
+    }
+  }
+  // Services first, so the answers to queued calls still go out.
+  for (auto& [name, pool] : services) pool->Shutdown();
+  for (auto& r : reactors_) r->Shutdown();
+}
+
+void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
+                          std::shared_ptr<OutboundCall> call) {
+  transport::ConnectionKey key{remote, user};
+  transport::Reactor* r = reactors_[transport::ConnectionKeyHash()(key) % reactors_.size()].get();
+  call->set_reactor_for_cancel(r);
+  if (closing_.load()) {
+    call->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
+    return;
+  }
+  // Runs on the reactor; if the reactor already stopped, fail it here.
+  std::shared_ptr<OutboundCall> keep = call;
+  if (!r->Schedule([r, key = std::move(key), call = std::move(call)]() mutable {
+        r->AssignCall(key, std::move(call));
+      })) {
+    keep->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
+  }
+}
+
+void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
+                                  wire::InboundRequestFrame frame) {
+  auto call = std::make_unique<InboundCall>(conn, std::move(frame));
+  const std::string& service_name = call->remote_method().service_name();
+  std::shared_ptr<ServicePool> pool;
+  {
+    MutexLock l(mu_);
+    auto it = services_.find(service_name);
+    if (it != services_.end()) pool = it->second;
+  }
+  if (!pool) {
+    call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE,
+                         Status::NotFound("service " + service_name + " is not registered on " +
+                                          name_));
+    return;
+  }
+  const ServiceMethod* method = pool->service()->FindMethod(call->remote_method().method_name());
+  if (method == nullptr) {
+    call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD,
+                         Status::NotFound("service " + service_name + " has no method " +
+                                          call->remote_method().method_name()));
+    return;
+  }
+  call->set_method(method);
+  pool->QueueInboundCall(std::move(call));
+}
+
+}  // namespace osprey

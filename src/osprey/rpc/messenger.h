@@ -1,0 +1,94 @@
+// Messenger: the entry point of the RPC layer. It owns the reactor threads,
+// the acceptor of a server, the registered services with their pools and,
+// through its reactors, the pool of client connections keyed by (address,
+// user). Build one with MessengerBuilder; share it (std::shared_ptr) among
+// proxies. Every public method is thread-safe; Shutdown() is idempotent and
+// also runs on destruction.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/status.h"
+#include "osprey/rpc/service_if.h"
+#include "osprey/rpc/service_pool.h"
+#include "osprey/transport/client_call.h"
+#include "osprey/transport/connection_options.h"
+
+namespace osprey {
+
+namespace transport {
+class Acceptor;
+class Reactor;
+}  // namespace transport
+class Messenger;
+class OutboundCall;
+
+class MessengerBuilder {
+ public:
+  explicit MessengerBuilder(std::string name);
+
+  MessengerBuilder& set_num_reactors(int n);
+  MessengerBuilder& set_max_frame_size(size_t bytes);
+  MessengerBuilder& set_negotiation_timeout(MonoDelta timeout);
+  MessengerBuilder& set_idle_timeout(MonoDelta timeout);
+  MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
+
+  // InvalidArgument for settings out of range.
+  Status Build(std::shared_ptr<Messenger>* out) const;
+
+ private:
+  friend class Messenger;
+  std::string name_;
+  int num_reactors_ = 4;
+  transport::ConnectionOptions options_;
+};
+
+class Messenger : public transport::InboundCallHandler {
+ public:
+  ~Messenger() override;
+  Messenger(const Messenger&) = delete;
+  Messenger& operator=(const Messenger&) = delete;
+
+  // Listens on `addr` (port 0 picks a free port); *bound gets the address
+  // actually bound. Once per Messenger.
+  Status Listen(const Sockaddr& addr, Sockaddr* bound = nullptr);
+  Status RegisterService(std::unique_ptr<ServiceIf> service,
+                         const ServicePoolOptions& options = ServicePoolOptions());
+  void Shutdown();
+
+  const std::string& name() const { return name_; }
+  int num_reactors() const { return static_cast<int>(reactors_.size()); }
+
+  // Proxy: sends `call` over the connection to (remote, user).
+  void QueueCall(const Sockaddr& remote, const std::string& user,
+                 std::shared_ptr<OutboundCall> call);
+
+  // Reactor thread.
+  void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
+                         wire::InboundRequestFrame frame) override;
+
+ private:
+  friend class MessengerBuilder;
+  Messenger(const MessengerBuilder& builder);
+  Status Start();
+  transport::Reactor* NextServerReactor();
+
+  const std::string name_;
+  std::vector<std::unique_ptr<transport::Reactor>> reactors_;
+  std::atomic<uint32_t> next_server_reactor_{0};
+  std::atomic<bool> closing_{false};
+
+  Mutex mu_;
+  std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::shared_ptr<ServicePool>> services_ GUARDED_BY(mu_);
+  bool shut_down_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace osprey

@@ -1,0 +1,93 @@
+#include "osprey/rpc/outbound_call.h"
+
+#include "osprey/rpc/rpc_controller.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey {
+
+OutboundCall::OutboundCall(const std::string& service, const std::string& method,
+                           const google::protobuf::Message& request,
+                           google::protobuf::Message* response, RpcController* controller,
+                           ResponseCallback callback)
+    : service_(service),
+      method_(method),
+      response_(response),
+      controller_(controller),
+      callback_(std::move(callback)) {
+  request.SerializePartialToString(&serialized_request_);
+}
+
+OutboundCall::~OutboundCall() = default;
+
+std::string OutboundCall::Describe() const { return service_ + "." + method_ + " RPC"; }
+
+Status OutboundCall::BuildRequestFrame(int32_t call_id,
+                                       std::unique_ptr<wire::OutboundFrame>* out) {
+  wire::RequestHeader header;
+  header.set_call_id(call_id);
+  auto* rm = header.mutable_remote_method();
+  rm->set_service_name(service_);
+  rm->set_method_name(method_);
+  if (!deadline().IsMax()) {
+    int64_t ms = (deadline() - MonoTime::Now()).ToMilliseconds();
+    header.set_timeout_millis(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX)));
+  }
+  Status s = wire::OutboundFrame::EncodeSerialized(&header, serialized_request_,
+                                                   std::move(sidecars_), out);
+  serialized_request_.clear();
+  serialized_request_.shrink_to_fit();
+  return s;
+}
+
+void OutboundCall::OnResponse(wire::InboundResponseFrame frame) {
+  const Slice& body = frame.main_message;
+  if (frame.header.is_error()) {
+    auto err = std::make_unique<wire::ErrorStatusPB>();
+    if (!err->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      Complete(Status::IOError(Describe() + ": server error response does not parse"), nullptr,
+               nullptr, {});
+      return;
+    }
+    Status s;
+    switch (err->code()) {
+      case wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY:
+      case wire::ErrorStatusPB::ERROR_UNAVAILABLE:
+        s = Status::ServiceUnavailable(err->message());
+        break;
+      default:
+        s = Status::RemoteError(err->message() + " (" +
+                                wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) + ")");
+    }
+    Complete(s, std::move(err), nullptr, {});
+    return;
+  }
+  if (!response_->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    Complete(Status::IOError(Describe() + ": response does not parse as " +
+                             response_->GetTypeName() + ": " +
+                             response_->InitializationErrorString()),
+             nullptr, nullptr, {});
+    return;
+  }
+  Complete(Status::OK(), nullptr, std::move(frame.storage), std::move(frame.sidecars));
+}
+
+void OutboundCall::OnFailure(const Status& status) { Complete(status, nullptr, nullptr, {}); }
+
+void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
+                            std::shared_ptr<const uint8_t[]> storage,
+                            std::vector<Slice> sidecars) {
+  // The controller and response may be gone the moment the callback runs
+  // (a sync caller returns): touch nothing of theirs after it.
+  ResponseCallback cb = std::move(callback_);
+  controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
+  cb();
+}
+
+void OutboundCall::Cancel() {
+  transport::Reactor* r = cancel_reactor_.load();
+  if (r == nullptr) return;
+  r->AbortCall(shared_from_this(),
+               Status::Aborted(Describe() + " cancelled"));
+}
+
+}  // namespace osprey

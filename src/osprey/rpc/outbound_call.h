@@ -1,0 +1,53 @@
+// OutboundCall: one client call in flight, from the proxy that made it to
+// the completion callback. Created on the caller's thread (which serializes
+// the request), then owned by the reactor of its connection, which
+// completes it exactly once and runs the callback there.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+
+#include "osprey/transport/client_call.h"
+#include "osprey/transport/reactor.h"
+
+namespace osprey {
+
+class RpcController;
+using ResponseCallback = std::function<void()>;
+
+class OutboundCall final : public transport::ClientCall {
+ public:
+  OutboundCall(const std::string& service, const std::string& method,
+               const google::protobuf::Message& request, google::protobuf::Message* response,
+               RpcController* controller, ResponseCallback callback);
+  ~OutboundCall() override;
+
+  Status BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) override;
+  void OnResponse(wire::InboundResponseFrame frame) override;
+  void OnFailure(const Status& status) override;
+  std::string Describe() const override;
+
+  void set_sidecars(std::vector<std::string> sidecars) { sidecars_ = std::move(sidecars); }
+  // Any thread, once it was queued: asks its reactor to abort it.
+  void set_reactor_for_cancel(transport::Reactor* reactor) { cancel_reactor_.store(reactor); }
+  void Cancel();
+
+ private:
+  void Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
+                std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars);
+
+  const std::string service_;
+  const std::string method_;
+  std::string serialized_request_;
+  std::vector<std::string> sidecars_;
+  google::protobuf::Message* const response_;
+  RpcController* const controller_;
+  ResponseCallback callback_;
+  std::atomic<transport::Reactor*> cancel_reactor_{nullptr};
+};
+
+}  // namespace osprey

@@ -1,0 +1,48 @@
+#include "osprey/rpc/proxy.h"
+
+#include "osprey/base/countdown_latch.h"
+#include "osprey/base/user.h"
+#include "osprey/rpc/messenger.h"
+#include "osprey/rpc/outbound_call.h"
+#include "osprey/transport/reactor.h"
+
+namespace osprey {
+
+Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote,
+             std::string service_name)
+    : messenger_(std::move(messenger)),
+      remote_(remote),
+      service_name_(std::move(service_name)),
+      user_(CurrentUserName()) {}
+
+Proxy::~Proxy() = default;
+
+void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,
+                         google::protobuf::Message* response, RpcController* controller,
+                         ResponseCallback callback) const {
+  auto call = std::make_shared<OutboundCall>(service_name_, method, request, response, controller,
+                                             std::move(callback));
+  call->set_sidecars(controller->StartCall(call));
+  if (!request.IsInitialized()) {
+    call->FailUnsent(Status::InvalidArgument("request for " + service_name_ + "." + method +
+                                             " lacks required fields: " +
+                                             request.InitializationErrorString()));
+    return;
+  }
+  messenger_->QueueCall(remote_, user_, std::move(call));
+}
+
+Status Proxy::SyncRequest(const std::string& method, const google::protobuf::Message& request,
+                          google::protobuf::Message* response,
+                          RpcController* controller) const {
+  if (transport::Reactor::OnAnyReactorThread()) {
+    return Status::IllegalState("a synchronous call from a reactor thread would deadlock; use "
+                                "the async call in callbacks");
+  }
+  CountDownLatch done(1);
+  AsyncRequest(method, request, response, controller, [&done] { done.CountDown(); });
+  done.Wait();
+  return controller->status();
+}
+
+}  // namespace osprey

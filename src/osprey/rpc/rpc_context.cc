@@ -1,0 +1,73 @@
+#include "osprey/rpc/rpc_context.h"
+
+#include <google/protobuf/unknown_field_set.h>
+
+#include "osprey/rpc/inbound_call.h"
+
+namespace osprey {
+
+RpcContext::RpcContext(std::unique_ptr<InboundCall> call,
+                       std::unique_ptr<google::protobuf::Message> request,
+                       std::unique_ptr<google::protobuf::Message> response)
+    : call_(std::move(call)), request_(std::move(request)), response_(std::move(response)) {}
+
+RpcContext::~RpcContext() = default;
+
+void RpcContext::RespondSuccess() {
+  if (!response_->IsInitialized()) {
+    call_->RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION,
+                          Status::IllegalState("handler's response lacks required fields: " +
+                                               response_->InitializationErrorString()));
+  } else {
+    call_->RespondSuccess(*response_, std::move(outbound_sidecars_));
+  }
+  delete this;
+}
+
+void RpcContext::RespondFailure(const Status& status) {
+  RespondRpcFailure(wire::ErrorStatusPB::ERROR_APPLICATION, status);
+}
+
+void RpcContext::RespondRpcFailure(wire::ErrorStatusPB::RpcErrorCodePB code,
+                                   const Status& status) {
+  call_->RespondFailure(code, status);
+  delete this;
+}
+
+void RpcContext::RespondApplicationError(int error_ext_id, const std::string& message,
+                                         const google::protobuf::MessageLite& app_error) {
+  wire::ErrorStatusPB err;
+  err.set_message(message);
+  err.set_code(wire::ErrorStatusPB::ERROR_APPLICATION);
+  // Carried as the extension's bytes: the client parses it with the
+  // extension its own generated code declares.
+  err.GetReflection()->MutableUnknownFields(&err)->AddLengthDelimited(
+      error_ext_id, app_error.SerializeAsString());
+  call_->RespondError(err);
+  delete this;
+}
+
+Status RpcContext::AddOutboundSidecar(std::string data, int* idx) {
+  outbound_sidecars_.push_back(std::move(data));
+  if (idx) *idx = static_cast<int>(outbound_sidecars_.size()) - 1;
+  return Status::OK();
+}
+
+int RpcContext::num_inbound_sidecars() const {
+  return static_cast<int>(call_->sidecars().size());
+}
+
+Status RpcContext::GetInboundSidecar(int idx, Slice* out) const {
+  if (idx < 0 || static_cast<size_t>(idx) >= call_->sidecars().size()) {
+    return Status::InvalidArgument("no request sidecar " + std::to_string(idx) + "; there are " +
+                                   std::to_string(call_->sidecars().size()));
+  }
+  *out = call_->sidecars()[idx];
+  return Status::OK();
+}
+
+const Sockaddr& RpcContext::remote_address() const { return call_->remote_address(); }
+const std::string& RpcContext::remote_user() const { return call_->remote_user(); }
+MonoTime RpcContext::GetClientDeadline() const { return call_->deadline(); }
+
+}  // namespace osprey

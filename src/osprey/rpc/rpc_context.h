@@ -1,0 +1,62 @@
+// RpcContext: the server-side handle of one call, given to a service
+// method's handler. It owns the request and response messages. Exactly one
+// Respond* call completes it, from any thread, before or after the handler
+// returns; that call deletes the context, so touch nothing of it after.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/slice.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/status.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey {
+
+class InboundCall;
+
+class RpcContext {
+ public:
+  RpcContext(std::unique_ptr<InboundCall> call,
+             std::unique_ptr<google::protobuf::Message> request,
+             std::unique_ptr<google::protobuf::Message> response);
+  ~RpcContext();
+
+  // Sends the response message (and any sidecars added).
+  void RespondSuccess();
+  // Sends an ERROR_APPLICATION error carrying `status` as its message.
+  void RespondFailure(const Status& status);
+  // Sends an RPC-level error with the given code.
+  void RespondRpcFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status);
+  // Sends ERROR_APPLICATION with `app_error` as extension field number
+  // `error_ext_id` (100 and up) of ErrorStatusPB, as Kudu's services do.
+  void RespondApplicationError(int error_ext_id, const std::string& message,
+                               const google::protobuf::MessageLite& app_error);
+
+  // Response sidecars; *idx is the index the client reads it at.
+  Status AddOutboundSidecar(std::string data, int* idx);
+  // Request sidecars, valid while the context lives.
+  int num_inbound_sidecars() const;
+  Status GetInboundSidecar(int idx, Slice* out) const;
+
+  const Sockaddr& remote_address() const;
+  const std::string& remote_user() const;
+  // When the client stops waiting; MonoTime::Max() if it set no timeout.
+  MonoTime GetClientDeadline() const;
+
+  const google::protobuf::Message* request_pb() const { return request_.get(); }
+  google::protobuf::Message* response_pb() { return response_.get(); }
+
+ private:
+  std::unique_ptr<InboundCall> call_;
+  std::unique_ptr<google::protobuf::Message> request_;
+  std::unique_ptr<google::protobuf::Message> response_;
+  std::vector<std::string> outbound_sidecars_;
+};
+
+}  // namespace osprey

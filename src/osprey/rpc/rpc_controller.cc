@@ -1,0 +1,119 @@
+#include "osprey/rpc/rpc_controller.h"
+
+#include <glog/logging.h>
+
+#include "osprey/rpc/outbound_call.h"
+
+namespace osprey {
+
+RpcController::RpcController() = default;
+RpcController::~RpcController() = default;
+
+void RpcController::set_timeout(MonoDelta timeout) {
+  MutexLock l(mu_);
+  timeout_ = timeout;
+  deadline_ = MonoTime::Max();
+}
+
+void RpcController::set_deadline(MonoTime deadline) {
+  MutexLock l(mu_);
+  deadline_ = deadline;
+  timeout_ = MonoDelta();
+}
+
+MonoDelta RpcController::timeout() const {
+  MutexLock l(mu_);
+  return timeout_;
+}
+
+Status RpcController::AddOutboundSidecar(std::string data, int* idx) {
+  MutexLock l(mu_);
+  if (call_) return Status::IllegalState("cannot add a sidecar while a call is in flight");
+  outbound_sidecars_.push_back(std::move(data));
+  if (idx) *idx = static_cast<int>(outbound_sidecars_.size()) - 1;
+  return Status::OK();
+}
+
+void RpcController::Cancel() {
+  std::shared_ptr<OutboundCall> call;
+  {
+    MutexLock l(mu_);
+    call = call_;
+  }
+  if (call) call->Cancel();
+}
+
+Status RpcController::status() const {
+  MutexLock l(mu_);
+  return status_;
+}
+
+bool RpcController::finished() const {
+  MutexLock l(mu_);
+  return finished_;
+}
+
+const wire::ErrorStatusPB* RpcController::error_response() const {
+  MutexLock l(mu_);
+  return error_.get();
+}
+
+int RpcController::num_inbound_sidecars() const {
+  MutexLock l(mu_);
+  return static_cast<int>(inbound_sidecars_.size());
+}
+
+Status RpcController::GetInboundSidecar(int idx, Slice* out) const {
+  MutexLock l(mu_);
+  if (idx < 0 || static_cast<size_t>(idx) >= inbound_sidecars_.size()) {
+    return Status::InvalidArgument("no response sidecar " + std::to_string(idx) + "; there are " +
+                                   std::to_string(inbound_sidecars_.size()));
+  }
+  *out = inbound_sidecars_[idx];
+  return Status::OK();
+}
+
+void RpcController::Reset() {
+  MutexLock l(mu_);
+  CHECK(!call_) << "RpcController::Reset() while a call is in flight";
+  timeout_ = MonoDelta();
+  deadline_ = MonoTime::Max();
+  outbound_sidecars_.clear();
+  finished_ = false;
+  status_ = Status::OK();
+  error_.reset();
+  sidecar_storage_.reset();
+  inbound_sidecars_.clear();
+}
+
+std::vector<std::string> RpcController::StartCall(const std::shared_ptr<OutboundCall>& call) {
+  MutexLock l(mu_);
+  CHECK(!call_) << "RpcController used for a second call while the first is in flight";
+  call_ = call;
+  finished_ = false;
+  status_ = Status::OK();
+  error_.reset();
+  sidecar_storage_.reset();
+  inbound_sidecars_.clear();
+  if (!deadline_.IsMax()) {
+    call->set_deadline(deadline_);
+  } else if (timeout_ > MonoDelta()) {
+    call->set_deadline(MonoTime::Now() + timeout_);
+  }
+  return std::move(outbound_sidecars_);
+}
+
+void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
+                           std::shared_ptr<const uint8_t[]> sidecar_storage,
+                           std::vector<Slice> sidecars) {
+  MutexLock l(mu_);
+  status_ = status;
+  error_ = std::move(error);
+  sidecar_storage_ = std::move(sidecar_storage);
+  inbound_sidecars_ = std::move(sidecars);
+  outbound_sidecars_.clear();
+  finished_ = true;
+  call_.reset();
+}
+
+}  // namespace osprey

@@ -1,0 +1,83 @@
+// RpcController: the per-call settings and outcome a client passes with a
+// call: timeout, request sidecars, and after completion the status, the
+// server's error detail and the response sidecars.
+//
+// One call at a time: set it up, make the call, read it after the callback
+// ran (or the sync call returned); Reset() to reuse. Cancel() and status()
+// may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/slice.h"
+#include "osprey/base/status.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey {
+
+class OutboundCall;
+class Proxy;
+
+class RpcController {
+ public:
+  RpcController();
+  ~RpcController();
+  RpcController(const RpcController&) = delete;
+  RpcController& operator=(const RpcController&) = delete;
+
+  // The call fails with TimedOut if no response came within this time. It is
+  // sent to the server as timeout_millis. Without one a call has no deadline.
+  void set_timeout(MonoDelta timeout);
+  void set_deadline(MonoTime deadline);
+  MonoDelta timeout() const;
+
+  // Adds a request sidecar; *idx is its index on the server.
+  Status AddOutboundSidecar(std::string data, int* idx);
+
+  // Completes the call with Aborted unless it already finished. The server
+  // may still run it.
+  void Cancel();
+
+  // OK, or why the call failed: TimedOut, Aborted, NetworkError,
+  // ServiceUnavailable (server too busy), RemoteError (the server's message).
+  Status status() const;
+  bool finished() const;
+  // For a RemoteError or ServiceUnavailable: the server's error, with its
+  // code and any application error extension; else null.
+  const wire::ErrorStatusPB* error_response() const;
+
+  // Response sidecars, valid until Reset() or destruction.
+  int num_inbound_sidecars() const;
+  Status GetInboundSidecar(int idx, Slice* out) const;
+
+  // Clears everything for reuse. Must not be called while a call is in
+  // flight.
+  void Reset();
+
+ private:
+  friend class OutboundCall;
+  friend class Proxy;
+
+  // Proxy: a call starts. Takes the outbound sidecars.
+  std::vector<std::string> StartCall(const std::shared_ptr<OutboundCall>& call);
+  // OutboundCall: the call ends.
+  void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
+              std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars);
+
+  mutable Mutex mu_;
+  MonoDelta timeout_ GUARDED_BY(mu_);
+  MonoTime deadline_ GUARDED_BY(mu_) = MonoTime::Max();
+  std::vector<std::string> outbound_sidecars_ GUARDED_BY(mu_);
+  std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
+  bool finished_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
+  std::unique_ptr<wire::ErrorStatusPB> error_ GUARDED_BY(mu_);
+  std::shared_ptr<const uint8_t[]> sidecar_storage_ GUARDED_BY(mu_);
+  std::vector<Slice> inbound_sidecars_ GUARDED_BY(mu_);
+};
+
+}  // namespace osprey

@@ -1,0 +1,42 @@
+#include "osprey/rpc/service_if.h"
+
+#include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/rpc_context.h"
+
+namespace osprey {
+
+ServiceIf::~ServiceIf() = default;
+
+const ServiceMethod* ServiceIf::FindMethod(std::string_view name) const {
+  auto it = methods_.find(std::string(name));
+  return it == methods_.end() ? nullptr : &it->second;
+}
+
+void ServiceIf::RegisterMethod(ServiceMethod method) {
+  std::string name = method.name;
+  methods_.insert_or_assign(std::move(name), std::move(method));
+}
+
+void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
+  const ServiceMethod* m = call->method();
+  std::unique_ptr<google::protobuf::Message> req(m->request_prototype->New());
+  Slice body = call->request_body();
+  if (!req->ParsePartialFromArray(body.data(), static_cast<int>(body.size()))) {
+    call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
+                         Status::InvalidArgument("request for " + service_name() + "." + m->name +
+                                                 " does not parse as " + req->GetTypeName()));
+    return;
+  }
+  if (!req->IsInitialized()) {
+    call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
+                         Status::InvalidArgument("request for " + service_name() + "." + m->name +
+                                                 " lacks required fields: " +
+                                                 req->InitializationErrorString()));
+    return;
+  }
+  std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());
+  auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
+  m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
+}
+
+}  // namespace osprey

@@ -1,0 +1,49 @@
+// ServiceIf: the server side of one protobuf service. Generated subclasses
+// (FooServiceIf, from protoc-gen-osprey) register one ServiceMethod per rpc;
+// users implement the pure virtual methods. Methods are registered in the
+// constructor and read-only afterwards, so any thread may look them up.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <google/protobuf/message.h>
+
+namespace osprey {
+
+class InboundCall;
+class RpcContext;
+
+struct ServiceMethod {
+  std::string name;
+  const google::protobuf::Message* request_prototype;
+  const google::protobuf::Message* response_prototype;
+  std::function<void(const google::protobuf::Message* req, google::protobuf::Message* resp,
+                     RpcContext* ctx)>
+      handler;
+};
+
+class ServiceIf {
+ public:
+  virtual ~ServiceIf();
+
+  // The fully qualified protobuf name, as sent on the wire.
+  virtual const std::string& service_name() const = 0;
+
+  const ServiceMethod* FindMethod(std::string_view name) const;
+
+  // Parses the request and runs the handler on the calling thread. The
+  // handler owns the call through its RpcContext from then on.
+  void Handle(std::unique_ptr<InboundCall> call);
+
+ protected:
+  void RegisterMethod(ServiceMethod method);
+
+ private:
+  std::unordered_map<std::string, ServiceMethod> methods_;
+};
+
+}  // namespace osprey

@@ -1,0 +1,57 @@
+// ServicePool: runs one service's calls on a set of worker threads fed by a
+// bounded queue. A full queue answers ERROR_SERVER_TOO_BUSY at once; with
+// zero workers, calls run on the reactor thread that received them.
+// QueueInboundCall runs on reactor threads; Start and Shutdown on the
+// Messenger's caller.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "osprey/base/mutex.h"
+#include "osprey/base/status.h"
+#include "osprey/rpc/service_if.h"
+
+namespace osprey {
+
+class InboundCall;
+
+struct ServicePoolOptions {
+  // 0 runs handlers on the reactor thread: fastest for handlers that never
+  // block, and a stalled handler stalls every connection of that reactor.
+  int worker_threads = 1;
+  size_t queue_length = 50;
+};
+
+class ServicePool {
+ public:
+  ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options);
+  ~ServicePool();
+
+  Status Start();
+  // Answers every queued call FATAL_SERVER_SHUTTING_DOWN, waits for running
+  // handlers to return, joins the workers. Idempotent.
+  void Shutdown();
+
+  // Takes the call, or answers it with an error itself.
+  void QueueInboundCall(std::unique_ptr<InboundCall> call);
+
+  ServiceIf* service() const { return service_.get(); }
+
+ private:
+  void RunWorker();
+  void RunCall(std::unique_ptr<InboundCall> call);
+
+  const std::unique_ptr<ServiceIf> service_;
+  const ServicePoolOptions options_;
+  Mutex mu_;
+  CondVar not_empty_;
+  std::deque<std::unique_ptr<InboundCall>> queue_ GUARDED_BY(mu_);
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace osprey

@@ -1,0 +1,82 @@
+#include "osprey/transport/acceptor.h"
+
+#include <sys/epoll.h>
+
+#include <glog/logging.h>
+
+#include <cerrno>
+
+#include "osprey/transport/connection.h"
+
+namespace osprey::transport {
+
+Acceptor::Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor)
+    : reactor_(reactor), listener_(std::move(listener)), pick_reactor_(std::move(pick_reactor)) {}
+
+Acceptor::~Acceptor() = default;
+
+Status Acceptor::Listen(const Sockaddr& addr, Socket* listener, Sockaddr* bound) {
+  Socket s;
+  OSPREY_RETURN_NOT_OK(s.Init(addr));
+  OSPREY_RETURN_NOT_OK(s.SetReuseAddr(true));
+  OSPREY_RETURN_NOT_OK(s.Bind(addr));
+  OSPREY_RETURN_NOT_OK(s.Listen(1024));
+  OSPREY_RETURN_NOT_OK(s.SetNonBlocking(true));
+  OSPREY_RETURN_NOT_OK(s.GetLocalAddress(bound));
+  *listener = std::move(s);
+  return Status::OK();
+}
+
+Status Acceptor::Start() {
+  return reactor_->AddFd(listener_.fd(), EPOLLIN, this);
+}
+
+void Acceptor::Stop() {
+  if (!listener_.is_open()) return;
+  reactor_->RemoveFd(listener_.fd());
+  listener_.Close();
+}
+
+void Acceptor::HandleEvents(uint32_t) {
+  while (listener_.is_open() && !paused_) {
+    Socket conn;
+    Sockaddr remote;
+    Status s = listener_.Accept(&conn, &remote, /*nonblocking=*/true);
+    if (!s.ok()) {
+      int err = s.posix_errno();
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) return;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the listener stays
+      // readable, so stop polling it for a moment instead of spinning.
+      LOG(WARNING) << "accept failed, pausing the listener for 100 ms: " << s.ToString();
+      paused_ = true;
+      reactor_->RemoveFd(listener_.fd());
+      std::weak_ptr<Acceptor> weak = shared_from_this();
+      reactor_->ScheduleTimer(MonoTime::Now() + MonoDelta::FromMilliseconds(100), [weak]() {
+        auto self = weak.lock();
+        if (!self || !self->listener_.is_open()) return;
+        self->paused_ = false;
+        Status st = self->Start();
+        if (!st.ok()) LOG(WARNING) << "listener could not resume: " << st.ToString();
+      });
+      return;
+    }
+    Status ns = conn.SetNoDelay(true);
+    if (!ns.ok()) {
+      VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": "
+              << ns.ToString();
+      continue;
+    }
+    Reactor* target = pick_reactor_();
+    auto make = [target, remote, sock = std::move(conn)]() mutable {
+      target->AdoptServerConnection(std::make_shared<Connection>(
+          target, Connection::Role::kServer, std::move(sock), remote, std::string()));
+    };
+    if (target == reactor_) {
+      make();
+    } else {
+      target->Schedule(std::move(make));  // false: shutting down; the socket closes
+    }
+  }
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,35 @@
+// Acceptor: the listening socket of a server Messenger, in the epoll set of
+// one reactor. Accepts every waiting connection when readable and hands each
+// to a reactor chosen by `pick_reactor`. Reactor thread only, apart from
+// construction.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "osprey/base/socket.h"
+#include "osprey/transport/reactor.h"
+
+namespace osprey::transport {
+
+class Acceptor : public EventHandler, public std::enable_shared_from_this<Acceptor> {
+ public:
+  Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor);
+  ~Acceptor() override;
+
+  // Binds, listens and returns the bound address (port 0 picks one).
+  static Status Listen(const Sockaddr& addr, Socket* listener, Sockaddr* bound);
+
+  // Reactor thread.
+  Status Start();
+  void Stop();
+  void HandleEvents(uint32_t epoll_events) override;
+
+ private:
+  Reactor* const reactor_;
+  Socket listener_;
+  std::function<Reactor*()> pick_reactor_;
+  bool paused_ = false;
+};
+
+}  // namespace osprey::transport

@@ -1,0 +1,29 @@
+#include "osprey/transport/client_call.h"
+
+#include "osprey/transport/reactor.h"
+
+namespace osprey::transport {
+
+void ClientCall::ReleaseTransportState() {
+  if (timer_id_ != 0 && reactor_ != nullptr) reactor_->CancelTimer(timer_id_);
+  timer_id_ = 0;
+  conn_ = nullptr;
+}
+
+bool ClientCall::Finish(const Status& status) {
+  if (finished_) return false;
+  finished_ = true;
+  ReleaseTransportState();
+  OnFailure(status);
+  return true;
+}
+
+bool ClientCall::FinishWithResponse(wire::InboundResponseFrame frame) {
+  if (finished_) return false;
+  finished_ = true;
+  ReleaseTransportState();
+  OnResponse(std::move(frame));
+  return true;
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,72 @@
+// ClientCall: what a client connection carries for one call: a request frame
+// out and one completion in. The rpc layer's OutboundCall implements it.
+//
+// Everything here runs on the reactor that owns the call's connection; the
+// call completes there exactly once, whichever comes first of its response,
+// its deadline, a cancel, or the failure of its connection.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/status.h"
+#include "osprey/wire/frame.h"
+#include "osprey/wire/frame_encoder.h"
+
+namespace osprey::transport {
+
+class Connection;
+class Reactor;
+
+class ClientCall : public std::enable_shared_from_this<ClientCall> {
+ public:
+  virtual ~ClientCall() = default;
+
+  // Serializes the request frame with the call id the connection chose.
+  virtual Status BuildRequestFrame(int32_t call_id,
+                                   std::unique_ptr<wire::OutboundFrame>* out) = 0;
+  // Exactly one of these two runs, once, on the reactor thread.
+  virtual void OnResponse(wire::InboundResponseFrame frame) = 0;
+  virtual void OnFailure(const Status& status) = 0;
+  // For error messages: "kudu.rpc_test.CalculatorService.Add".
+  virtual std::string Describe() const = 0;
+
+  MonoTime deadline() const { return deadline_; }
+  void set_deadline(MonoTime d) { deadline_ = d; }
+
+  // --- state the transport keeps; reactor thread only ---
+  bool finished() const { return finished_; }
+
+  // For a call no reactor took (the messenger is shut down): completes it
+  // on the calling thread.
+  void FailUnsent(const Status& status) { Finish(status); }
+
+ private:
+  friend class Connection;
+  friend class Reactor;
+
+  // Marks the call done and runs its completion. False if it already was.
+  bool Finish(const Status& status);
+  bool FinishWithResponse(wire::InboundResponseFrame frame);
+  void ReleaseTransportState();
+
+  MonoTime deadline_ = MonoTime::Max();
+  bool finished_ = false;
+  bool sent_ = false;
+  Reactor* reactor_ = nullptr;
+  Connection* conn_ = nullptr;  // the connection it waits on, if any
+  int32_t call_id_ = -1;
+  uint64_t timer_id_ = 0;
+};
+
+// Receives server-side request frames from connections (the Messenger).
+class InboundCallHandler {
+ public:
+  virtual ~InboundCallHandler() = default;
+  // Reactor thread of `conn`.
+  virtual void HandleInboundCall(const std::shared_ptr<Connection>& conn,
+                                 wire::InboundRequestFrame frame) = 0;
+};
+
+}  // namespace osprey::transport

@@ -1,0 +1,533 @@
+#include "osprey/transport/connection.h"
+
+#include <limits.h>
+#include <sys/epoll.h>
+
+#include <glog/logging.h>
+
+#include "osprey/transport/negotiation.h"
+#include "osprey/wire/connection_header.h"
+
+namespace osprey::transport {
+
+using wire::ErrorStatusPB;
+using wire::NegotiatePB;
+using wire::RequestHeader;
+using wire::ResponseHeader;
+
+namespace {
+constexpr int32_t kNegotiationCallId = -33;
+constexpr int32_t kConnectionContextCallId = -3;
+constexpr int32_t kConnectionErrorCallId = -1;
+// Bound the work one readable event may do, so one busy peer cannot starve
+// the others on this reactor.
+constexpr int kMaxReadsPerEvent = 16;
+constexpr size_t kMaxFramesPerWritev = 128;
+}  // namespace
+
+Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
+                       std::string user)
+    : reactor_(reactor),
+      role_(role),
+      socket_(std::move(socket)),
+      remote_(remote),
+      user_(std::move(user)),
+      state_(role == Role::kClient ? State::kConnecting : State::kAwaitingConnectionHeader),
+      last_activity_(MonoTime::Now()) {
+  size_t max = reactor->options().max_frame_size;
+  if (role == Role::kClient) {
+    response_decoder_ = std::make_unique<wire::ResponseFrameDecoder>(max);
+  } else {
+    request_decoder_ = std::make_unique<wire::RequestFrameDecoder>(max);
+  }
+}
+
+Connection::~Connection() = default;
+
+std::string Connection::ToString() const {
+  return std::string(role_ == Role::kClient ? "client connection to " : "server connection from ") +
+         remote_.ToString();
+}
+
+Status Connection::Start(bool connect_in_progress) {
+  reactor_->AssertCurrentThread();
+  uint32_t events = EPOLLIN | (connect_in_progress ? EPOLLOUT : 0);
+  epollout_ = connect_in_progress;
+  OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), events, this));
+  std::weak_ptr<Connection> weak = shared_from_this();
+  negotiation_timer_ = reactor_->ScheduleTimer(
+      MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
+        if (auto c = weak.lock()) {
+          c->negotiation_timer_ = 0;
+          c->OnNegotiationTimeout();
+        }
+      });
+  if (role_ == Role::kClient && !connect_in_progress) OnConnected();
+  return Status::OK();
+}
+
+void Connection::OnNegotiationTimeout() {
+  if (state_ == State::kOpen || state_ == State::kClosed) return;
+  Status s = Status::TimedOut(ToString() + ": negotiation did not finish within " +
+                              reactor_->options().negotiation_timeout.ToString());
+  LOG(WARNING) << s.ToString();
+  Shutdown(s);
+}
+
+void Connection::OnConnected() {
+  Status s = socket_.GetSocketError();
+  if (!s.ok()) {
+    Shutdown(Status::NetworkError("connect to " + remote_.ToString() + " failed: " +
+                                  s.ToString()));
+    return;
+  }
+  state_ = State::kAwaitingNegotiate;
+  QueueFrame(wire::OutboundFrame::FromBytes(wire::ConnectionHeaderBytes()));
+  RequestHeader header;
+  header.set_call_id(kNegotiationCallId);
+  QueueMessage(&header, ClientNegotiateRequest());
+}
+
+void Connection::HandleEvents(uint32_t events) {
+  reactor_->AssertCurrentThread();
+  auto self = shared_from_this();  // callbacks below may drop the last other reference
+  if (state_ == State::kConnecting) {
+    if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) OnConnected();
+    if (state_ == State::kClosed) return;
+    UpdateEpollInterest();
+    Flush();
+    return;
+  }
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ReadAvailable();
+  if (state_ != State::kClosed && (events & EPOLLOUT)) Flush();
+}
+
+void Connection::UpdateEpollInterest() {
+  if (state_ == State::kClosed) return;
+  bool want_out = state_ == State::kConnecting || !outbound_.empty();
+  if (want_out == epollout_) return;
+  epollout_ = want_out;
+  uint32_t events = (state_ == State::kClosingAfterFlush ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
+  Status s = reactor_->ModifyFd(socket_.fd(), events, this);
+  if (!s.ok()) Shutdown(s);
+}
+
+Status Connection::ReadConnectionHeader() {
+  while (conn_header_got_ < wire::kConnectionHeaderSize) {
+    size_t n;
+    OSPREY_RETURN_NOT_OK(socket_.Read(conn_header_ + conn_header_got_,
+                                      wire::kConnectionHeaderSize - conn_header_got_, &n));
+    if (n == 0) return Status::OK();
+    conn_header_got_ += n;
+  }
+  OSPREY_RETURN_NOT_OK(
+      wire::ValidateConnectionHeader(Slice(conn_header_, wire::kConnectionHeaderSize)));
+  state_ = State::kAwaitingNegotiate;
+  return Status::OK();
+}
+
+void Connection::ReadAvailable() {
+  for (int i = 0; i < kMaxReadsPerEvent; ++i) {
+    if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+    last_activity_ = MonoTime::Now();
+    if (state_ == State::kAwaitingConnectionHeader) {
+      Status s = ReadConnectionHeader();
+      if (!s.ok()) {
+        if (s.IsCorruption()) LOG(WARNING) << ToString() << ": " << s.ToString();
+        Shutdown(s);
+        return;
+      }
+      if (state_ == State::kAwaitingConnectionHeader) return;  // would block
+      continue;
+    }
+    size_t space, n;
+    uint8_t* dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
+                                          : request_decoder_->WriteSpace(&space);
+    Status s = socket_.Read(dst, space, &n);
+    if (!s.ok()) {
+      if (role_ == Role::kServer && server_call_ids_.empty() && state_ == State::kOpen) {
+        VLOG(1) << ToString() << ": " << s.ToString();
+      } else if (role_ == Role::kServer) {
+        LOG(INFO) << ToString() << ": peer went away: " << s.ToString();
+      }
+      Shutdown(s);
+      return;
+    }
+    if (n == 0) return;
+    if (role_ == Role::kClient) {
+      std::vector<wire::InboundResponseFrame> frames;
+      Status ds = response_decoder_->Consume(n, &frames);
+      for (auto& f : frames) {
+        Status fs = HandleResponseFrame(std::move(f));
+        if (!fs.ok()) {
+          Shutdown(fs);
+          return;
+        }
+        if (state_ == State::kClosed) return;
+      }
+      if (!ds.ok()) {
+        LOG(WARNING) << ToString() << ": bad frame from server: " << ds.ToString();
+        Shutdown(Status::NetworkError("bad frame from server: " + ds.message()));
+        return;
+      }
+    } else {
+      std::vector<wire::InboundRequestFrame> frames;
+      Status ds = request_decoder_->Consume(n, &frames);
+      for (auto& f : frames) {
+        Status fs = HandleRequestFrame(std::move(f));
+        (void)fs;
+        if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+      }
+      if (!ds.ok()) {
+        SendFatalError(kConnectionErrorCallId, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, ds);
+        return;
+      }
+    }
+    if (n < space) return;  // the kernel had no more for now
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Client side.
+
+Status Connection::HandleResponseFrame(wire::InboundResponseFrame frame) {
+  int32_t id = frame.header.call_id();
+  if (state_ != State::kOpen) return HandleClientNegotiation(frame);
+  if (id < 0) {
+    ErrorStatusPB err;
+    if (frame.header.is_error() &&
+        err.ParseFromArray(frame.main_message.data(), static_cast<int>(frame.main_message.size()))) {
+      return Status::NetworkError("server closed the connection: " + err.message() + " (" +
+                                  ErrorStatusPB::RpcErrorCodePB_Name(err.code()) + ")");
+    }
+    return Status::NetworkError("server sent a frame with invalid call id " + std::to_string(id));
+  }
+  auto it = client_calls_.find(id);
+  if (it == client_calls_.end()) {
+    // The call timed out or was cancelled: its late response is dropped.
+    VLOG(2) << ToString() << ": dropping response to finished call " << id;
+    return Status::OK();
+  }
+  std::shared_ptr<ClientCall> call = std::move(it->second);
+  client_calls_.erase(it);
+  call->FinishWithResponse(std::move(frame));
+  return Status::OK();
+}
+
+Status Connection::HandleClientNegotiation(const wire::InboundResponseFrame& frame) {
+  if (frame.header.call_id() != kNegotiationCallId) {
+    return Status::NetworkError("server sent call id " + std::to_string(frame.header.call_id()) +
+                                " during negotiation");
+  }
+  const Slice& body = frame.main_message;
+  if (frame.header.is_error()) {
+    ErrorStatusPB err;
+    if (!err.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      return Status::NetworkError("server rejected negotiation with an unreadable error");
+    }
+    return Status::NotAuthorized("server rejected negotiation: " + err.message());
+  }
+  NegotiatePB pb;
+  if (!pb.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    return Status::NetworkError("server sent a negotiation message that does not parse");
+  }
+  if (state_ == State::kAwaitingNegotiate) {
+    NegotiatePB initiate;
+    OSPREY_RETURN_NOT_OK(ClientSaslInitiate(pb, user_, &initiate));
+    RequestHeader header;
+    header.set_call_id(kNegotiationCallId);
+    QueueMessage(&header, initiate);
+    state_ = State::kAwaitingSasl;
+    return Status::OK();
+  }
+  if (state_ == State::kAwaitingSasl) {
+    OSPREY_RETURN_NOT_OK(ClientCheckSaslSuccess(pb));
+    RequestHeader header;
+    header.set_call_id(kConnectionContextCallId);
+    QueueMessage(&header, ClientConnectionContext(user_));
+    state_ = State::kOpen;
+    if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
+    negotiation_timer_ = 0;
+    SendPendingCalls();
+    return Status::OK();
+  }
+  return Status::NetworkError("unexpected negotiation message from server");
+}
+
+void Connection::QueueCall(std::shared_ptr<ClientCall> call) {
+  reactor_->AssertCurrentThread();
+  if (state_ == State::kClosed) {
+    call->Finish(close_reason_.ok() ? Status::NetworkError("connection closed") : close_reason_);
+    return;
+  }
+  call->conn_ = this;
+  if (state_ == State::kOpen) {
+    SendCall(std::move(call));
+  } else {
+    pending_calls_.push_back(std::move(call));
+  }
+}
+
+void Connection::SendPendingCalls() {
+  std::deque<std::shared_ptr<ClientCall>> pending;
+  pending.swap(pending_calls_);
+  for (auto& c : pending) {
+    if (!c->finished()) SendCall(std::move(c));
+  }
+}
+
+void Connection::SendCall(std::shared_ptr<ClientCall> call) {
+  int32_t id;
+  do {
+    id = next_call_id_;
+    next_call_id_ = next_call_id_ == INT32_MAX ? 0 : next_call_id_ + 1;
+  } while (client_calls_.count(id) != 0);
+  std::unique_ptr<wire::OutboundFrame> frame;
+  Status s = call->BuildRequestFrame(id, &frame);
+  if (!s.ok()) {
+    call->Finish(s);
+    return;
+  }
+  call->call_id_ = id;
+  call->sent_ = true;
+  client_calls_.emplace(id, std::move(call));
+  QueueFrame(std::move(frame));
+}
+
+void Connection::ForgetCall(ClientCall* call) {
+  reactor_->AssertCurrentThread();
+  if (call->call_id_ >= 0) {
+    auto it = client_calls_.find(call->call_id_);
+    if (it != client_calls_.end() && it->second.get() == call) client_calls_.erase(it);
+  }
+  // A call still waiting for negotiation stays in pending_calls_ and is
+  // skipped there once finished.
+  call->conn_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Server side.
+
+Status Connection::HandleRequestFrame(wire::InboundRequestFrame frame) {
+  int32_t id = frame.header.call_id();
+  switch (state_) {
+    case State::kAwaitingNegotiate:
+    case State::kAwaitingSasl:
+      if (id != kNegotiationCallId) {
+        Status s = Status::Corruption("call id " + std::to_string(id) +
+                                      " received before negotiation finished");
+        SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+        return s;
+      }
+      return HandleServerNegotiation(frame);
+    case State::kAwaitingContext: {
+      if (id != kConnectionContextCallId) {
+        Status s = Status::Corruption("expected the connection context (call id -3), got call id " +
+                                      std::to_string(id));
+        SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+        return s;
+      }
+      wire::ConnectionContextPB ctx;
+      if (!ctx.ParseFromArray(frame.main_message.data(),
+                              static_cast<int>(frame.main_message.size()))) {
+        Status s = Status::Corruption("connection context does not parse");
+        SendFatalError(id, ErrorStatusPB::FATAL_DESERIALIZING_REQUEST, s);
+        return s;
+      }
+      state_ = State::kOpen;
+      if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
+      negotiation_timer_ = 0;
+      return Status::OK();
+    }
+    case State::kOpen:
+      break;
+    default:
+      return Status::OK();
+  }
+  if (id < 0) {
+    Status s = Status::Corruption("invalid call id " + std::to_string(id) + " after negotiation");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  if (!frame.header.has_remote_method()) {
+    Status s = Status::Corruption("call " + std::to_string(id) + " has no remote_method");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  if (!server_call_ids_.insert(id).second) {
+    Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
+                                  " while a call with that id is in flight");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame));
+  return Status::OK();
+}
+
+Status Connection::HandleServerNegotiation(const wire::InboundRequestFrame& frame) {
+  NegotiatePB in;
+  const Slice& body = frame.main_message;
+  if (!in.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    Status s = Status::Corruption("negotiation message does not parse as NegotiatePB");
+    SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+    return s;
+  }
+  NegotiatePB answer;
+  Status s;
+  if (state_ == State::kAwaitingNegotiate) {
+    s = ServerAnswerNegotiate(in, &answer);
+  } else {
+    std::string user;
+    s = ServerAnswerSaslInitiate(in, &user, &answer);
+    if (s.ok()) user_ = user;
+  }
+  if (!s.ok()) {
+    SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+    return s;
+  }
+  ResponseHeader header;
+  header.set_call_id(kNegotiationCallId);
+  QueueMessage(&header, answer);
+  state_ = state_ == State::kAwaitingNegotiate ? State::kAwaitingSasl : State::kAwaitingContext;
+  return Status::OK();
+}
+
+void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
+                               std::unique_ptr<wire::OutboundFrame> frame) {
+  auto deliver = [conn, call_id, frame = std::move(frame)]() mutable {
+    if (conn->state_ == State::kClosed) return;
+    conn->server_call_ids_.erase(call_id);
+    if (conn->state_ == State::kClosingAfterFlush) return;
+    conn->QueueFrame(std::move(frame));
+  };
+  if (conn->reactor_->IsCurrentThread()) {
+    deliver();
+  } else {
+    conn->reactor_->Schedule(std::move(deliver));  // false: shut down, response dropped
+  }
+}
+
+void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB code,
+                                const Status& why) {
+  if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+  LOG(WARNING) << ToString() << ": closing after " << ErrorStatusPB::RpcErrorCodePB_Name(code)
+               << ": " << why.ToString();
+  ResponseHeader header;
+  header.set_call_id(call_id);
+  header.set_is_error(true);
+  ErrorStatusPB err;
+  err.set_message(why.message());
+  err.set_code(code);
+  QueueMessage(&header, err);
+  state_ = State::kClosingAfterFlush;
+  close_reason_ = Status::NetworkError(why.message());
+  // Whether or not the peer reads the error, the connection goes.
+  std::weak_ptr<Connection> weak = shared_from_this();
+  reactor_->ScheduleTimer(MonoTime::Now() + MonoDelta::FromSeconds(1), [weak]() {
+    if (auto c = weak.lock()) c->Shutdown(c->close_reason_);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Outbound queue.
+
+template <class Header>
+void Connection::QueueMessage(Header* header, const google::protobuf::MessageLite& body) {
+  std::unique_ptr<wire::OutboundFrame> frame;
+  Status s = wire::OutboundFrame::Encode(header, body, {}, &frame);
+  CHECK(s.ok()) << s.ToString();  // negotiation messages are tiny
+  QueueFrame(std::move(frame));
+}
+
+void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
+  if (state_ == State::kClosed) return;
+  outbound_bytes_ += frame->total_size();
+  outbound_.push_back(std::move(frame));
+  if (outbound_bytes_ > reactor_->options().max_outbound_queue_bytes) {
+    Status s = Status::NetworkError(
+        ToString() + ": peer is not reading; " + std::to_string(outbound_bytes_) +
+        " bytes queued exceed the limit of " +
+        std::to_string(reactor_->options().max_outbound_queue_bytes));
+    LOG(WARNING) << s.ToString();
+    Shutdown(s);
+    return;
+  }
+  if (!flush_requested_) {
+    flush_requested_ = true;
+    reactor_->RequestFlush(this);
+  }
+}
+
+void Connection::Flush() {
+  flush_requested_ = false;
+  if (state_ == State::kClosed || state_ == State::kConnecting) return;
+  while (!outbound_.empty()) {
+    iov_scratch_.clear();
+    size_t frames = 0;
+    for (auto& f : outbound_) {
+      if (frames++ == kMaxFramesPerWritev || iov_scratch_.size() >= IOV_MAX - 8) break;
+      f->AppendIovecs(&iov_scratch_);
+    }
+    int iovcnt = static_cast<int>(std::min<size_t>(iov_scratch_.size(), IOV_MAX));
+    size_t want = 0;
+    for (int i = 0; i < iovcnt; ++i) want += iov_scratch_[i].iov_len;
+    size_t n;
+    Status s = socket_.Writev(iov_scratch_.data(), iovcnt, &n);
+    if (!s.ok()) {
+      Shutdown(s.CloneAndPrepend(ToString()));
+      return;
+    }
+    last_activity_ = MonoTime::Now();
+    size_t left = n;
+    while (left > 0 && !outbound_.empty()) {
+      outbound_.front()->Advance(&left);
+      if (outbound_.front()->done()) {
+        outbound_bytes_ -= outbound_.front()->total_size();
+        outbound_.pop_front();
+      }
+    }
+    if (n < want) break;  // the socket buffer is full
+  }
+  if (state_ == State::kClosingAfterFlush && outbound_.empty()) {
+    Shutdown(close_reason_);
+    return;
+  }
+  UpdateEpollInterest();
+}
+
+bool Connection::IdleSince(MonoTime cutoff) const {
+  return state_ == State::kOpen && client_calls_.empty() && server_call_ids_.empty() &&
+         outbound_.empty() && last_activity_ < cutoff;
+}
+
+void Connection::Shutdown(const Status& why) {
+  reactor_->AssertCurrentThread();
+  if (state_ == State::kClosed) return;
+  auto self = shared_from_this();
+  state_ = State::kClosed;
+  close_reason_ = why;
+  if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
+  negotiation_timer_ = 0;
+  if (socket_.is_open()) {
+    reactor_->RemoveFd(socket_.fd());
+    socket_.Close();
+  }
+  outbound_.clear();
+  outbound_bytes_ = 0;
+
+  Status call_status = why;
+  if (!(why.IsNetworkError() || why.IsAborted() || why.IsNotAuthorized())) {
+    call_status = Status::NetworkError(why.message());
+  }
+  call_status = call_status.CloneAndPrepend(ToString());
+  auto pending = std::move(pending_calls_);
+  auto in_flight = std::move(client_calls_);
+  pending_calls_.clear();
+  client_calls_.clear();
+  for (auto& c : pending) c->Finish(call_status);
+  for (auto& [id, c] : in_flight) c->Finish(call_status);
+  server_call_ids_.clear();
+  reactor_->RemoveConnection(this);
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,137 @@
+// Connection: one TCP connection, client or server side. It owns the socket,
+// the incremental frame decoder of its inbound side and the queue of frames
+// to send, and it runs negotiation as a non-blocking state machine.
+//
+// A client connection matches responses to its calls in flight by call id;
+// a server connection hands each request frame to the InboundCallHandler.
+//
+// Owned by its Reactor (shared with server calls that will answer on it).
+// Every method runs on that reactor's thread, except QueueResponse and the
+// const accessors of values fixed at construction.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/socket.h"
+#include "osprey/base/status.h"
+#include "osprey/transport/client_call.h"
+#include "osprey/transport/reactor.h"
+#include "osprey/wire/frame_decoder.h"
+#include "osprey/wire/frame_encoder.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey::transport {
+
+class Connection : public EventHandler, public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Role { kClient, kServer };
+
+  Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
+             std::string user);
+  ~Connection() override;
+
+  Role role() const { return role_; }
+  const Sockaddr& remote() const { return remote_; }
+  Reactor* reactor() const { return reactor_; }
+  // Client: the user it authenticates as. Server: set when SASL succeeds.
+  const std::string& user() const { return user_; }
+
+  // Registers with the reactor and begins negotiation (the client connects
+  // first). Reactor thread.
+  Status Start(bool connect_in_progress);
+
+  // Client, reactor thread: sends `call` once negotiation is done.
+  void QueueCall(std::shared_ptr<ClientCall> call);
+  // Client, reactor thread: the call gave up (deadline, cancel); forget it
+  // so that a late response is dropped.
+  void ForgetCall(ClientCall* call);
+
+  // Server, any thread: sends the response to `call_id`. Dropped if the
+  // connection has closed by then.
+  static void QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
+                            std::unique_ptr<wire::OutboundFrame> frame);
+
+  // Reactor thread: closes the socket and fails every pending call with
+  // `why` (exactly once each). Idempotent.
+  void Shutdown(const Status& why);
+  bool is_shut_down() const { return state_ == State::kClosed; }
+
+  // Reactor thread.
+  void HandleEvents(uint32_t epoll_events) override;
+  void Flush();
+  bool IdleSince(MonoTime cutoff) const;
+  size_t calls_in_flight() const { return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size(); }
+
+ private:
+  enum class State {
+    kConnecting,               // client: TCP connect in progress
+    kAwaitingConnectionHeader, // server
+    kAwaitingNegotiate,        // both: NEGOTIATE sent (client) / expected (server)
+    kAwaitingSasl,             // both: SASL_INITIATE sent (client) / expected (server)
+    kAwaitingContext,          // server: connection context expected
+    kOpen,
+    kClosingAfterFlush,        // server: a fatal error is queued, then close
+    kClosed,
+  };
+
+  void OnConnected();
+  void ReadAvailable();
+  Status ReadConnectionHeader();
+  Status HandleResponseFrame(wire::InboundResponseFrame frame);
+  Status HandleRequestFrame(wire::InboundRequestFrame frame);
+  Status HandleClientNegotiation(const wire::InboundResponseFrame& frame);
+  Status HandleServerNegotiation(const wire::InboundRequestFrame& frame);
+  void SendPendingCalls();
+  void SendCall(std::shared_ptr<ClientCall> call);
+  template <class Header>
+  void QueueMessage(Header* header, const google::protobuf::MessageLite& body);
+  void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame);
+  // Server: answers with a fatal error, then closes once it is sent.
+  void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code,
+                      const Status& why);
+  void UpdateEpollInterest();
+  void OnNegotiationTimeout();
+  std::string ToString() const;
+
+  Reactor* const reactor_;
+  const Role role_;
+  Socket socket_;
+  const Sockaddr remote_;
+  std::string user_;
+  State state_;
+  Status close_reason_;
+
+  // Inbound side.
+  uint8_t conn_header_[7];
+  size_t conn_header_got_ = 0;
+  std::unique_ptr<wire::RequestFrameDecoder> request_decoder_;
+  std::unique_ptr<wire::ResponseFrameDecoder> response_decoder_;
+
+  // Outbound side.
+  std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_;
+  size_t outbound_bytes_ = 0;
+  bool flush_requested_ = false;
+  bool epollout_ = false;
+  std::vector<iovec> iov_scratch_;
+
+  // Client side.
+  int32_t next_call_id_ = 0;
+  std::deque<std::shared_ptr<ClientCall>> pending_calls_;  // waiting for negotiation
+  std::unordered_map<int32_t, std::shared_ptr<ClientCall>> client_calls_;
+
+  // Server side: calls received whose response has not yet been queued.
+  std::unordered_set<int32_t> server_call_ids_;
+
+  Reactor::TimerId negotiation_timer_ = 0;
+  MonoTime last_activity_;
+};
+
+}  // namespace osprey::transport

@@ -1,0 +1,115 @@
+#include "osprey/transport/negotiation.h"
+
+#include "osprey/wire/sasl_plain.h"
+
+namespace osprey::transport {
+
+using wire::NegotiatePB;
+
+namespace {
+constexpr const char* kPlain = "PLAIN";
+
+std::string StepName(const NegotiatePB& pb) {
+  return NegotiatePB::NegotiateStep_Name(pb.step());
+}
+}  // namespace
+
+NegotiatePB ClientNegotiateRequest() {
+  NegotiatePB pb;
+  pb.add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+  pb.set_step(NegotiatePB::NEGOTIATE);
+  pb.add_authn_types()->mutable_sasl();
+  return pb;
+}
+
+Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user,
+                          NegotiatePB* out) {
+  if (server.step() != NegotiatePB::NEGOTIATE) {
+    return Status::NetworkError("negotiation: expected NEGOTIATE from server, got " +
+                                StepName(server));
+  }
+  if (server.authn_types_size() > 1) {
+    return Status::NotAuthorized("negotiation: server chose more than one authentication type");
+  }
+  if (server.authn_types_size() == 1 && !server.authn_types(0).has_sasl()) {
+    return Status::NotAuthorized("negotiation: server chose an authentication type other than "
+                                 "SASL, which this client does not support");
+  }
+  bool plain = false;
+  for (const auto& m : server.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
+  if (!plain) {
+    return Status::NotAuthorized("negotiation: server does not offer SASL mechanism PLAIN");
+  }
+  out->Clear();
+  out->set_step(NegotiatePB::SASL_INITIATE);
+  out->add_sasl_mechanisms()->set_mechanism(kPlain);
+  out->set_token(wire::EncodeSaslPlain({"", user, ""}));
+  return Status::OK();
+}
+
+Status ClientCheckSaslSuccess(const NegotiatePB& reply) {
+  if (reply.step() == NegotiatePB::SASL_CHALLENGE) {
+    return Status::NotAuthorized("negotiation: server sent a SASL challenge, which PLAIN has not");
+  }
+  if (reply.step() != NegotiatePB::SASL_SUCCESS) {
+    return Status::NetworkError("negotiation: expected SASL_SUCCESS from server, got " +
+                                StepName(reply));
+  }
+  return Status::OK();
+}
+
+wire::ConnectionContextPB ClientConnectionContext(const std::string& user) {
+  wire::ConnectionContextPB ctx;
+  ctx.mutable_deprecated_user_info()->set_real_user(user);
+  return ctx;
+}
+
+Status ServerAnswerNegotiate(const NegotiatePB& client, NegotiatePB* answer) {
+  if (client.step() != NegotiatePB::NEGOTIATE) {
+    return Status::Corruption("negotiation: expected NEGOTIATE, got " + StepName(client));
+  }
+  bool sasl = client.authn_types_size() == 0;  // no list: SASL is implied
+  for (const auto& t : client.authn_types()) sasl |= t.has_sasl();
+  if (!sasl) {
+    return Status::NotAuthorized("negotiation: client offers no authentication type this "
+                                 "server supports (only SASL)");
+  }
+  if (client.sasl_mechanisms_size() > 0) {
+    bool plain = false;
+    for (const auto& m : client.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
+    if (!plain) {
+      return Status::NotAuthorized("negotiation: client offers no SASL mechanism this server "
+                                   "supports (only PLAIN)");
+    }
+  }
+  answer->Clear();
+  for (int f : client.supported_features()) {
+    if (f == wire::APPLICATION_FEATURE_FLAGS) {
+      answer->add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+    }
+  }
+  answer->set_step(NegotiatePB::NEGOTIATE);
+  answer->add_sasl_mechanisms()->set_mechanism(kPlain);
+  if (client.authn_types_size() > 0) answer->add_authn_types()->mutable_sasl();
+  return Status::OK();
+}
+
+Status ServerAnswerSaslInitiate(const NegotiatePB& client, std::string* user,
+                                NegotiatePB* answer) {
+  if (client.step() != NegotiatePB::SASL_INITIATE) {
+    return Status::Corruption("negotiation: expected SASL_INITIATE, got " + StepName(client));
+  }
+  if (client.sasl_mechanisms_size() != 1 || client.sasl_mechanisms(0).mechanism() != kPlain) {
+    return Status::NotAuthorized("negotiation: SASL_INITIATE must name exactly one mechanism, "
+                                 "PLAIN");
+  }
+  wire::SaslPlainCredentials creds;
+  Status s = wire::DecodeSaslPlain(client.token(), &creds);
+  if (!s.ok()) return Status::NotAuthorized(s.message());
+  *user = creds.authcid;
+  answer->Clear();
+  answer->set_step(NegotiatePB::SASL_SUCCESS);
+  return Status::OK();
+}
+
+}  // namespace osprey::transport

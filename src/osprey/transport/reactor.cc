@@ -1,0 +1,335 @@
+#include "osprey/transport/reactor.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <glog/logging.h>
+
+#include <cerrno>
+
+#include "osprey/transport/client_call.h"
+#include "osprey/transport/connection.h"
+
+namespace osprey::transport {
+
+namespace {
+thread_local bool tls_on_reactor = false;
+}  // namespace
+
+bool Reactor::OnAnyReactorThread() { return tls_on_reactor; }
+
+Reactor::Reactor(std::string name, const ConnectionOptions& options,
+                 InboundCallHandler* handler)
+    : name_(std::move(name)), options_(options), handler_(handler) {}
+
+Reactor::~Reactor() {
+  Shutdown();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+void Reactor::AssertCurrentThread() const {
+  DCHECK(IsCurrentThread()) << "reactor " << name_ << " method called from another thread";
+}
+
+Status Reactor::Start() {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return Status::NetworkError("epoll_create1", errno);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Status::NetworkError("eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the wake fd
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+    return Status::NetworkError("epoll_ctl(eventfd)", errno);
+  }
+  next_idle_check_ = MonoTime::Now() + MonoDelta::FromSeconds(1);
+  thread_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+void Reactor::Shutdown() {
+  MutexLock shutdown_lock(shutdown_mu_);
+  if (!thread_.joinable()) return;
+  CHECK(!IsCurrentThread()) << "a reactor cannot shut itself down";
+  closing_.store(true, std::memory_order_release);
+  {
+    MutexLock l(task_mu_);
+    shutdown_requested_ = true;
+  }
+  Wake();
+  thread_.join();
+}
+
+void Reactor::Wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  (void)n;  // EAGAIN means a wake-up is already pending: fine.
+}
+
+bool Reactor::Schedule(Task task) {
+  bool was_empty;
+  {
+    MutexLock l(task_mu_);
+    if (stopped_) return false;
+    was_empty = tasks_.empty();
+    tasks_.push_back(std::move(task));
+  }
+  // The reactor drains the whole queue each loop, so only the push that
+  // makes it non-empty needs a wake-up; the reactor's own thread checks the
+  // queue before it sleeps.
+  if (was_empty && !IsCurrentThread()) Wake();
+  return true;
+}
+
+void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {
+  Schedule([call = std::move(call), why]() {
+    if (call->finished()) return;
+    if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());
+    call->Finish(why);
+  });
+}
+
+Status Reactor::AddFd(int fd, uint32_t events, EventHandler* handler) {
+  AssertCurrentThread();
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return Status::NetworkError("epoll_ctl(ADD)", errno);
+  }
+  return Status::OK();
+}
+
+Status Reactor::ModifyFd(int fd, uint32_t events, EventHandler* handler) {
+  AssertCurrentThread();
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
+    return Status::NetworkError("epoll_ctl(MOD)", errno);
+  }
+  return Status::OK();
+}
+
+void Reactor::RemoveFd(int fd) {
+  AssertCurrentThread();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+Reactor::TimerId Reactor::ScheduleTimer(MonoTime when, std::function<void()> fn) {
+  AssertCurrentThread();
+  TimerId id = next_timer_id_++;
+  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  timer_deadlines_.emplace(id, when);
+  return id;
+}
+
+void Reactor::CancelTimer(TimerId id) {
+  AssertCurrentThread();
+  auto it = timer_deadlines_.find(id);
+  if (it == timer_deadlines_.end()) return;
+  timers_.erase(std::make_pair(it->second, id));
+  timer_deadlines_.erase(it);
+}
+
+int Reactor::NextTimeoutMillis() const {
+  MonoTime next = next_idle_check_;
+  if (!timers_.empty() && timers_.begin()->first.first < next) next = timers_.begin()->first.first;
+  MonoDelta d = next - MonoTime::Now();
+  if (d <= MonoDelta()) return 0;
+  // Round up so the timer has expired when epoll_wait returns.
+  return static_cast<int>(std::min<int64_t>((d.ToMicroseconds() + 999) / 1000, 1000));
+}
+
+void Reactor::RunTimers() {
+  MonoTime now = MonoTime::Now();
+  while (!timers_.empty() && timers_.begin()->first.first <= now) {
+    auto node = timers_.extract(timers_.begin());
+    timer_deadlines_.erase(node.key().second);
+    node.mapped()();
+  }
+  if (now >= next_idle_check_) {
+    CheckIdleConnections();
+    next_idle_check_ = now + std::min(MonoDelta::FromSeconds(1),
+                                      MonoDelta::FromNanoseconds(std::max<int64_t>(
+                                          options_.idle_timeout.ToNanoseconds() / 2, 10000000)));
+  }
+}
+
+void Reactor::CheckIdleConnections() {
+  MonoTime cutoff = MonoTime::Now() - options_.idle_timeout;
+  std::vector<std::shared_ptr<Connection>> idle;
+  for (auto& [ptr, conn] : all_conns_) {
+    if (conn->IdleSince(cutoff)) idle.push_back(conn);
+  }
+  for (auto& conn : idle) {
+    VLOG(1) << name_ << ": closing idle connection to " << conn->remote().ToString();
+    conn->Shutdown(Status::NetworkError("connection idle for longer than " +
+                                        options_.idle_timeout.ToString()));
+  }
+}
+
+void Reactor::RunTasks() {
+  std::vector<Task> tasks;
+  {
+    MutexLock l(task_mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t();
+}
+
+void Reactor::RequestFlush(Connection* conn) {
+  AssertCurrentThread();
+  flush_list_.push_back(conn);
+}
+
+void Reactor::Loop() {
+  thread_id_.store(std::this_thread::get_id());
+  tls_on_reactor = true;
+  std::vector<epoll_event> events(256);
+  while (true) {
+    int timeout = NextTimeoutMillis();
+    bool shutdown = false;
+    {
+      MutexLock l(task_mu_);
+      if (!tasks_.empty()) timeout = 0;
+      shutdown = shutdown_requested_;
+    }
+    if (shutdown) break;
+    int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
+    if (n < 0 && errno != EINTR) PLOG(FATAL) << name_ << ": epoll_wait";
+    for (int i = 0; i < n; ++i) {
+      auto* handler = static_cast<EventHandler*>(events[i].data.ptr);
+      if (handler == nullptr) {
+        uint64_t v;
+        ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+        (void)r;
+        continue;
+      }
+      handler->HandleEvents(events[i].events);
+    }
+    RunTasks();
+    RunTimers();
+    // Write everything the events, tasks and timers queued: one writev per
+    // connection per loop, however many frames.
+    while (!flush_list_.empty()) {
+      std::vector<Connection*> to_flush;
+      to_flush.swap(flush_list_);
+      for (Connection* c : to_flush) c->Flush();
+    }
+    closed_conns_.clear();
+  }
+
+  // Shutting down: close every connection (failing its calls), then run
+  // the tasks that were accepted before the queue closed.
+  CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
+  while (true) {
+    std::vector<Task> tasks;
+    {
+      MutexLock l(task_mu_);
+      stopped_ = true;
+      tasks.swap(tasks_);
+    }
+    if (tasks.empty()) break;
+    for (auto& t : tasks) t();
+    CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
+  }
+  // Remaining timers belong to finished calls or closed connections.
+  timers_.clear();
+  timer_deadlines_.clear();
+  closed_conns_.clear();
+  flush_list_.clear();
+}
+
+void Reactor::CloseAllConnections(const Status& why) {
+  // Flush what is queued (responses, fatal errors) as far as the kernel
+  // takes it without blocking, then close.
+  std::vector<std::shared_ptr<Connection>> conns;
+  for (auto& [ptr, conn] : all_conns_) conns.push_back(conn);
+  for (auto& c : conns) c->Flush();
+  for (auto& c : conns) c->Shutdown(why);
+  all_conns_.clear();
+  client_conns_.clear();
+  closed_conns_.clear();
+  flush_list_.clear();
+}
+
+void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call) {
+  AssertCurrentThread();
+  call->reactor_ = this;
+  if (closing()) {
+    call->Finish(Status::Aborted("messenger " + name_ + " is shutting down"));
+    return;
+  }
+  MonoTime now = MonoTime::Now();
+  if (!call->deadline().IsMax()) {
+    if (call->deadline() <= now) {
+      call->Finish(Status::TimedOut(call->Describe() + " to " + key.remote.ToString() +
+                                    " timed out before it was sent"));
+      return;
+    }
+    MonoDelta budget = call->deadline() - now;
+    std::string where = key.remote.ToString();
+    call->timer_id_ = ScheduleTimer(call->deadline(), [call, budget, where]() {
+      call->timer_id_ = 0;
+      if (call->finished()) return;
+      if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());
+      call->Finish(Status::TimedOut(call->Describe() + " to " + where + " timed out after " +
+                                    budget.ToString()));
+    });
+  }
+
+  auto it = client_conns_.find(key);
+  if (it == client_conns_.end() || it->second->is_shut_down()) {
+    Socket sock;
+    Status s = sock.Init(key.remote);
+    if (s.ok()) s = sock.SetNonBlocking(true);
+    if (s.ok()) s = sock.SetNoDelay(true);
+    bool in_progress = false;
+    if (s.ok()) s = sock.Connect(key.remote, &in_progress);
+    if (!s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
+                                             key.remote, key.user);
+    all_conns_[conn.get()] = conn;
+    it = client_conns_.insert_or_assign(key, conn).first;
+    s = conn->Start(in_progress);
+    if (!s.ok()) {
+      conn->Shutdown(s);
+      call->Finish(Status::NetworkError(s.ToString()));
+      return;
+    }
+  }
+  it->second->QueueCall(std::move(call));
+}
+
+void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {
+  AssertCurrentThread();
+  if (closing()) return;  // dropping it closes the socket
+  all_conns_[conn.get()] = conn;
+  Status s = conn->Start(false);
+  if (!s.ok()) conn->Shutdown(s);
+}
+
+void Reactor::RemoveConnection(Connection* conn) {
+  AssertCurrentThread();
+  auto it = all_conns_.find(conn);
+  if (it == all_conns_.end()) return;
+  // Keep it alive until the end of this loop iteration: it may be on the
+  // stack below us.
+  closed_conns_.push_back(std::move(it->second));
+  all_conns_.erase(it);
+  for (auto c = client_conns_.begin(); c != client_conns_.end(); ++c) {
+    if (c->second.get() == conn) {
+      client_conns_.erase(c);
+      break;
+    }
+  }
+}
+
+size_t Reactor::num_connections_for_tests() const { return all_conns_.size(); }
+
+}  // namespace osprey::transport

@@ -1,0 +1,147 @@
+// Reactor: one thread running one epoll set. It owns the connections
+// assigned to it and does all of their socket I/O, runs tasks that other
+// threads Schedule() onto it (the whole queue drained once per loop), and
+// fires timers (call deadlines, negotiation and idle timeouts).
+//
+// Schedule() and Shutdown() may be called from any thread; every other
+// method only on the reactor's own thread, which they assert.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/status.h"
+#include "osprey/base/task.h"
+#include "osprey/transport/connection_options.h"
+
+namespace osprey::transport {
+
+class ClientCall;
+class Connection;
+class InboundCallHandler;
+
+// Something with a file descriptor in the reactor's epoll set.
+class EventHandler {
+ public:
+  virtual ~EventHandler() = default;
+  virtual void HandleEvents(uint32_t epoll_events) = 0;
+};
+
+// Where a client call goes: one connection per (address, user).
+struct ConnectionKey {
+  Sockaddr remote;
+  std::string user;
+  bool operator==(const ConnectionKey& o) const { return remote == o.remote && user == o.user; }
+};
+struct ConnectionKeyHash {
+  size_t operator()(const ConnectionKey& k) const {
+    return k.remote.Hash() * 31 + std::hash<std::string>()(k.user);
+  }
+};
+
+class Reactor {
+ public:
+  using TimerId = uint64_t;
+
+  Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler);
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  // Creates the epoll set and starts the thread.
+  Status Start();
+  // Closes every connection (their pending calls fail), runs what is left in
+  // the task queue, and joins the thread. Idempotent; any thread but this
+  // reactor's.
+  void Shutdown();
+
+  // Any thread. Runs `task` on the reactor thread. Returns false, without
+  // running it, if the reactor has shut down: the caller still owns the
+  // consequences (fail the call, drop the response).
+  bool Schedule(Task task);
+
+  // Any thread: completes `call` with `why` on the reactor (for Cancel) unless
+  // it finished first.
+  void AbortCall(std::shared_ptr<ClientCall> call, const Status& why);
+
+  // True on any reactor thread of any Messenger: blocking there deadlocks.
+  static bool OnAnyReactorThread();
+
+  bool IsCurrentThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  void AssertCurrentThread() const;
+  const std::string& name() const { return name_; }
+  const ConnectionOptions& options() const { return options_; }
+  InboundCallHandler* inbound_handler() const { return handler_; }
+  // True once Shutdown began; new calls are refused from then on.
+  bool closing() const { return closing_.load(std::memory_order_acquire); }
+
+  // --- reactor thread only ---
+  Status AddFd(int fd, uint32_t events, EventHandler* handler);
+  Status ModifyFd(int fd, uint32_t events, EventHandler* handler);
+  void RemoveFd(int fd);
+
+  TimerId ScheduleTimer(MonoTime when, std::function<void()> fn);
+  void CancelTimer(TimerId id);
+
+  // Sends a client call over the connection for `key`, connecting first if
+  // there is none. The call fails (exactly once) if that is impossible.
+  void AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call);
+  // Takes a freshly accepted server-side socket.
+  void AdoptServerConnection(std::shared_ptr<Connection> conn);
+  // A connection asks to be written at the end of this loop iteration.
+  void RequestFlush(Connection* conn);
+  // The connection closed: forget it.
+  void RemoveConnection(Connection* conn);
+
+  size_t num_connections_for_tests() const;
+
+ private:
+  void Loop();
+  void RunTasks();
+  void RunTimers();
+  void CheckIdleConnections();
+  int NextTimeoutMillis() const;
+  void Wake();
+  void CloseAllConnections(const Status& why);
+
+  const std::string name_;
+  const ConnectionOptions options_;
+  InboundCallHandler* const handler_;
+
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  std::atomic<bool> closing_{false};
+
+  Mutex task_mu_;
+  std::vector<Task> tasks_ GUARDED_BY(task_mu_);
+  bool shutdown_requested_ GUARDED_BY(task_mu_) = false;
+  bool stopped_ GUARDED_BY(task_mu_) = false;
+  Mutex shutdown_mu_;  // serializes Shutdown() callers
+
+  // Reactor thread only.
+  std::map<std::pair<MonoTime, TimerId>, std::function<void()>> timers_;
+  std::unordered_map<TimerId, MonoTime> timer_deadlines_;
+  TimerId next_timer_id_ = 1;
+  std::unordered_map<ConnectionKey, std::shared_ptr<Connection>, ConnectionKeyHash> client_conns_;
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> all_conns_;
+  std::vector<Connection*> flush_list_;
+  std::vector<std::shared_ptr<Connection>> closed_conns_;
+  MonoTime next_idle_check_;
+};
+
+}  // namespace osprey::transport

@@ -1,0 +1,521 @@
+// End-to-end tests of the RPC core over loopback: a server Messenger with
+// CalculatorService and client Messengers calling it through generated
+// proxies.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "osprey/base/countdown_latch.h"
+#include "osprey/base/socket.h"
+#include "osprey/base/user.h"
+#include "rpc_test_util.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+class RpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start().ok());
+    client_ = MakeClient(1);
+  }
+  CalculatorServiceProxy MakeProxy() { return CalculatorServiceProxy(client_, server_.address); }
+
+  TestServer server_;
+  std::shared_ptr<Messenger> client_;
+};
+
+TEST_F(RpcTest, SyncAdd) {
+  auto proxy = MakeProxy();
+  AddRequestPB req;
+  req.set_x(20);
+  req.set_y(22);
+  AddResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(42u, resp.result());
+  EXPECT_TRUE(ctl.finished());
+
+  // The controller is reusable after Reset().
+  ctl.Reset();
+  req.set_x(1);
+  ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+  EXPECT_EQ(23u, resp.result());
+}
+
+TEST_F(RpcTest, AsyncAdd) {
+  auto proxy = MakeProxy();
+  AddRequestPB req;
+  req.set_x(5);
+  req.set_y(6);
+  AddResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done(1);
+  proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+  EXPECT_EQ(11u, resp.result());
+}
+
+TEST_F(RpcTest, ServerSeesUserAddressAndDeadline) {
+  auto proxy = MakeProxy();
+  WhoAmIRequestPB req;
+  WhoAmIResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(30));
+  ASSERT_TRUE(proxy.WhoAmI(req, &resp, &ctl).ok());
+  EXPECT_EQ(CurrentUserName(), resp.user());
+  EXPECT_EQ(0u, resp.address().rfind("127.0.0.1:", 0)) << resp.address();
+  EXPECT_GT(resp.client_deadline_ms_left(), 20000u);
+  EXPECT_LE(resp.client_deadline_ms_left(), 30000u);
+}
+
+TEST(RpcManyCallsTest, TenThousandAsyncCallsOverFourClientReactors) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 2;
+  pool.queue_length = 20000;
+  ASSERT_TRUE(server.Start(2, pool).ok());
+  auto client = MakeClient(4);
+  // Four proxies at four users: four connections, spread over the reactors.
+  std::vector<std::unique_ptr<CalculatorServiceProxy>> proxies;
+  for (int i = 0; i < 4; ++i) {
+    proxies.push_back(std::make_unique<CalculatorServiceProxy>(client, server.address));
+    proxies.back()->set_user("user" + std::to_string(i));
+  }
+  constexpr int kCalls = 10000;
+  struct Call {
+    AddRequestPB req;
+    AddResponsePB resp;
+    RpcController ctl;
+  };
+  std::vector<Call> calls(kCalls);
+  CountDownLatch done(kCalls);
+  std::atomic<int> callbacks{0};
+  for (int i = 0; i < kCalls; ++i) {
+    calls[i].req.set_x(i);
+    calls[i].req.set_y(2 * i);
+    calls[i].ctl.set_timeout(MonoDelta::FromSeconds(60));
+    proxies[i % 4]->AddAsync(calls[i].req, &calls[i].resp, &calls[i].ctl, [&] {
+      callbacks++;
+      done.CountDown();
+    });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(60)));
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(calls[i].ctl.status().ok()) << i << ": " << calls[i].ctl.status().ToString();
+    ASSERT_EQ(static_cast<uint32_t>(3 * i), calls[i].resp.result()) << "call " << i;
+  }
+  EXPECT_EQ(kCalls, callbacks.load());
+}
+
+TEST_F(RpcTest, ThreadsShareOneProxy) {
+  auto proxy = MakeProxy();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        AddRequestPB req;
+        req.set_x(t);
+        req.set_y(i);
+        AddResponsePB resp;
+        RpcController ctl;
+        if (proxy.Add(req, &resp, &ctl).ok() && resp.result() == static_cast<uint32_t>(t + i)) {
+          ok++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(8 * 200, ok.load());
+}
+
+TEST_F(RpcTest, TimeoutThenLateResponseIsDropped) {
+  auto proxy = MakeProxy();
+  SleepRequestPB req;
+  req.set_sleep_micros(300000);
+  SleepResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(50));
+  MonoTime start = MonoTime::Now();
+  Status s = proxy.Sleep(req, &resp, &ctl);
+  MonoDelta took = MonoTime::Now() - start;
+  ASSERT_TRUE(s.IsTimedOut()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("Sleep")) << s.ToString();
+  EXPECT_LT(took, MonoDelta::FromMilliseconds(290));
+  // The late response arrives while the connection is in use by the next
+  // call; it must be dropped without disturbing that call.
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  AddResponsePB add_resp;
+  RpcController ctl2;
+  ctl2.set_timeout(MonoDelta::FromSeconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
+  EXPECT_EQ(3u, add_resp.result());
+}
+
+TEST_F(RpcTest, CancelCompletesWithAborted) {
+  auto proxy = MakeProxy();
+  SleepRequestPB req;
+  req.set_sleep_micros(500000);
+  SleepResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done(1);
+  std::atomic<int> callbacks{0};
+  proxy.SleepAsync(req, &resp, &ctl, [&] {
+    callbacks++;
+    done.CountDown();
+  });
+  while (server_.service->sleeps_started.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ctl.Cancel();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(5)));
+  EXPECT_TRUE(ctl.status().IsAborted()) << ctl.status().ToString();
+  ctl.Cancel();  // a second cancel after completion is harmless
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(1, callbacks.load());
+}
+
+TEST(RpcQueueTest, FullQueueGivesServiceUnavailable) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 10;
+  SleepRequestPB req;
+  req.set_sleep_micros(100000);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&] { done.CountDown(); });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(20)));
+  int ok = 0, busy = 0;
+  for (auto& c : ctls) {
+    if (c.status().ok()) ok++;
+    if (c.status().IsServiceUnavailable()) {
+      busy++;
+      ASSERT_NE(nullptr, c.error_response());
+      EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, c.error_response()->code());
+    }
+  }
+  EXPECT_EQ(kCalls, ok + busy);
+  EXPECT_GE(busy, kCalls - 3);  // one running, two queued
+  EXPECT_GE(ok, 1);
+}
+
+TEST_F(RpcTest, UnknownServiceAndMethod) {
+  OtherServiceProxy other(client_, server_.address);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  Status s = other.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+  ASSERT_NE(nullptr, ctl.error_response());
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE, ctl.error_response()->code());
+  EXPECT_NE(std::string::npos, s.message().find("osprey.rpc_test.OtherService")) << s.ToString();
+
+  Proxy raw(client_, server_.address, "osprey.rpc_test.CalculatorService");
+  RpcController ctl2;
+  s = raw.SyncRequest("NoSuchMethod", req, &resp, &ctl2);
+  ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD, ctl2.error_response()->code());
+
+  // A body that is not the method's request type.
+  FailRequestPB wrong;
+  wrong.set_message(std::string(3, '\xff'));
+  RpcController ctl3;
+  s = raw.SyncRequest("Add", wrong, &resp, &ctl3);
+  ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_INVALID_REQUEST, ctl3.error_response()->code());
+
+  // The connection survived all of that.
+  RpcController ctl4;
+  auto proxy = MakeProxy();
+  ASSERT_TRUE(proxy.Add(req, &resp, &ctl4).ok());
+}
+
+TEST_F(RpcTest, ApplicationErrors) {
+  auto proxy = MakeProxy();
+  FailRequestPB req;
+  req.set_message("no such thing");
+  FailResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Fail(req, &resp, &ctl);
+  ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("no such thing"));
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_APPLICATION, ctl.error_response()->code());
+
+  RpcController ctl2;
+  s = proxy.AppError(req, &resp, &ctl2);
+  ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+  // The extension arrives as field 100 of ErrorStatusPB.
+  const auto& unknown = ctl2.error_response()->GetReflection()->GetUnknownFields(
+      *ctl2.error_response());
+  ASSERT_EQ(1, unknown.field_count());
+  EXPECT_EQ(kCalculatorErrorExtension, unknown.field(0).number());
+  CalculatorErrorPB app;
+  ASSERT_TRUE(app.ParseFromString(unknown.field(0).length_delimited()));
+  EXPECT_EQ("details: no such thing", app.extra_error_data());
+}
+
+TEST_F(RpcTest, RequestMissingRequiredFieldsFailsLocally) {
+  auto proxy = MakeProxy();
+  AddRequestPB req;
+  req.set_x(1);  // y missing
+  AddResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("y")) << s.ToString();
+}
+
+TEST_F(RpcTest, EightMebibyteRequestAndResponse) {
+  auto proxy = MakeProxy();
+  EchoRequestPB req;
+  std::string data(8 * 1024 * 1024, 'a');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i / 4096);
+  req.set_data(data);
+  EchoResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(30));
+  Status s = proxy.Echo(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(resp.data() == data);
+}
+
+TEST_F(RpcTest, SidecarsBothWays) {
+  auto proxy = MakeProxy();
+  EchoRequestPB req;
+  req.set_data("main");
+  req.set_echo_sidecars(true);
+  RpcController ctl;
+  std::vector<std::string> cars = {"first", "", std::string(100000, 'z'), "last"};
+  for (size_t i = 0; i < cars.size(); ++i) {
+    int idx;
+    ASSERT_TRUE(ctl.AddOutboundSidecar(cars[i], &idx).ok());
+    EXPECT_EQ(static_cast<int>(i), idx);
+  }
+  EchoResponsePB resp;
+  ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok());
+  EXPECT_EQ("main", resp.data());
+  ASSERT_EQ(static_cast<int>(cars.size()), ctl.num_inbound_sidecars());
+  for (size_t i = 0; i < cars.size(); ++i) {
+    Slice s;
+    ASSERT_TRUE(ctl.GetInboundSidecar(static_cast<int>(i), &s).ok());
+    EXPECT_EQ(cars[i], s.ToString());
+  }
+  Slice none;
+  EXPECT_TRUE(ctl.GetInboundSidecar(4, &none).IsInvalidArgument());
+}
+
+TEST(RpcRestartTest, ServerStoppedAndStartedAgain) {
+  TestServer server;
+  ASSERT_TRUE(server.Start().ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  ASSERT_TRUE(proxy.Add(add, &resp, &ctl).ok());
+
+  // Shut the server down with one call running and more queued: the running
+  // one finishes, the queued ones are answered FATAL_SERVER_SHUTTING_DOWN.
+  SleepRequestPB sleep;
+  sleep.set_sleep_micros(300000);
+  constexpr int kPending = 5;
+  std::vector<SleepResponsePB> sleep_resps(kPending);
+  std::vector<RpcController> sleep_ctls(kPending);
+  CountDownLatch done(kPending);
+  for (int i = 0; i < kPending; ++i) {
+    sleep_ctls[i].set_timeout(MonoDelta::FromSeconds(30));
+    proxy.SleepAsync(sleep, &sleep_resps[i], &sleep_ctls[i], [&] { done.CountDown(); });
+  }
+  while (server.service->sleeps_started.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Sockaddr addr = server.address;
+  server.messenger->Shutdown();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(sleep_ctls[0].status().ok()) << sleep_ctls[0].status().ToString();
+  for (int i = 1; i < kPending; ++i) {
+    const Status& st = sleep_ctls[i].status();
+    ASSERT_TRUE(st.IsRemoteError() || st.IsNetworkError()) << i << ": " << st.ToString();
+    if (st.IsRemoteError()) {
+      EXPECT_EQ(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
+                sleep_ctls[i].error_response()->code());
+    }
+  }
+
+  // With no server, calls fail fast.
+  ctl.Reset();
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.Add(add, &resp, &ctl);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+
+  // A new server on the same port: the next call reconnects.
+  TestServer again;
+  ASSERT_TRUE(again.Start(2, ServicePoolOptions(), MessengerBuilder("server2"), addr).ok());
+  ctl.Reset();
+  s = proxy.Add(add, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(2u, resp.result());
+}
+
+TEST(RpcShutdownTest, ClientShutdownWithThousandCallsInFlight) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2000;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(2);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 1000;
+  SleepRequestPB req;
+  req.set_sleep_micros(1000);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  std::vector<std::atomic<int>> counts(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&counts, i] { counts[i]++; });
+  }
+  client->Shutdown();
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
+    ASSERT_TRUE(ctls[i].finished());
+  }
+  // After shutdown a call fails at once, and its callback still runs once.
+  RpcController late;
+  std::atomic<int> late_count{0};
+  SleepResponsePB late_resp;
+  proxy.SleepAsync(req, &late_resp, &late, [&] { late_count++; });
+  EXPECT_EQ(1, late_count.load());
+  EXPECT_TRUE(late.status().IsAborted()) << late.status().ToString();
+}
+
+TEST(RpcShutdownTest, ServerShutdownWithQueuedCalls) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2000;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 1000;
+  SleepRequestPB req;
+  req.set_sleep_micros(2000);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    ctls[i].set_timeout(MonoDelta::FromSeconds(30));
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&] { done.CountDown(); });
+  }
+  while (server.service->sleeps_started.load() < 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server.messenger->Shutdown();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30)));
+  int ok = 0, shutting_down = 0;
+  for (auto& c : ctls) {
+    if (c.status().ok()) {
+      ok++;
+    } else if (c.error_response() &&
+               c.error_response()->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
+      shutting_down++;
+    }
+  }
+  EXPECT_GE(ok, 5);
+  EXPECT_GT(ok + shutting_down, 0);
+}
+
+TEST(RpcWorkerlessTest, HandlersOnReactorThread) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 0;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  AddRequestPB req;
+  req.set_x(2);
+  req.set_y(3);
+  AddResponsePB resp;
+  RpcController ctl;
+  ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+  EXPECT_EQ(5u, resp.result());
+}
+
+TEST(RpcConnectTest, RefusedConnectionFailsWithNetworkError) {
+  // Bind a port, then close it, so nothing listens there.
+  Socket s;
+  ASSERT_TRUE(s.Init(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(s.Bind(Sockaddr::Loopback(0)).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(s.GetLocalAddress(&addr).ok());
+  s.Close();
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(5));
+  Status st = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(st.IsNetworkError()) << st.ToString();
+  EXPECT_NE(std::string::npos, st.ToString().find("refused")) << st.ToString();
+}
+
+TEST(RpcBuilderTest, BadSettingsAreRejected) {
+  std::shared_ptr<Messenger> m;
+  EXPECT_TRUE(MessengerBuilder("x").set_num_reactors(0).Build(&m).IsInvalidArgument());
+  EXPECT_TRUE(MessengerBuilder("x").set_max_frame_size(1).Build(&m).IsInvalidArgument());
+  EXPECT_TRUE(MessengerBuilder("x")
+                  .set_negotiation_timeout(MonoDelta::FromSeconds(0))
+                  .Build(&m)
+                  .IsInvalidArgument());
+  ASSERT_TRUE(MessengerBuilder("x").Build(&m).ok());
+  Sockaddr bound;
+  ASSERT_TRUE(m->Listen(Sockaddr::Loopback(0), &bound).ok());
+  EXPECT_NE(0, bound.port());
+  EXPECT_TRUE(m->Listen(Sockaddr::Loopback(0), &bound).IsIllegalState());
+  m->Shutdown();
+  m->Shutdown();  // idempotent
+}
+
+TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
+  TestServer server;
+  MessengerBuilder b("server");
+  b.set_idle_timeout(MonoDelta::FromMilliseconds(200));
+  ASSERT_TRUE(server.Start(1, ServicePoolOptions(), b).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ctl.Reset();
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test

@@ -1,0 +1,88 @@
+// Shared fixtures for the end-to-end RPC tests: a CalculatorService
+// implementation and a server Messenger on a loopback port.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "osprey/rpc/messenger.h"
+#include "rpc_test.osprey.h"
+
+namespace osprey::rpc_test {
+
+constexpr int kCalculatorErrorExtension = 100;
+
+class CalculatorService : public CalculatorServiceIf {
+ public:
+  void Add(const AddRequestPB* req, AddResponsePB* resp, RpcContext* ctx) override {
+    resp->set_result(req->x() + req->y());
+    ctx->RespondSuccess();
+  }
+  void Sleep(const SleepRequestPB* req, SleepResponsePB*, RpcContext* ctx) override {
+    ++sleeps_started;
+    std::this_thread::sleep_for(std::chrono::microseconds(req->sleep_micros()));
+    ctx->RespondSuccess();
+  }
+  void Echo(const EchoRequestPB* req, EchoResponsePB* resp, RpcContext* ctx) override {
+    resp->set_data(req->data());
+    if (req->echo_sidecars()) {
+      for (int i = 0; i < ctx->num_inbound_sidecars(); ++i) {
+        Slice s;
+        ASSERT_TRUE(ctx->GetInboundSidecar(i, &s).ok());
+        ctx->AddOutboundSidecar(s.ToString(), nullptr);
+      }
+    }
+    ctx->RespondSuccess();
+  }
+  void Fail(const FailRequestPB* req, FailResponsePB*, RpcContext* ctx) override {
+    ctx->RespondFailure(Status::InvalidArgument(req->message()));
+  }
+  void AppError(const FailRequestPB* req, FailResponsePB*, RpcContext* ctx) override {
+    CalculatorErrorPB err;
+    err.set_extra_error_data("details: " + req->message());
+    ctx->RespondApplicationError(kCalculatorErrorExtension, req->message(), err);
+  }
+  void WhoAmI(const WhoAmIRequestPB*, WhoAmIResponsePB* resp, RpcContext* ctx) override {
+    resp->set_user(ctx->remote_user());
+    resp->set_address(ctx->remote_address().ToString());
+    if (!ctx->GetClientDeadline().IsMax()) {
+      resp->set_client_deadline_ms_left(
+          (ctx->GetClientDeadline() - MonoTime::Now()).ToMilliseconds());
+    }
+    ctx->RespondSuccess();
+  }
+
+  std::atomic<int> sleeps_started{0};
+};
+
+// A server Messenger with a CalculatorService on 127.0.0.1:<free port>.
+struct TestServer {
+  std::shared_ptr<Messenger> messenger;
+  Sockaddr address;
+  CalculatorService* service = nullptr;  // owned by the messenger
+
+  Status Start(int reactors = 2, ServicePoolOptions pool = ServicePoolOptions(),
+               MessengerBuilder builder = MessengerBuilder("server"),
+               const Sockaddr& bind = Sockaddr::Loopback(0)) {
+    builder.set_num_reactors(reactors);
+    OSPREY_RETURN_NOT_OK(builder.Build(&messenger));
+    auto svc = std::make_unique<CalculatorService>();
+    service = svc.get();
+    OSPREY_RETURN_NOT_OK(messenger->RegisterService(std::move(svc), pool));
+    return messenger->Listen(bind, &address);
+  }
+};
+
+inline std::shared_ptr<Messenger> MakeClient(int reactors = 1,
+                                             MessengerBuilder builder = MessengerBuilder("client")) {
+  std::shared_ptr<Messenger> m;
+  builder.set_num_reactors(reactors);
+  Status s = builder.Build(&m);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return m;
+}
+
+}  // namespace osprey::rpc_test
