@@ -25,8 +25,17 @@ MonoTime MonoTime::operator+(MonoDelta d) const {
 }
 
 MonoDelta MonoTime::operator-(MonoTime o) const {
-  return MonoDelta::FromNanoseconds(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(tp_ - o.tp_).count());
+  // Saturate as operator+ does: Min() - Now() (a deadline of "already
+  // expired") would otherwise overflow and come out as a huge positive delta.
+  using std::chrono::duration_cast;
+  using std::chrono::nanoseconds;
+  int64_t a = duration_cast<nanoseconds>(tp_.time_since_epoch()).count();
+  int64_t b = duration_cast<nanoseconds>(o.tp_.time_since_epoch()).count();
+  int64_t diff;
+  if (__builtin_sub_overflow(a, b, &diff)) {
+    diff = a > b ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  }
+  return MonoDelta::FromNanoseconds(diff);
 }
 
 MonoDelta Deadline::Remaining() const {

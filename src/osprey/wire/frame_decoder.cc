@@ -44,6 +44,14 @@ FrameDecoder<Header>::FrameDecoder(size_t max_frame_size, size_t chunk_size)
 
 template <class Header>
 uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
+  if (!error_.ok()) {
+    // Out of sync: what is buffered will never make a frame. Drop it, or a
+    // frame that filled the buffer and failed to parse would leave no room
+    // and break the "never empty" promise (a read of 0 bytes looks like EOF).
+    // Bytes before start_ may still back returned frames and are kept.
+    end_ = start_;
+    pending_frame_size_ = 0;
+  }
   size_t have = end_ - start_;
   if (buf_ && have == 0 && buf_.use_count() == 1) {
     // No frame refers to this buffer any more: start over at its beginning.
