@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan, library included) in
+# build-fuzz/ and runs each for the given number of seconds (default 60).
+#
+# Each fuzzer starts from a temporary copy of its seed corpus under fuzz/corpus/,
+# so new inputs it finds never end up in the repository. Exits non-zero if a
+# fuzzer crashes, leaks, trips a sanitizer or times out; its crash input is
+# kept in the temporary directory, whose path is printed.
+#
+#   scripts/run-fuzzers.sh [seconds]
+set -euo pipefail
+
+seconds="${1:-60}"
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
+  echo "usage: $0 [seconds]   (a positive whole number; default 60)" >&2
+  exit 2
+fi
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-fuzz"
+fuzzers=(frame_decoder_fuzzer negotiate_fuzzer)
+jobs="${OSPREY_BUILD_JOBS:-2}"
+
+CXX=clang++ cmake -S "$root" -B "$build" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DOSPREY_SANITIZE=address,undefined \
+  -DOSPREY_BUILD_FUZZERS=ON \
+  -DOSPREY_BUILD_TESTS=OFF \
+  -DOSPREY_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/osprey-fuzz.XXXXXX")"
+echo "run-fuzzers: working in $work"
+status=0
+for f in "${fuzzers[@]}"; do
+  corpus_name="${f%_fuzzer}"
+  corpus="$work/$corpus_name/corpus"
+  artifacts="$work/$corpus_name/artifacts"
+  mkdir -p "$corpus" "$artifacts"
+  cp "$root/fuzz/corpus/$corpus_name/"* "$corpus/"
+  echo "run-fuzzers: $f for ${seconds}s"
+  # -timeout: a single input taking 10 s is a hang worth failing on.
+  if ! "$build/fuzz/$f" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" "$corpus" >"$work/$corpus_name/log" 2>&1; then
+    echo "run-fuzzers: $f FAILED; log and crash input under $work/$corpus_name" >&2
+    tail -n 60 "$work/$corpus_name/log" >&2
+    status=1
+  else
+    grep -E '^stat::(number_of_executed_units|new_units_added)' "$work/$corpus_name/log" || true
+  fi
+done
+
+if ((status == 0)); then
+  echo "run-fuzzers: all fuzzers ran ${seconds}s without a crash"
+  rm -rf "$work"
+fi
+exit "$status"

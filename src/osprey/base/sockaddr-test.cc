@@ -1,0 +1,121 @@
+#include "osprey/base/sockaddr.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <unordered_set>
+
+namespace osprey {
+namespace {
+
+// Expects Parse to fail with InvalidArgument whose message contains `want`.
+void ExpectParseError(const std::string& input, const std::string& want) {
+  SCOPED_TRACE("input '" + input + "'");
+  Sockaddr a;
+  Status s = Sockaddr::Parse(input, &a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find(want), std::string::npos) << s.ToString();
+}
+
+TEST(SockaddrTest, DefaultAndLoopback) {
+  Sockaddr any;
+  EXPECT_EQ(any.ToString(), "0.0.0.0:0");
+  EXPECT_FALSE(any.IsLoopback());
+  Sockaddr lo = Sockaddr::Loopback(8080);
+  EXPECT_EQ(lo.ToString(), "127.0.0.1:8080");
+  EXPECT_EQ(lo.host(), "127.0.0.1");
+  EXPECT_EQ(lo.port(), 8080);
+  EXPECT_EQ(lo.family(), AF_INET);
+  EXPECT_TRUE(lo.IsLoopback());
+  lo.set_port(9);
+  EXPECT_EQ(lo.port(), 9);
+}
+
+TEST(SockaddrTest, ParseIpv4) {
+  Sockaddr a;
+  ASSERT_TRUE(Sockaddr::Parse("10.1.2.3:7051", &a).ok());
+  EXPECT_EQ(a.family(), AF_INET);
+  EXPECT_EQ(a.host(), "10.1.2.3");
+  EXPECT_EQ(a.port(), 7051);
+  EXPECT_EQ(a.ToString(), "10.1.2.3:7051");
+  EXPECT_EQ(a.addrlen(), sizeof(sockaddr_in));
+  EXPECT_FALSE(a.IsLoopback());
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:0", &a).ok());
+  EXPECT_TRUE(a.IsLoopback());
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:65535", &a).ok());
+  EXPECT_EQ(a.port(), 65535);
+}
+
+TEST(SockaddrTest, ParseBracketedIpv6) {
+  Sockaddr a;
+  ASSERT_TRUE(Sockaddr::Parse("[::1]:8000", &a).ok());
+  EXPECT_EQ(a.family(), AF_INET6);
+  EXPECT_EQ(a.host(), "::1");
+  EXPECT_EQ(a.port(), 8000);
+  EXPECT_EQ(a.ToString(), "[::1]:8000");
+  EXPECT_EQ(a.addrlen(), sizeof(sockaddr_in6));
+  EXPECT_TRUE(a.IsLoopback());
+}
+
+TEST(SockaddrTest, ParseLocalhostName) {
+  // localhost resolves to 127.0.0.1 or ::1 depending on /etc/hosts; either
+  // is loopback.
+  Sockaddr a;
+  Status s = Sockaddr::Parse("localhost:7051", &a);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(a.IsLoopback()) << a.ToString();
+  EXPECT_EQ(a.port(), 7051);
+}
+
+TEST(SockaddrTest, ParseErrorsSayWhatIsWrong) {
+  ExpectParseError("", "empty address");
+  ExpectParseError("127.0.0.1", "expected HOST:PORT");
+  ExpectParseError("localhost", "expected HOST:PORT");
+  ExpectParseError("127.0.0.1:", "port '' is not a number");
+  ExpectParseError("127.0.0.1:http", "port 'http' is not a number");
+  ExpectParseError("127.0.0.1:65536", "port '65536' is not a number from 0 to 65535");
+  ExpectParseError("127.0.0.1:-1", "port '-1'");
+  ExpectParseError("127.0.0.1:80x", "port '80x'");
+  ExpectParseError("::1:8000", "IPv6 hosts must be bracketed");
+  ExpectParseError("fe80::1", "IPv6 hosts must be bracketed");
+  ExpectParseError("[::1:8000", "missing ']'");
+  ExpectParseError("[::1]", "expected ':PORT' after ']'");
+  ExpectParseError("[::1]8000", "expected ':PORT' after ']'");
+  ExpectParseError(":8000", "empty host");
+  ExpectParseError("[]:8000", "empty host");
+}
+
+TEST(SockaddrTest, UnresolvableHostIsNetworkError) {
+  // ".invalid" is reserved (RFC 2606) and never resolves.
+  Sockaddr a;
+  Status s = Sockaddr::Parse("no-such-host.invalid:80", &a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_NE(s.message().find("no-such-host.invalid"), std::string::npos) << s.ToString();
+}
+
+TEST(SockaddrTest, EqualityAndHash) {
+  Sockaddr a, b, c;
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:1", &a).ok());
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:1", &b).ok());
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:2", &c).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(a == c);
+  EXPECT_EQ(a.Hash(), b.Hash());
+  Sockaddr v6;
+  ASSERT_TRUE(Sockaddr::Parse("[::1]:1", &v6).ok());
+  EXPECT_FALSE(a == v6);
+  std::unordered_set<Sockaddr> set{a, b, c, v6};
+  EXPECT_EQ(set.size(), 3u);
+}
+
+TEST(SockaddrTest, FromNativeRoundTrip) {
+  Sockaddr a = Sockaddr::Loopback(4242);
+  Sockaddr b = Sockaddr::FromNative(a.addr(), a.addrlen());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b.ToString(), "127.0.0.1:4242");
+}
+
+}  // namespace
+}  // namespace osprey
