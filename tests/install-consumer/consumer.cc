@@ -1,0 +1,31 @@
+// Serves and calls EchoService in one process; exits 0 when the echo matches.
+#include <cstdio>
+
+#include "echo.osprey.h"
+
+class Echo : public consumer::EchoServiceIf {
+ public:
+  void Ping(const consumer::PingPB* req, consumer::PingPB* resp, osprey::RpcContext* ctx) override {
+    resp->set_text(req->text());
+    ctx->RespondSuccess();
+  }
+};
+
+int main() {
+  std::shared_ptr<osprey::Messenger> m;
+  osprey::Sockaddr addr;
+  osprey::Status s = osprey::MessengerBuilder("consumer").Build(&m);
+  if (s.ok()) s = m->RegisterService(std::make_unique<Echo>());
+  if (s.ok()) s = m->Listen(osprey::Sockaddr::Loopback(0), &addr);
+  consumer::EchoServiceProxy proxy(m, addr);
+  consumer::PingPB req, resp;
+  req.set_text("hello");
+  osprey::RpcController ctl;
+  if (s.ok()) s = proxy.Ping(req, &resp, &ctl);
+  if (!s.ok() || resp.text() != "hello") {
+    std::fprintf(stderr, "consumer: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("consumer: echo ok\n");
+  return 0;
+}
