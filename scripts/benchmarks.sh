@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# Runs a matrix of rpc-bench configurations several times each, appends every
+# run to a CSV, prints median per configuration and, with gnuplot, draws
+# plots. See --help.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEFAULT_BENCH="$ROOT/build/tools/rpc-bench/rpc-bench"
+
+usage() {
+  cat <<EOF
+Usage: scripts/benchmarks.sh [options]
+
+Runs each rpc-bench configuration of a matrix NUM_SAMPLES times (the samples
+interleaved: the whole matrix once, then again), each run with -output=json,
+and appends one CSV row per run to RESULTS_DIR/results.csv:
+
+  timestamp,mode,client_threads,async_call_concurrency,worker_threads,
+  server_reactors,payload_bytes,run_seconds,reqs_per_sec,user_us_per_req,
+  sys_us_per_req,ctx_switches_per_req,p50_us,p99_us,p999_us,max_us,errors
+
+(the header is written once, when the file is new; a failed run gets a row
+with empty measurements and errors=run_failed). Then prints the medians per
+configuration ([min..max] for requests/sec) and saves them to
+RESULTS_DIR/summary.txt. With gnuplot installed it draws
+RESULTS_DIR/reqs_per_sec.png and RESULTS_DIR/cpu_per_req.png: sync (x: client
+threads) beside async (x: call concurrency); plots.gp and plot-data/ stay in
+RESULTS_DIR to redraw them. Exit status 1 if any run failed.
+
+Each option is an environment variable or the flag beside it (the flag wins):
+
+  NUM_SAMPLES=5       --samples N        runs of each configuration
+  RUN_SECONDS=3       --run-seconds S    rpc-bench -run_seconds (fractions allowed)
+  RESULTS_DIR=...     --results-dir DIR  default: results/bench-<date>-<time> in
+                                         the project root; reusing a folder
+                                         appends to its results.csv
+  RPC_BENCH=...       --rpc-bench PATH   default: build/tools/rpc-bench/rpc-bench,
+                                         built with scripts/build.sh if missing
+  MATRIX=default      --matrix NAME      which configurations (below)
+  PAYLOAD_BYTES=0     --payload-bytes N  0: the Add call; N: Echo of N bytes
+  SERVER_REACTORS=2   --server-reactors N  server reactors in the sweeps
+  WORKER_THREADS=1    --worker-threads N   server worker threads in the sweeps
+                      --peers            run the peers comparison instead (below)
+                      -h, --help         this text
+
+Matrices (sized for a 2-core machine):
+  default  sync:  -client_threads 1, 2, 4, 8, 16
+           async: -async_call_concurrency 1, 4, 16, 64, 256 with -client_threads 2
+           (both sweeps with SERVER_REACTORS and WORKER_THREADS), and Kudu's
+           command line in both modes:
+           -server_reactors 24 -async_call_concurrency 100 -worker_threads 40
+           -client_threads 24
+  quick    a tiny subset for smoke runs: sync with 1 and 4 client threads,
+           async with call concurrency 4 and 64
+  kudu     Kudu's command line only, both modes
+
+The default matrix at the defaults takes about 12 x 5 x 3 s = 3 minutes plus
+start-up; a smoke run: MATRIX=quick NUM_SAMPLES=1 RUN_SECONDS=0.3.
+
+--peers: when ../shared/peers/run-all.sh exists beside the project (or in
+PEERS_DIR), runs it with OSPREY_BENCH=<RPC_BENCH> PEERS="osprey grpc limit",
+REPS=NUM_SAMPLES and RUN_SECONDS (whole seconds there) for its own config
+matrix, writes its CSV to RESULTS_DIR/peers.csv and raw reports to
+RESULTS_DIR/peers-raw/, and its summarize.py medians to
+RESULTS_DIR/peers-summary.md. It builds the gRPC peer first (heavy; needs
+apt-get install -y libgrpc++-dev protobuf-compiler-grpc libgflags-dev pkg-config).
+
+Plots need gnuplot: apt-get install -y gnuplot-nox
+EOF
+}
+
+die() {
+  echo "benchmarks.sh: $*" >&2
+  exit 2
+}
+
+NUM_SAMPLES="${NUM_SAMPLES:-5}"
+RUN_SECONDS="${RUN_SECONDS:-3}"
+RESULTS_DIR="${RESULTS_DIR:-}"
+RPC_BENCH="${RPC_BENCH:-}"
+MATRIX="${MATRIX:-default}"
+PAYLOAD_BYTES="${PAYLOAD_BYTES:-0}"
+SERVER_REACTORS="${SERVER_REACTORS:-2}"
+WORKER_THREADS="${WORKER_THREADS:-1}"
+PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
+PEERS_MODE=0
+
+while [[ $# -gt 0 ]]; do
+  opt="$1"
+  case "$opt" in
+    -h|--help) usage; exit 0 ;;
+    --peers) PEERS_MODE=1; shift; continue ;;
+    --*=*) set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; continue ;;
+  esac
+  [[ $# -ge 2 ]] || die "$opt needs a value (see --help)"
+  case "$opt" in
+    --samples) NUM_SAMPLES="$2" ;;
+    --run-seconds) RUN_SECONDS="$2" ;;
+    --results-dir) RESULTS_DIR="$2" ;;
+    --rpc-bench) RPC_BENCH="$2" ;;
+    --matrix) MATRIX="$2" ;;
+    --payload-bytes) PAYLOAD_BYTES="$2" ;;
+    --server-reactors) SERVER_REACTORS="$2" ;;
+    --worker-threads) WORKER_THREADS="$2" ;;
+    *) die "unknown option '$opt' (see --help)" ;;
+  esac
+  shift 2
+done
+
+[[ "$NUM_SAMPLES" =~ ^[1-9][0-9]*$ ]] || die "NUM_SAMPLES must be a positive integer, got '$NUM_SAMPLES'"
+if ! [[ "$RUN_SECONDS" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] ||
+   ! awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s > 0) }'; then
+  die "RUN_SECONDS must be a positive number, got '$RUN_SECONDS'"
+fi
+[[ "$PAYLOAD_BYTES" =~ ^[0-9]+$ ]] || die "PAYLOAD_BYTES must be a non-negative integer, got '$PAYLOAD_BYTES'"
+[[ "$SERVER_REACTORS" =~ ^[1-9][0-9]*$ ]] || die "SERVER_REACTORS must be a positive integer, got '$SERVER_REACTORS'"
+[[ "$WORKER_THREADS" =~ ^[0-9]+$ ]] || die "WORKER_THREADS must be a non-negative integer, got '$WORKER_THREADS'"
+command -v python3 >/dev/null || die "python3 is needed (CSV rows and medians)"
+
+# ---------------------------------------------------------------- matrix
+# One configuration a line: mode client_threads async_call_concurrency
+# worker_threads server_reactors ("-": flag not passed, rpc-bench's default).
+SR="$SERVER_REACTORS"
+WT="$WORKER_THREADS"
+KUDU_LINES=$'sync 24 100 40 24\nasync 24 100 40 24'
+case "$MATRIX" in
+  default)
+    CONFIGS="$(
+      for ct in 1 2 4 8 16; do echo "sync $ct - $WT $SR"; done
+      for acc in 1 4 16 64 256; do echo "async 2 $acc $WT $SR"; done
+      echo "$KUDU_LINES"
+    )" ;;
+  quick)
+    CONFIGS="$(
+      for ct in 1 4; do echo "sync $ct - $WT $SR"; done
+      for acc in 4 64; do echo "async 2 $acc $WT $SR"; done
+    )" ;;
+  kudu) CONFIGS="$KUDU_LINES" ;;
+  *) die "MATRIX must be default, quick or kudu, got '$MATRIX'" ;;
+esac
+mapfile -t CONFIG_LIST <<<"$CONFIGS"
+
+# ------------------------------------------------------------ the binary
+if [[ -z "$RPC_BENCH" ]]; then
+  RPC_BENCH="$DEFAULT_BENCH"
+  if [[ ! -x "$RPC_BENCH" ]]; then
+    echo "benchmarks.sh: $RPC_BENCH is missing; building it with scripts/build.sh" >&2
+    bash "$ROOT/scripts/build.sh" >&2
+  fi
+fi
+[[ -x "$RPC_BENCH" ]] || die "rpc-bench not found or not executable: $RPC_BENCH"
+RPC_BENCH="$(cd "$(dirname "$RPC_BENCH")" && pwd)/$(basename "$RPC_BENCH")"
+
+if [[ -z "$RESULTS_DIR" ]]; then
+  RESULTS_DIR="$ROOT/results/bench-$(date +%Y%m%d-%H%M%S)"
+fi
+mkdir -p "$RESULTS_DIR"
+RESULTS_DIR="$(cd "$RESULTS_DIR" && pwd)"
+
+# ------------------------------------------------------------ peers mode
+if [[ $PEERS_MODE -eq 1 ]]; then
+  [[ -f "$PEERS_DIR/run-all.sh" ]] ||
+    die "--peers: no run-all.sh in $PEERS_DIR (set PEERS_DIR to the shared/peers folder)"
+  [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] ||
+    die "--peers: run-all.sh takes whole seconds; RUN_SECONDS=$RUN_SECONDS"
+  echo "benchmarks.sh: peers comparison (builds the gRPC peer first) into $RESULTS_DIR" >&2
+  OSPREY_BENCH="$RPC_BENCH" PEERS="osprey grpc limit" REPS="$NUM_SAMPLES" \
+    RUN_SECONDS="$RUN_SECONDS" RAW_DIR="$RESULTS_DIR/peers-raw" \
+    bash "$PEERS_DIR/run-all.sh" | tee "$RESULTS_DIR/peers.csv"
+  python3 "$PEERS_DIR/summarize.py" "$RESULTS_DIR/peers.csv" | tee "$RESULTS_DIR/peers-summary.md"
+  exit 0
+fi
+
+CSV="$RESULTS_DIR/results.csv"
+HEADER="timestamp,mode,client_threads,async_call_concurrency,worker_threads,server_reactors,payload_bytes,run_seconds,reqs_per_sec,user_us_per_req,sys_us_per_req,ctx_switches_per_req,p50_us,p99_us,p999_us,max_us,errors"
+if [[ ! -s "$CSV" ]]; then
+  echo "$HEADER" >"$CSV"
+elif [[ "$(head -n 1 "$CSV")" != "$HEADER" ]]; then
+  die "$CSV exists with another header; use a new RESULTS_DIR"
+fi
+
+# Seconds one run may take: both the measured time and slow start-up.
+LIMIT="$(awk -v s="$RUN_SECONDS" 'BEGIN { printf "%d", s * 2 + 60 }')"
+TOTAL=$((NUM_SAMPLES * ${#CONFIG_LIST[@]}))
+echo "benchmarks.sh: $TOTAL runs (${#CONFIG_LIST[@]} configurations x $NUM_SAMPLES samples," \
+     "${RUN_SECONDS}s each), matrix $MATRIX, results in $RESULTS_DIR" >&2
+
+FAILED=0
+n=0
+for sample in $(seq 1 "$NUM_SAMPLES"); do
+  for config in "${CONFIG_LIST[@]}"; do
+    read -r mode ct acc wt sr <<<"$config"
+    args=(-mode "$mode" -output=json -run_seconds "$RUN_SECONDS" -payload_bytes "$PAYLOAD_BYTES"
+          -client_threads "$ct" -worker_threads "$wt" -server_reactors "$sr")
+    [[ "$acc" != - ]] && args+=(-async_call_concurrency "$acc")
+    n=$((n + 1))
+    echo "[$n/$TOTAL] sample $sample: rpc-bench ${args[*]}" >&2
+    ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    set +e
+    out="$(timeout -k 5 "$LIMIT" "$RPC_BENCH" "${args[@]}" 2>"$RESULTS_DIR/last-run.err")"
+    rc=$?
+    set -e
+    [[ -z "$out" ]] || printf '%s\n' "$out" >>"$RESULTS_DIR/raw.jsonl"
+    # A run with failed calls still reports (exit 1, errors > 0): keep its row.
+    if ! row="$(printf '%s\n' "$out" | python3 -c '
+import json, sys
+ts, mode = sys.argv[1], sys.argv[2]
+lines = [l for l in sys.stdin.read().splitlines() if l.strip()]
+if len(lines) != 1:
+    sys.exit(1)
+r = json.loads(lines[0])
+if r["mode"] != mode:
+    sys.exit(1)
+lat = r["latency_us"]
+print(",".join(str(v) for v in [
+    ts, r["mode"], r["client_threads"], r["async_call_concurrency"], r["worker_threads"],
+    r["server_reactors"], r["payload_bytes"], r["run_seconds"], r["reqs_per_sec"],
+    r["user_cpu_us_per_req"], r["sys_cpu_us_per_req"], r["ctx_switches_per_req"],
+    lat["p50"], lat["p99"], lat["p99.9"], lat["max"], r["errors"]]))
+' "$ts" "$mode" 2>/dev/null)"; then
+      FAILED=$((FAILED + 1))
+      echo "  run failed (exit $rc): $(tail -n 3 "$RESULTS_DIR/last-run.err")" >&2
+      cat "$RESULTS_DIR/last-run.err" >>"$RESULTS_DIR/failures.log"
+      [[ "$acc" == - ]] && acc=""
+      row="$ts,$mode,$ct,$acc,$wt,$sr,$PAYLOAD_BYTES,$RUN_SECONDS,,,,,,,,,run_failed"
+    elif [[ $rc -ne 0 ]]; then
+      FAILED=$((FAILED + 1))
+      echo "  run had failed calls (exit $rc): $(tail -n 1 "$RESULTS_DIR/last-run.err")" >&2
+      cat "$RESULTS_DIR/last-run.err" >>"$RESULTS_DIR/failures.log"
+    fi
+    echo "$row" >>"$CSV"
+  done
+done
+rm -f "$RESULTS_DIR/last-run.err"
+
+# ------------------------------------------- medians, plot data, plots
+python3 - "$CSV" "$RESULTS_DIR" <<'EOF'
+import csv, os, statistics, sys
+
+csv_path, out_dir = sys.argv[1], sys.argv[2]
+KEY = ["mode", "client_threads", "async_call_concurrency", "worker_threads",
+       "server_reactors", "payload_bytes", "run_seconds"]
+METRICS = ["reqs_per_sec", "user_us_per_req", "sys_us_per_req", "ctx_switches_per_req",
+           "p50_us", "p99_us", "p999_us"]
+groups, failed = {}, {}
+with open(csv_path) as f:
+    for row in csv.DictReader(f):
+        # Sync ignores -async_call_concurrency; failed rows carry the flags as given.
+        if row["mode"] == "sync":
+            row["async_call_concurrency"] = "-"
+        row["run_seconds"] = format(float(row["run_seconds"]), "g")
+        key = tuple(row[k] for k in KEY)
+        g = groups.setdefault(key, {m: [] for m in METRICS})
+        if row["reqs_per_sec"] == "" or row["errors"] != "0":
+            failed[key] = failed.get(key, 0) + 1
+            continue
+        for m in METRICS:
+            g[m].append(float(row[m]))
+
+def med(vals, fmt):
+    return format(statistics.median(vals), fmt) if vals else "-"
+
+cols = ["mode", "client", "conc", "workers", "reactors", "payload", "secs", "n", "failed",
+        "reqs/sec median [min..max]", "user us", "sys us", "cpu us", "ctxsw",
+        "p50 us", "p99 us", "p99.9 us"]
+rows, medians = [], []
+for key, g in groups.items():
+    mode, ct, acc, wt, sr, pb, secs = key
+    r = g["reqs_per_sec"]
+    cpu = [u + s for u, s in zip(g["user_us_per_req"], g["sys_us_per_req"])]
+    rows.append([mode, ct, acc, wt, sr, pb, secs, str(len(r)),
+                 str(failed.get(key, 0)),
+                 f"{statistics.median(r):.0f} [{min(r):.0f}..{max(r):.0f}]" if r else "-",
+                 med(g["user_us_per_req"], ".2f"), med(g["sys_us_per_req"], ".2f"),
+                 med(cpu, ".2f"), med(g["ctx_switches_per_req"], ".2f"),
+                 med(g["p50_us"], ".0f"), med(g["p99_us"], ".0f"), med(g["p999_us"], ".0f")])
+    if r:
+        medians.append((key, statistics.median(r), statistics.median(g["user_us_per_req"]),
+                        statistics.median(g["sys_us_per_req"]), statistics.median(cpu)))
+
+widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
+          for i, c in enumerate(cols)]
+line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths)).rstrip()
+table = "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+print(table)
+with open(os.path.join(out_dir, "summary.txt"), "w") as f:
+    f.write(table + "\n")
+
+# Plot data: one series per configuration family. Sync: x = client threads,
+# one series per (workers, reactors, payload). Async: x = call concurrency,
+# one series per (client reactors, workers, reactors, payload).
+series = {}
+for (key, rps, user, sys_, cpu) in medians:
+    mode, ct, acc, wt, sr, pb, secs = key
+    if mode == "sync":
+        x, name = int(ct), f"workers {wt}, reactors {sr}"
+    else:
+        x, name = int(acc), f"{ct} clients, workers {wt}, reactors {sr}"
+    if pb != "0":
+        name += f", payload {pb}"
+    if len({k[6] for k, *_ in medians}) > 1:
+        name += f", {secs}s"
+    series.setdefault((mode, name), []).append((x, rps, user, sys_, cpu))
+
+data_dir = os.path.join(out_dir, "plot-data")
+os.makedirs(data_dir, exist_ok=True)
+for f in os.listdir(data_dir):
+    os.remove(os.path.join(data_dir, f))
+plots = {"sync": [], "async": []}
+for i, ((mode, name), pts) in enumerate(series.items()):
+    path = os.path.join(data_dir, f"{mode}-{i}.dat")
+    with open(path, "w") as f:
+        f.write("# x reqs_per_sec user_us sys_us cpu_us\n")
+        for p in sorted(pts):
+            f.write(" ".join(str(v) for v in p) + "\n")
+    plots[mode].append((path, name))
+
+def plot_cmd(mode, cols):
+    items = []
+    for color, (path, name) in enumerate(plots[mode], start=1):
+        for col, label, dash in cols:
+            title = f"{name}{label}".replace('"', "'")
+            items.append(f'"{path}" using 1:{col} with linespoints linecolor {color} '
+                         f'dashtype {dash} pointtype 7 title "{title}"')
+    return "plot " + ", \\\n     ".join(items) if items else 'plot NaN notitle'
+
+gp = [
+    "set datafile commentschars '#'",
+    "set logscale x 2",
+    "set grid",
+    "set key top left font ',9'",
+    "set yrange [0:*]",
+    "set offsets graph 0.05, graph 0.05, graph 0.1, 0",
+]
+for out, ylabel, cols, title in [
+    ("reqs_per_sec.png", "requests/sec (median)", [(2, "", 1)], "requests/sec"),
+    ("cpu_per_req.png", "CPU us per request (median, whole process)",
+     [(5, ": user+sys", 1), (3, ": user", 2)], "CPU per request"),
+]:
+    gp += [
+        "set terminal pngcairo size 1400,560 noenhanced",
+        f"set output '{os.path.join(out_dir, out)}'",
+        f"set multiplot layout 1,2 title 'rpc-bench {title}'",
+        "set title 'sync'", "set xlabel 'client threads'", f"set ylabel '{ylabel}'",
+        plot_cmd("sync", cols),
+        "set title 'async'", "set xlabel 'async call concurrency'",
+        plot_cmd("async", cols),
+        "unset multiplot", "set output",
+    ]
+with open(os.path.join(out_dir, "plots.gp"), "w") as f:
+    f.write("\n".join(gp) + "\n")
+EOF
+
+if command -v gnuplot >/dev/null; then
+  # A single-point series (Kudu's command line) draws fine; drop that warning.
+  if gnuplot "$RESULTS_DIR/plots.gp" 2> >(grep -v '^Warning: empty [xy] range' >&2); then
+    echo "plots: $RESULTS_DIR/reqs_per_sec.png $RESULTS_DIR/cpu_per_req.png" >&2
+  else
+    echo "benchmarks.sh: gnuplot failed; plots.gp is in $RESULTS_DIR" >&2
+  fi
+else
+  echo "benchmarks.sh: gnuplot is not installed, so no plots (apt-get install -y gnuplot-nox;" \
+       "then: gnuplot $RESULTS_DIR/plots.gp)" >&2
+fi
+echo "results: $CSV" >&2
+if [[ $FAILED -gt 0 ]]; then
+  echo "benchmarks.sh: $FAILED of $TOTAL runs failed; see $RESULTS_DIR/failures.log" >&2
+  exit 1
+fi

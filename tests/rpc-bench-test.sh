@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# CTest: rpc-bench end to end, with small settings.
+#
+#   bash tests/rpc-bench-test.sh path/to/rpc-bench
+#
+# Checks the text report of both modes (Kudu's header lines, in order, with
+# rpc_bench.cc's exact spacing, then latency percentiles and the error
+# count), -output=json, -payload_bytes, that bad flags exit 2 with one line
+# on stderr, and a client run against a separate -server_only process that
+# must shut down cleanly on SIGTERM. Any failure names the check that failed.
+set -euo pipefail
+
+BENCH="${1:?usage: rpc-bench-test.sh PATH_TO_RPC_BENCH}"
+# Small settings: short, and light enough for a shared 2-core machine.
+SMALL=(-run_seconds 1 -client_threads 2 -async_call_concurrency 4 -server_reactors 1
+       -worker_threads 1)
+RUN_LIMIT=60  # seconds any single rpc-bench run may take before it is a failure
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/rpc-bench-test.XXXXXX")"
+SERVER_PID=""
+cleanup() {
+  # Only the server this script started, by its PID.
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+CHECK="(none yet)"
+fail() {
+  echo "rpc-bench-test: FAIL [$CHECK]: $*" >&2
+  exit 1
+}
+show() {  # show FILE...: a run's output, for the failure log
+  local f
+  for f in "$@"; do
+    echo "--- $(basename "$f"):" >&2
+    cat "$f" >&2 || true
+  done
+}
+
+[[ -x "$BENCH" ]] || { CHECK=setup; fail "'$BENCH' is not an executable"; }
+
+# run NAME ARGS...: runs rpc-bench, bounded in time; output in $TMP/NAME.out
+# and .err, exit status in RC.
+RC=0
+run() {
+  local name="$1"
+  shift
+  set +e
+  timeout -k 5 "$RUN_LIMIT" "$BENCH" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
+  RC=$?
+  set -e
+  if [[ $RC -eq 124 || $RC -eq 137 ]]; then
+    show "$TMP/$name.out" "$TMP/$name.err"
+    fail "rpc-bench $* did not finish within ${RUN_LIMIT}s"
+  fi
+}
+
+# split_blocks NAME: splits $TMP/NAME.out at each "Mode:" line into
+# $TMP/NAME.1, $TMP/NAME.2, ...; prints the number of blocks.
+split_blocks() {
+  local name="$1"
+  rm -f "$TMP/$name".[0-9]*
+  awk -v base="$TMP/$name" '/^Mode:/ { n++ } { f = base "." (n + 0); print > f }
+                            END { print n + 0 }' "$TMP/$name.out"
+}
+
+NUM='[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?'
+
+# check_report FILE MODE PAYLOAD: FILE holds one mode's text report.
+check_report() {
+  local file="$1" mode="$2" payload="$3"
+  local -a want
+  want=("^Mode:            ${mode}\$")
+  if [[ $mode == Sync ]]; then
+    want+=('^Client threads:   2$')
+  else
+    want+=('^Client reactors:  2$' '^Call concurrency: 4$')
+  fi
+  want+=('^Worker threads:   1$'
+         '^Server reactors:  1$'
+         '^----------------------------------$'
+         "^Reqs/sec:         ${NUM}\$"
+         "^User CPU per req: ${NUM}us\$"
+         "^Sys CPU per req:  ${NUM}us\$"
+         "^Ctx Sw\\. per req:  ${NUM}\$")
+  # The header: these lines, consecutively, from the report's first line.
+  local i line
+  for i in "${!want[@]}"; do
+    line="$(sed -n "$((i + 1))p" "$file")"
+    [[ "$line" =~ ${want[$i]} ]] ||
+      { show "$file"; fail "$mode header line $((i + 1)) is '$line', expected /${want[$i]}/"; }
+  done
+  # The rest, in order after the header.
+  local -a rest=("^Latency p50:      ${NUM}us\$"
+                 "^Latency p99:      ${NUM}us\$"
+                 "^Latency p99\\.9:    ${NUM}us\$"
+                 "^Latency max:      ${NUM}us\$")
+  if [[ $payload -gt 0 ]]; then
+    rest+=("^Payload bytes:    ${payload}\$")
+  fi
+  rest+=('^Errors:           0$')
+  local n=$((${#want[@]} + 1)) pattern found
+  for pattern in "${rest[@]}"; do
+    found=""
+    while IFS= read -r line; do
+      n=$((n + 1))
+      if [[ "$line" =~ $pattern ]]; then
+        found=1
+        break
+      fi
+    done < <(tail -n "+$n" "$file")
+    [[ -n $found ]] || { show "$file"; fail "$mode report: no line /$pattern/ in order"; }
+  done
+  grep -q '^First error:' "$file" && { show "$file"; fail "$mode report has a First error line"; }
+  # Sanity of the numbers.
+  awk -v mode="$mode" '
+    function val(s) { sub(/^[^:]*: */, "", s); sub(/us$/, "", s); return s + 0 }
+    /^Reqs\/sec:/         { r = val($0) }
+    /^User CPU per req:/  { u = val($0) }
+    /^Sys CPU per req:/   { s = val($0) }
+    /^Latency p50:/       { p50 = val($0) }
+    /^Latency p99:/       { p99 = val($0) }
+    /^Latency p99\.9:/    { p999 = val($0) }
+    /^Latency max:/       { mx = val($0) }
+    END {
+      bad = ""
+      if (!(r > 0)) bad = bad " Reqs/sec " r " is not > 0;"
+      if (!(u + s > 0)) bad = bad " user+sys CPU per req " u "+" s " is not > 0;"
+      if (!(p50 <= p99 && p99 <= p999 && p999 <= mx))
+        bad = bad " latencies not p50 <= p99 <= p99.9 <= max: " p50 ", " p99 ", " p999 ", " mx ";"
+      if (!(p50 > 0)) bad = bad " latency p50 " p50 " is not > 0;"
+      if (bad != "") { print mode ":" bad; exit 1 }
+    }' "$file" >"$TMP/sanity" || { show "$file"; fail "$(cat "$TMP/sanity")"; }
+}
+
+# check_text_run NAME PAYLOAD: a mode=both run: exit 0, a Sync then an Async report.
+check_text_run() {
+  local name="$1" payload="$2" blocks
+  [[ $RC -eq 0 ]] || { show "$TMP/$name.out" "$TMP/$name.err"; fail "exit status $RC, expected 0"; }
+  blocks="$(split_blocks "$name")"
+  [[ $blocks -eq 2 ]] || { show "$TMP/$name.out"; fail "$blocks reports, expected 2 (Sync, Async)"; }
+  [[ ! -s "$TMP/$name.0" ]] || { show "$TMP/$name.out"; fail "output before the first report"; }
+  check_report "$TMP/$name.1" Sync "$payload"
+  check_report "$TMP/$name.2" Async "$payload"
+}
+
+# ------------------------------------------------------------------ text
+CHECK="text report, both modes"
+run text "${SMALL[@]}"
+check_text_run text 0
+
+# ------------------------------------------------------------------ json
+CHECK="-output=json"
+run json "${SMALL[@]}" -output=json
+[[ $RC -eq 0 ]] || { show "$TMP/json.out" "$TMP/json.err"; fail "exit status $RC, expected 0"; }
+python3 - "$TMP/json.out" <<'EOF' >"$TMP/json.check" 2>&1 || { show "$TMP/json.out"; fail "$(cat "$TMP/json.check")"; }
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+if len(lines) != 2:
+    sys.exit(f"{len(lines)} lines, expected 2")
+want = {"client_threads": 2, "async_call_concurrency": 4, "worker_threads": 1,
+        "server_reactors": 1, "run_seconds": 1, "payload_bytes": 0, "errors": 0}
+for mode, line in zip(["sync", "async"], lines):
+    try:
+        r = json.loads(line)
+    except ValueError as e:
+        sys.exit(f"{mode} line is not JSON ({e}): {line}")
+    if not isinstance(r, dict):
+        sys.exit(f"{mode} line is not a JSON object: {line}")
+    if r.get("mode") != mode:
+        sys.exit(f"mode is {r.get('mode')!r}, expected {mode!r}")
+    for k, v in want.items():
+        if r.get(k) != v:
+            sys.exit(f"{mode}: {k} is {r.get(k)!r}, expected {v!r}")
+    if not r.get("reqs_per_sec", 0) > 0:
+        sys.exit(f"{mode}: reqs_per_sec {r.get('reqs_per_sec')!r} is not > 0")
+    if not r.get("calls", 0) > 0:
+        sys.exit(f"{mode}: calls {r.get('calls')!r} is not > 0")
+    if not r["user_cpu_us_per_req"] + r["sys_cpu_us_per_req"] > 0:
+        sys.exit(f"{mode}: user+sys CPU per req is not > 0")
+    lat = r["latency_us"]
+    if not lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]:
+        sys.exit(f"{mode}: latencies out of order: {lat}")
+    if r.get("first_error") != "":
+        sys.exit(f"{mode}: first_error is {r.get('first_error')!r}")
+EOF
+
+# --------------------------------------------------------------- payload
+CHECK="-payload_bytes=1000"
+run payload "${SMALL[@]}" -payload_bytes=1000
+check_text_run payload 1000
+
+# ------------------------------------------------------------- bad flags
+for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogus" \
+           "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \
+           "-payload_bytes=-5"; do
+  CHECK="bad flag: $bad"
+  read -ra args <<<"$bad"
+  # After the small settings, so the bad value is the one that counts.
+  run bad "${SMALL[@]}" "${args[@]}"
+  [[ $RC -eq 2 ]] || { show "$TMP/bad.out" "$TMP/bad.err"; fail "exit status $RC, expected 2"; }
+  n="$(wc -l <"$TMP/bad.err")"
+  [[ $n -eq 1 && -n "$(tr -d '[:space:]' <"$TMP/bad.err")" ]] ||
+    { show "$TMP/bad.err"; fail "$n lines on stderr, expected exactly one"; }
+  [[ ! -s "$TMP/bad.out" ]] || { show "$TMP/bad.out"; fail "printed a report on stdout"; }
+done
+
+# ----------------------------------------------- client against a server
+CHECK="-server_only server start"
+"$BENCH" -server_only -listen 127.0.0.1:0 >"$TMP/server.out" 2>"$TMP/server.err" </dev/null &
+SERVER_PID=$!
+ADDR=""
+for _ in $(seq 1 100); do  # up to 10 s
+  ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$TMP/server.out")"
+  [[ -n "$ADDR" ]] && break
+  kill -0 "$SERVER_PID" 2>/dev/null ||
+    { show "$TMP/server.out" "$TMP/server.err"; fail "server exited before listening"; }
+  sleep 0.1
+done
+[[ -n "$ADDR" ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "no 'Listening on' line in 10 s"; }
+[[ "$ADDR" =~ ^[^:]+:[0-9]+$ && "${ADDR##*:}" -gt 0 ]] || fail "bad address in 'Listening on $ADDR'"
+
+CHECK="client against -server_only at $ADDR"
+run client -server_address "$ADDR" "${SMALL[@]}"
+check_text_run client 0
+
+CHECK="-server_only shutdown on SIGTERM"
+kill -0 "$SERVER_PID" 2>/dev/null || { show "$TMP/server.err"; fail "server died during the client run"; }
+kill -TERM "$SERVER_PID"
+for _ in $(seq 1 100); do  # up to 10 s
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$SERVER_PID" 2>/dev/null && { show "$TMP/server.err"; fail "server still running 10 s after SIGTERM"; }
+set +e
+wait "$SERVER_PID"
+rc=$?
+set -e
+SERVER_PID=""
+[[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+
+echo "rpc-bench-test: all checks passed"
