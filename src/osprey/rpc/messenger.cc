@@ -29,6 +29,10 @@ MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
   options_.idle_timeout = timeout;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_max_server_connections(size_t n) {
+  options_.max_server_connections = n;
+  return *this;
+}
 MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
   options_.max_outbound_queue_bytes = bytes;
   return *this;
@@ -47,6 +51,12 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   if (options_.idle_timeout <= MonoDelta()) {
     return Status::InvalidArgument("idle timeout must be positive");
+  }
+  if (options_.max_server_connections < 1) {
+    return Status::InvalidArgument("max server connections must be at least 1");
+  }
+  if (options_.max_outbound_queue_bytes < options_.max_frame_size) {
+    return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
   }
   std::shared_ptr<Messenger> m(new Messenger(*this));
   OSPREY_RETURN_NOT_OK(m->Start());
@@ -82,8 +92,8 @@ Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
   Sockaddr actual;
   OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));
   transport::Reactor* r = reactors_[0].get();
-  auto acceptor = std::make_shared<transport::Acceptor>(r, std::move(listener),
-                                                        [this] { return NextServerReactor(); });
+  auto acceptor = std::make_shared<transport::Acceptor>(
+      r, std::move(listener), [this] { return NextServerReactor(); }, open_server_connections_);
   Status result;
   CountDownLatch started(1);
   if (!r->Schedule([&] {

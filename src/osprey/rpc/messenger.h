@@ -39,6 +39,7 @@ class MessengerBuilder {
   MessengerBuilder& set_negotiation_timeout(MonoDelta timeout);
   MessengerBuilder& set_idle_timeout(MonoDelta timeout);
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
+  MessengerBuilder& set_max_server_connections(size_t n);
 
   // InvalidArgument for settings out of range.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -84,6 +85,8 @@ class Messenger : public transport::InboundCallHandler {
   std::vector<std::unique_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};
   std::atomic<bool> closing_{false};
+  const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 
   Mutex mu_;
   std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);

@@ -10,8 +10,12 @@
 
 namespace osprey::transport {
 
-Acceptor::Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor)
-    : reactor_(reactor), listener_(std::move(listener)), pick_reactor_(std::move(pick_reactor)) {}
+Acceptor::Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor,
+                   std::shared_ptr<std::atomic<int64_t>> open_connections)
+    : reactor_(reactor),
+      listener_(std::move(listener)),
+      pick_reactor_(std::move(pick_reactor)),
+      open_connections_(std::move(open_connections)) {}
 
 Acceptor::~Acceptor() = default;
 
@@ -60,6 +64,16 @@ void Acceptor::HandleEvents(uint32_t) {
       });
       return;
     }
+    int64_t limit = static_cast<int64_t>(reactor_->options().max_server_connections);
+    if (open_connections_->load() >= limit) {
+      MonoTime now = MonoTime::Now();
+      if (now - last_refusal_log_ > MonoDelta::FromSeconds(1)) {
+        LOG(WARNING) << "refusing connection from " << remote.ToString() << ": " << limit
+                     << " server connections are open (the configured maximum)";
+        last_refusal_log_ = now;
+      }
+      continue;  // `conn` closes here
+    }
     Status ns = conn.SetNoDelay(true);
     if (!ns.ok()) {
       VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": "
@@ -67,9 +81,11 @@ void Acceptor::HandleEvents(uint32_t) {
       continue;
     }
     Reactor* target = pick_reactor_();
-    auto make = [target, remote, sock = std::move(conn)]() mutable {
-      target->AdoptServerConnection(std::make_shared<Connection>(
-          target, Connection::Role::kServer, std::move(sock), remote, std::string()));
+    auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
+                                          remote, std::string());
+    c->CountIn(open_connections_);
+    auto make = [target, c = std::move(c)]() mutable {
+      target->AdoptServerConnection(std::move(c));
     };
     if (target == reactor_) {
       make();

@@ -4,6 +4,7 @@
 // construction.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -14,7 +15,12 @@ namespace osprey::transport {
 
 class Acceptor : public EventHandler, public std::enable_shared_from_this<Acceptor> {
  public:
-  Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor);
+  // `open_connections` counts the server connections alive (shared with
+  // every Connection this acceptor creates, which decrement it on
+  // destruction); past the reactor options' max_server_connections new
+  // connections are closed at once.
+  Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor,
+           std::shared_ptr<std::atomic<int64_t>> open_connections);
   ~Acceptor() override;
 
   // Binds, listens and returns the bound address (port 0 picks one).
@@ -30,6 +36,8 @@ class Acceptor : public EventHandler, public std::enable_shared_from_this<Accept
   Socket listener_;
   std::function<Reactor*()> pick_reactor_;
   bool paused_ = false;
+  std::shared_ptr<std::atomic<int64_t>> open_connections_;
+  MonoTime last_refusal_log_;
 };
 
 }  // namespace osprey::transport

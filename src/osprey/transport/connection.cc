@@ -42,7 +42,14 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
   }
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (open_counter_) open_counter_->fetch_sub(1);
+}
+
+void Connection::CountIn(std::shared_ptr<std::atomic<int64_t>> counter) {
+  open_counter_ = std::move(counter);
+  open_counter_->fetch_add(1);
+}
 
 std::string Connection::ToString() const {
   return std::string(role_ == Role::kClient ? "client connection to " : "server connection from ") +
@@ -51,7 +58,7 @@ std::string Connection::ToString() const {
 
 Status Connection::Start(bool connect_in_progress) {
   reactor_->AssertCurrentThread();
-  uint32_t events = EPOLLIN | (connect_in_progress ? EPOLLOUT : 0);
+  uint32_t events = EPOLLIN | (connect_in_progress ? uint32_t{EPOLLOUT} : 0u);
   epollout_ = connect_in_progress;
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), events, this));
   std::weak_ptr<Connection> weak = shared_from_this();
@@ -107,7 +114,8 @@ void Connection::UpdateEpollInterest() {
   bool want_out = state_ == State::kConnecting || !outbound_.empty();
   if (want_out == epollout_) return;
   epollout_ = want_out;
-  uint32_t events = (state_ == State::kClosingAfterFlush ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
+  uint32_t events = (state_ == State::kClosingAfterFlush ? 0u : uint32_t{EPOLLIN}) |
+                    (want_out ? uint32_t{EPOLLOUT} : 0u);
   Status s = reactor_->ModifyFd(socket_.fd(), events, this);
   if (!s.ok()) Shutdown(s);
 }

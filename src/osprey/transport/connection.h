@@ -10,6 +10,7 @@
 // const accessors of values fixed at construction.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -43,6 +44,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   Reactor* reactor() const { return reactor_; }
   // Client: the user it authenticates as. Server: set when SASL succeeds.
   const std::string& user() const { return user_; }
+
+  // Server: counts this connection in `counter` until it is destroyed.
+  void CountIn(std::shared_ptr<std::atomic<int64_t>> counter);
 
   // Registers with the reactor and begins negotiation (the client connects
   // first). Reactor thread.
@@ -131,6 +135,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   std::unordered_set<int32_t> server_call_ids_;
 
   Reactor::TimerId negotiation_timer_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> open_counter_;
   MonoTime last_activity_;
 };
 

@@ -16,6 +16,9 @@ struct ConnectionOptions {
   // A peer that does not read its responses may make the server queue at
   // most this many bytes before the connection is closed.
   size_t max_outbound_queue_bytes = 256 * 1024 * 1024;
+  // Server connections open at once; the acceptor closes any beyond this at
+  // once, so existing connections keep their file descriptors and memory.
+  size_t max_server_connections = 50000;
 };
 
 }  // namespace osprey::transport
