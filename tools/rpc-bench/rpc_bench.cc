@@ -16,6 +16,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -450,10 +451,51 @@ Results RunAsync(const Settings& cfg) {
   return r;
 }
 
+// Six significant digits as Kudu prints, but never in exponent form, so
+// that scripts reading the report see plain numbers however large.
 std::string Num(double v) {
   std::ostringstream o;
-  o << v;
+  if (std::fabs(v) >= 1e6) {
+    o << std::fixed << std::setprecision(0) << v;
+  } else {
+    o << v;
+  }
   return o.str();
+}
+
+// gflags exits with status 1 on an unknown flag or a value it cannot parse;
+// this checks both first, so every bad flag exits 2 like the range checks.
+void PrecheckFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = body.substr(0, body.find('='));
+    bool has_value = body.find('=') != std::string::npos;
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+      // "-nofoo" negates bool flag "foo".
+      if (name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) &&
+          info.type == "bool" && !has_value) {
+        continue;
+      }
+      BadFlag("unknown flag '" + arg + "'; see -help");
+    }
+    std::string value;
+    if (has_value) {
+      value = body.substr(body.find('=') + 1);
+    } else if (info.type == "bool") {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      BadFlag("flag '" + arg + "' needs a value");
+    }
+    if (gflags::SetCommandLineOption(name.c_str(), value.c_str()).empty()) {
+      BadFlag("flag '" + arg + "': '" + value + "' is not a valid " + info.type);
+    }
+  }
 }
 
 void PrintText(const Settings& cfg, const Results& r) {
@@ -470,7 +512,7 @@ void PrintText(const Settings& cfg, const Results& r) {
   o << "Worker threads:   " << FLAGS_worker_threads << "\n";
   o << "Server reactors:  " << FLAGS_server_reactors << "\n";
   o << "----------------------------------\n";
-  o << "Reqs/sec:         " << Num(std::round(r.calls / wall)) << "\n";
+  o << "Reqs/sec:         " << Num(std::round(static_cast<double>(r.calls) / wall)) << "\n";
   o << "User CPU per req: " << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls) << "us\n";
   o << "Sys CPU per req:  " << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls) << "us\n";
   o << "Ctx Sw. per req:  " << Num(r.cpu.context_switches / calls) << "\n";
@@ -623,6 +665,7 @@ int ServeOnly() {
 
 int Main(int argc, char** argv) {
   gflags::SetUsageMessage("rpc-bench [flags]: Osprey RPC benchmark (Kudu rpc-bench flags)");
+  PrecheckFlags(argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) BadFlag(std::string("unexpected argument '") + argv[1] + "'");
   FLAGS_logtostderr = true;
