@@ -157,20 +157,26 @@ struct CallSlot {
                         : proxy->Echo(echo_req, &echo_resp, &ctl);
   }
   // Fatal on a wrong answer; false for an RPC error.
-  bool Check(int payload, RunState* state, const std::string& who) {
+  // `who` names the caller ("async loop 3"); it is formatted only on error,
+  // never on the measured path.
+  bool Check(int payload, RunState* state, const char* who_kind, int who_index) {
+    auto who = [&] {
+      return std::string(who_kind) + " " + std::to_string(who_index) + " call " +
+             std::to_string(seq);
+    };
     if (!ctl.status().ok()) {
-      state->RecordError(who + ": " + ctl.status().ToString());
+      state->RecordError(who() + ": " + ctl.status().ToString());
       return false;
     }
     if (payload == 0) {
       uint32_t want = add_req.x() + add_req.y();
       if (add_resp.result() != want) {
-        WrongResult(who + " Add(" + std::to_string(add_req.x()) + ", " +
+        WrongResult(who() + " Add(" + std::to_string(add_req.x()) + ", " +
                     std::to_string(add_req.y()) + ") returned " +
                     std::to_string(add_resp.result()) + ", expected " + std::to_string(want));
       }
     } else if (echo_resp.data() != echo_req.data()) {
-      WrongResult(who + " Echo of " + std::to_string(payload) + " bytes returned " +
+      WrongResult(who() + " Echo of " + std::to_string(payload) + " bytes returned " +
                   std::to_string(echo_resp.data().size()) + " different bytes");
     }
     return true;
@@ -204,7 +210,6 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
                             ? static_cast<int64_t>(1e9 * cfg.client_threads / cfg.target_rate)
                             : 0;
   int64_t next_start = NowNanos() + (interval_ns * index) / std::max(cfg.client_threads, 1);
-  std::string who = "sync thread " + std::to_string(index);
   while (!state->stop.load(std::memory_order_relaxed)) {
     int64_t start;
     if (interval_ns > 0) {
@@ -219,7 +224,7 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
     }
     slot.Prepare(cfg.payload, seq++);
     slot.IssueSync(&proxy, cfg.payload);
-    bool ok = slot.Check(cfg.payload, state, who + " call " + std::to_string(slot.seq));
+    bool ok = slot.Check(cfg.payload, state, "sync thread", index);
     if (ok && state->measuring.load(std::memory_order_relaxed)) {
       tally->calls++;
       tally->latency.Record(static_cast<uint64_t>(NowNanos() - start));
@@ -237,8 +242,7 @@ class CallLoop {
   CallLoop(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state,
            CountDownLatch* finished)
       : cfg_(cfg), index_(index), proxy_(proxy), state_(state), finished_(finished),
-        seq_(static_cast<uint32_t>(index) << 20),
-        who_("async loop " + std::to_string(index)) {}
+        seq_(static_cast<uint32_t>(index) << 20) {}
 
   void Start() { IssueNext(); }
   Tally& tally() { return tally_; }
@@ -254,7 +258,7 @@ class CallLoop {
     slot_.Issue(proxy_, cfg_.payload, [this] { OnDone(); });
   }
   void OnDone() {
-    bool ok = slot_.Check(cfg_.payload, state_, who_ + " call " + std::to_string(slot_.seq));
+    bool ok = slot_.Check(cfg_.payload, state_, "async loop", index_);
     if (ok && state_->measuring.load(std::memory_order_relaxed)) {
       tally_.calls++;
       tally_.latency.Record(static_cast<uint64_t>(NowNanos() - start_ns_));
@@ -269,7 +273,6 @@ class CallLoop {
   RunState* state_;
   CountDownLatch* finished_;
   uint32_t seq_;
-  std::string who_;
   CallSlot slot_;
   int64_t start_ns_ = 0;
   Tally tally_;
@@ -300,9 +303,7 @@ class OpenLoopIssuer {
       slot->Prepare(cfg_.payload, seq++);
       in_flight_++;
       slot->Issue(proxy_, cfg_.payload, [this, slot, scheduled] {
-        bool ok = slot->Check(cfg_.payload, state_,
-                              "open-loop issuer " + std::to_string(index_) + " call " +
-                                  std::to_string(slot->seq));
+        bool ok = slot->Check(cfg_.payload, state_, "open-loop issuer", index_);
         if (ok && state_->measuring.load(std::memory_order_relaxed)) {
           // Callbacks of one messenger run on its single reactor thread.
           tally_.calls++;

@@ -136,7 +136,16 @@ bool Sockaddr::operator==(const Sockaddr& o) const {
 }
 
 size_t Sockaddr::Hash() const {
-  return std::hash<std::string>()(ToString());
+  // On the hot path of every client call: hash the raw address, no strings.
+  if (family() == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&storage_);
+    return std::hash<std::string_view>()(std::string_view(
+               reinterpret_cast<const char*>(&a->sin6_addr), sizeof(a->sin6_addr))) *
+               31 +
+           a->sin6_port;
+  }
+  auto* a = reinterpret_cast<const sockaddr_in*>(&storage_);
+  return (static_cast<size_t>(a->sin_addr.s_addr) << 16) ^ a->sin_port;
 }
 
 }  // namespace osprey

@@ -8,7 +8,7 @@ namespace osprey {
 ServiceIf::~ServiceIf() = default;
 
 const ServiceMethod* ServiceIf::FindMethod(std::string_view name) const {
-  auto it = methods_.find(std::string(name));
+  auto it = methods_.find(name);
   return it == methods_.end() ? nullptr : &it->second;
 }
 

@@ -43,7 +43,12 @@ class ServiceIf {
   void RegisterMethod(ServiceMethod method);
 
  private:
-  std::unordered_map<std::string, ServiceMethod> methods_;
+  // Transparent hashing: a lookup by string_view allocates nothing.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  std::unordered_map<std::string, ServiceMethod, NameHash, std::equal_to<>> methods_;
 };
 
 }  // namespace osprey

@@ -5,8 +5,8 @@
 namespace osprey::transport {
 
 void ClientCall::ReleaseTransportState() {
-  if (timer_id_ != 0 && reactor_ != nullptr) reactor_->CancelTimer(timer_id_);
-  timer_id_ = 0;
+  if (timer_id_ && reactor_ != nullptr) reactor_->CancelTimer(timer_id_);
+  timer_id_ = {};
   conn_ = nullptr;
 }
 

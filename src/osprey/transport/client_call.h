@@ -11,6 +11,7 @@
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/status.h"
+#include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame.h"
 #include "osprey/wire/frame_encoder.h"
 
@@ -57,7 +58,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   Reactor* reactor_ = nullptr;
   Connection* conn_ = nullptr;  // the connection it waits on, if any
   int32_t call_id_ = -1;
-  uint64_t timer_id_ = 0;
+  TimerId timer_id_;
+  MonoDelta timeout_;
 };
 
 // Receives server-side request frames from connections (the Messenger).

@@ -65,7 +65,7 @@ Status Connection::Start(bool connect_in_progress) {
   negotiation_timer_ = reactor_->ScheduleTimer(
       MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
         if (auto c = weak.lock()) {
-          c->negotiation_timer_ = 0;
+          c->negotiation_timer_ = {};
           c->OnNegotiationTimeout();
         }
       });
@@ -254,8 +254,8 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponseFrame& fra
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, ClientConnectionContext(user_));
     state_ = State::kOpen;
-    if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
-    negotiation_timer_ = 0;
+    if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
+    negotiation_timer_ = {};
     SendPendingCalls();
     return Status::OK();
   }
@@ -343,8 +343,8 @@ Status Connection::HandleRequestFrame(wire::InboundRequestFrame frame) {
         return s;
       }
       state_ = State::kOpen;
-      if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
-      negotiation_timer_ = 0;
+      if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
+      negotiation_timer_ = {};
       return Status::OK();
     }
     case State::kOpen:
@@ -514,8 +514,8 @@ void Connection::Shutdown(const Status& why) {
   auto self = shared_from_this();
   state_ = State::kClosed;
   close_reason_ = why;
-  if (negotiation_timer_ != 0) reactor_->CancelTimer(negotiation_timer_);
-  negotiation_timer_ = 0;
+  if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
+  negotiation_timer_ = {};
   if (socket_.is_open()) {
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();

@@ -134,7 +134,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Server side: calls received whose response has not yet been queued.
   std::unordered_set<int32_t> server_call_ids_;
 
-  Reactor::TimerId negotiation_timer_ = 0;
+  TimerId negotiation_timer_;
   std::shared_ptr<std::atomic<int64_t>> open_counter_;
   MonoTime last_activity_;
 };

@@ -117,25 +117,21 @@ void Reactor::RemoveFd(int fd) {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
 }
 
-Reactor::TimerId Reactor::ScheduleTimer(MonoTime when, std::function<void()> fn) {
+TimerId Reactor::ScheduleTimer(MonoTime when, std::function<void()> fn) {
   AssertCurrentThread();
-  TimerId id = next_timer_id_++;
-  timers_.emplace(std::make_pair(when, id), std::move(fn));
-  timer_deadlines_.emplace(id, when);
+  TimerId id{when, next_timer_seq_++};
+  timers_.emplace(id, std::move(fn));
   return id;
 }
 
 void Reactor::CancelTimer(TimerId id) {
   AssertCurrentThread();
-  auto it = timer_deadlines_.find(id);
-  if (it == timer_deadlines_.end()) return;
-  timers_.erase(std::make_pair(it->second, id));
-  timer_deadlines_.erase(it);
+  timers_.erase(id);
 }
 
 int Reactor::NextTimeoutMillis() const {
   MonoTime next = next_idle_check_;
-  if (!timers_.empty() && timers_.begin()->first.first < next) next = timers_.begin()->first.first;
+  if (!timers_.empty() && timers_.begin()->first.when < next) next = timers_.begin()->first.when;
   MonoDelta d = next - MonoTime::Now();
   if (d <= MonoDelta()) return 0;
   // Round up so the timer has expired when epoll_wait returns.
@@ -144,9 +140,8 @@ int Reactor::NextTimeoutMillis() const {
 
 void Reactor::RunTimers() {
   MonoTime now = MonoTime::Now();
-  while (!timers_.empty() && timers_.begin()->first.first <= now) {
+  while (!timers_.empty() && timers_.begin()->first.when <= now) {
     auto node = timers_.extract(timers_.begin());
-    timer_deadlines_.erase(node.key().second);
     node.mapped()();
   }
   if (now >= next_idle_check_) {
@@ -237,7 +232,6 @@ void Reactor::Loop() {
   }
   // Remaining timers belong to finished calls or closed connections.
   timers_.clear();
-  timer_deadlines_.clear();
   closed_conns_.clear();
   flush_list_.clear();
 }
@@ -269,14 +263,18 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
                                     " timed out before it was sent"));
       return;
     }
-    MonoDelta budget = call->deadline() - now;
-    std::string where = key.remote.ToString();
-    call->timer_id_ = ScheduleTimer(call->deadline(), [call, budget, where]() {
-      call->timer_id_ = 0;
-      if (call->finished()) return;
-      if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());
-      call->Finish(Status::TimedOut(call->Describe() + " to " + where + " timed out after " +
-                                    budget.ToString()));
+    call->timeout_ = call->deadline() - now;
+    // A raw pointer keeps the std::function free of allocation; the timer is
+    // cancelled whenever the call finishes, so it never outlives the call.
+    ClientCall* raw = call.get();
+    call->timer_id_ = ScheduleTimer(call->deadline(), [raw]() {
+      std::shared_ptr<ClientCall> keep = raw->shared_from_this();
+      raw->timer_id_ = {};
+      if (raw->finished()) return;
+      std::string where = raw->conn_ ? raw->conn_->remote().ToString() : "the server";
+      if (raw->conn_ != nullptr) raw->conn_->ForgetCall(raw);
+      raw->Finish(Status::TimedOut(raw->Describe() + " to " + where + " timed out after " +
+                                   raw->timeout_.ToString()));
     });
   }
 

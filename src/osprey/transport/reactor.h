@@ -26,6 +26,7 @@
 #include "osprey/base/status.h"
 #include "osprey/base/task.h"
 #include "osprey/transport/connection_options.h"
+#include "osprey/transport/timer_id.h"
 
 namespace osprey::transport {
 
@@ -54,7 +55,6 @@ struct ConnectionKeyHash {
 
 class Reactor {
  public:
-  using TimerId = uint64_t;
 
   Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler);
   ~Reactor();
@@ -134,9 +134,8 @@ class Reactor {
   Mutex shutdown_mu_;  // serializes Shutdown() callers
 
   // Reactor thread only.
-  std::map<std::pair<MonoTime, TimerId>, std::function<void()>> timers_;
-  std::unordered_map<TimerId, MonoTime> timer_deadlines_;
-  TimerId next_timer_id_ = 1;
+  std::map<TimerId, std::function<void()>> timers_;
+  uint64_t next_timer_seq_ = 1;
   std::unordered_map<ConnectionKey, std::shared_ptr<Connection>, ConnectionKeyHash> client_conns_;
   std::unordered_map<Connection*, std::shared_ptr<Connection>> all_conns_;
   std::vector<Connection*> flush_list_;
