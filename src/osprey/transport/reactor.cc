@@ -216,8 +216,11 @@ void Reactor::Loop() {
     closed_conns_.clear();
   }
 
-  // Shutting down: close every connection (failing its calls), then run
-  // the tasks that were accepted before the queue closed.
+  // Shutting down. First run what is queued: responses that workers handed
+  // over before the service pools stopped must still go out (CloseAll
+  // flushes them). Then close every connection, failing its calls, and run
+  // whatever tasks were accepted before the queue closed.
+  RunTasks();
   CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
   while (true) {
     std::vector<Task> tasks;
