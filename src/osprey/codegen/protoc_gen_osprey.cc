@@ -195,12 +195,12 @@ class OspreyGenerator : public CodeGenerator {
         p->Print(
             "::osprey::Status $name$Proxy::$m$(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl) {\n"
-            "  static const std::string kMethod = \"$m$\";\n"
+            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), \"$m$\");\n"
             "  return SyncRequest(kMethod, req, resp, ctl);\n"
             "}\n\n"
             "void $name$Proxy::$m$Async(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) {\n"
-            "  static const std::string kMethod = \"$m$\";\n"
+            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), \"$m$\");\n"
             "  AsyncRequest(kMethod, req, resp, ctl, std::move(cb));\n"
             "}\n\n",
             "name", svc->name(), "m", m->name(), "req", CppType(m->input_type()), "resp",

@@ -14,11 +14,11 @@ InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn,
 
 void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,
                                  std::vector<std::string> sidecars) {
-  wire::ResponseHeader header;
-  header.set_call_id(call_id());
-  header.set_is_error(false);  // Kudu sets it explicitly; so do we, byte for byte.
+  // is_error is written even when false: Kudu does, and we match it byte
+  // for byte.
   std::unique_ptr<wire::OutboundFrame> frame;
-  Status s = wire::OutboundFrame::Encode(&header, response, std::move(sidecars), &frame);
+  Status s = wire::OutboundFrame::EncodeResponse(call_id(), false, response, std::move(sidecars),
+                                                 &frame);
   if (!s.ok()) {
     RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION,
                    s.CloneAndPrepend("response could not be sent"));
@@ -35,11 +35,8 @@ void InboundCall::RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const
 }
 
 void InboundCall::RespondError(const wire::ErrorStatusPB& error) {
-  wire::ResponseHeader header;
-  header.set_call_id(call_id());
-  header.set_is_error(true);
   std::unique_ptr<wire::OutboundFrame> frame;
-  Status s = wire::OutboundFrame::Encode(&header, error, {}, &frame);
+  Status s = wire::OutboundFrame::EncodeResponse(call_id(), true, error, {}, &frame);
   if (!s.ok()) {
     LOG(ERROR) << "cannot encode error response for call " << call_id() << ": " << s.ToString();
     return;

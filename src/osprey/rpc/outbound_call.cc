@@ -5,11 +5,11 @@
 
 namespace osprey {
 
-OutboundCall::OutboundCall(const std::string& service, const std::string& method,
+OutboundCall::OutboundCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned_method,
                            const google::protobuf::Message& request,
                            google::protobuf::Message* response, RpcController* controller,
                            ResponseCallback callback)
-    : service_(service),
+    : owned_method_(std::move(owned_method)),
       method_(method),
       response_(response),
       controller_(controller),
@@ -19,21 +19,19 @@ OutboundCall::OutboundCall(const std::string& service, const std::string& method
 
 OutboundCall::~OutboundCall() = default;
 
-std::string OutboundCall::Describe() const { return service_ + "." + method_ + " RPC"; }
+std::string OutboundCall::Describe() const {
+  return method_->service() + "." + method_->method() + " RPC";
+}
 
 Status OutboundCall::BuildRequestFrame(int32_t call_id,
                                        std::unique_ptr<wire::OutboundFrame>* out) {
-  wire::RequestHeader header;
-  header.set_call_id(call_id);
-  auto* rm = header.mutable_remote_method();
-  rm->set_service_name(service_);
-  rm->set_method_name(method_);
+  uint32_t timeout_ms = 0;  // none
   if (!deadline().IsMax()) {
     int64_t ms = (deadline() - MonoTime::Now()).ToMilliseconds();
-    header.set_timeout_millis(static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX)));
+    timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
   }
-  Status s = wire::OutboundFrame::EncodeSerialized(&header, serialized_request_,
-                                                   std::move(sidecars_), out);
+  Status s = wire::OutboundFrame::EncodeRequest(call_id, method_->serialized_pb(), timeout_ms,
+                                                serialized_request_, std::move(sidecars_), out);
   serialized_request_.clear();
   serialized_request_.shrink_to_fit();
   return s;

@@ -11,6 +11,7 @@
 
 #include <google/protobuf/message.h>
 
+#include "osprey/rpc/remote_method.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/reactor.h"
 
@@ -21,7 +22,8 @@ using ResponseCallback = std::function<void()>;
 
 class OutboundCall final : public transport::ClientCall {
  public:
-  OutboundCall(const std::string& service, const std::string& method,
+  // `method` must outlive the call; `owned_method`, if given, is it.
+  OutboundCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned_method,
                const google::protobuf::Message& request, google::protobuf::Message* response,
                RpcController* controller, ResponseCallback callback);
   ~OutboundCall() override;
@@ -40,8 +42,8 @@ class OutboundCall final : public transport::ClientCall {
   void Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                 std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars);
 
-  const std::string service_;
-  const std::string method_;
+  std::unique_ptr<RemoteMethod> owned_method_;
+  const RemoteMethod* const method_;
   std::string serialized_request_;
   std::vector<std::string> sidecars_;
   google::protobuf::Message* const response_;

@@ -20,21 +20,36 @@ Proxy::~Proxy() = default;
 void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,
                          google::protobuf::Message* response, RpcController* controller,
                          ResponseCallback callback) const {
-  auto call = std::make_shared<OutboundCall>(service_name_, method, request, response, controller,
-                                             std::move(callback));
+  auto owned = std::make_unique<RemoteMethod>(service_name_, method);
+  const RemoteMethod* m = owned.get();
+  StartCall(m, std::move(owned), request, response, controller, std::move(callback));
+}
+
+void Proxy::AsyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
+                         google::protobuf::Message* response, RpcController* controller,
+                         ResponseCallback callback) const {
+  StartCall(&method, nullptr, request, response, controller, std::move(callback));
+}
+
+void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
+                      const google::protobuf::Message& request,
+                      google::protobuf::Message* response, RpcController* controller,
+                      ResponseCallback callback) const {
+  auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
+                                             controller, std::move(callback));
   call->set_sidecars(controller->StartCall(call));
   if (!request.IsInitialized()) {
-    call->FailUnsent(Status::InvalidArgument("request for " + service_name_ + "." + method +
-                                             " lacks required fields: " +
+    call->FailUnsent(Status::InvalidArgument("request for " + method->service() + "." +
+                                             method->method() + " lacks required fields: " +
                                              request.InitializationErrorString()));
     return;
   }
   messenger_->QueueCall(remote_, user_, std::move(call));
 }
 
-Status Proxy::SyncRequest(const std::string& method, const google::protobuf::Message& request,
-                          google::protobuf::Message* response,
-                          RpcController* controller) const {
+template <class M>
+Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
+                      google::protobuf::Message* response, RpcController* controller) const {
   if (transport::Reactor::OnAnyReactorThread()) {
     return Status::IllegalState("a synchronous call from a reactor thread would deadlock; use "
                                 "the async call in callbacks");
@@ -43,6 +58,18 @@ Status Proxy::SyncRequest(const std::string& method, const google::protobuf::Mes
   AsyncRequest(method, request, response, controller, [&done] { done.CountDown(); });
   done.Wait();
   return controller->status();
+}
+
+Status Proxy::SyncRequest(const std::string& method, const google::protobuf::Message& request,
+                          google::protobuf::Message* response,
+                          RpcController* controller) const {
+  return WaitFor(method, request, response, controller);
+}
+
+Status Proxy::SyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
+                          google::protobuf::Message* response,
+                          RpcController* controller) const {
+  return WaitFor(method, request, response, controller);
 }
 
 }  // namespace osprey

@@ -11,6 +11,7 @@
 
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/rpc_controller.h"
 
 namespace osprey {
@@ -30,10 +31,17 @@ class Proxy {
   void AsyncRequest(const std::string& method, const google::protobuf::Message& request,
                     google::protobuf::Message* response, RpcController* controller,
                     ResponseCallback callback) const;
+  // As above, for a method of this proxy's service whose RemoteMethod
+  // outlives the call (generated proxies pass a static one).
+  void AsyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
+                    google::protobuf::Message* response, RpcController* controller,
+                    ResponseCallback callback) const;
 
   // Blocks until the call completes; returns controller->status(). Not
   // from a reactor thread (a callback), where it would deadlock.
   Status SyncRequest(const std::string& method, const google::protobuf::Message& request,
+                     google::protobuf::Message* response, RpcController* controller) const;
+  Status SyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
                      google::protobuf::Message* response, RpcController* controller) const;
 
   // Authenticate as `user` instead of the OS user (a separate connection).
@@ -46,6 +54,13 @@ class Proxy {
   Sockaddr remote_;
   std::string service_name_;
   std::string user_;
+
+  void StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
+                 const google::protobuf::Message& request, google::protobuf::Message* response,
+                 RpcController* controller, ResponseCallback callback) const;
+  template <class M>
+  Status WaitFor(const M& method, const google::protobuf::Message& request,
+                 google::protobuf::Message* response, RpcController* controller) const;
 };
 
 }  // namespace osprey

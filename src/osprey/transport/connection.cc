@@ -163,7 +163,8 @@ void Connection::ReadAvailable() {
     }
     if (n == 0) return;
     if (role_ == Role::kClient) {
-      std::vector<wire::InboundResponseFrame> frames;
+      auto& frames = response_frames_;  // reused: its capacity stays
+      frames.clear();
       Status ds = response_decoder_->Consume(n, &frames);
       for (auto& f : frames) {
         Status fs = HandleResponseFrame(std::move(f));
@@ -179,7 +180,8 @@ void Connection::ReadAvailable() {
         return;
       }
     } else {
-      std::vector<wire::InboundRequestFrame> frames;
+      auto& frames = request_frames_;
+      frames.clear();
       Status ds = request_decoder_->Consume(n, &frames);
       for (auto& f : frames) {
         Status fs = HandleRequestFrame(std::move(f));

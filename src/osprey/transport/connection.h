@@ -118,6 +118,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   size_t conn_header_got_ = 0;
   std::unique_ptr<wire::RequestFrameDecoder> request_decoder_;
   std::unique_ptr<wire::ResponseFrameDecoder> response_decoder_;
+  std::vector<wire::InboundRequestFrame> request_frames_;
+  std::vector<wire::InboundResponseFrame> response_frames_;
 
   // Outbound side.
   std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_;

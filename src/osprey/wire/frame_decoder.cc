@@ -105,14 +105,15 @@ Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>
       pending_frame_size_ = 4 + size_t{total};
     }
     if (have < pending_frame_size_) return Status::OK();
-    InboundFrame<Header> frame;
+    // Parsed in place: moving a parsed protobuf header costs a swap.
+    InboundFrame<Header>& frame = out->emplace_back();
     Status s = ParseFrame(buf_.get() + start_ + 4, pending_frame_size_ - 4, &frame);
     if (!s.ok()) {
+      out->pop_back();
       error_ = s;
       return error_;
     }
     frame.storage = buf_;
-    out->push_back(std::move(frame));
     start_ += pending_frame_size_;
     pending_frame_size_ = 0;
   }

@@ -77,6 +77,115 @@ Status OutboundFrame::EncodeSerialized(Header* header, Slice main,
   return Status::OK();
 }
 
+namespace {
+
+// Appends a varint as protobuf writes it: int32 fields sign-extend to 64 bits.
+void PutVarint64(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void PutInt32Field(uint32_t tag, int32_t v, std::string* out) {
+  PutVarint64(tag, out);
+  PutVarint64(static_cast<uint64_t>(static_cast<int64_t>(v)), out);
+}
+
+// Field tags: (number << 3) | wire type.
+constexpr uint32_t kRequestCallIdTag = (3 << 3) | 0;
+constexpr uint32_t kRequestRemoteMethodTag = (6 << 3) | 2;
+constexpr uint32_t kRequestTimeoutTag = (10 << 3) | 0;
+constexpr uint32_t kRequestSidecarOffsetsTag = (16 << 3) | 0;
+constexpr uint32_t kResponseCallIdTag = (1 << 3) | 0;
+constexpr uint32_t kResponseIsErrorTag = (2 << 3) | 0;
+constexpr uint32_t kResponseSidecarOffsetsTag = (3 << 3) | 0;
+
+}  // namespace
+
+Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_tag,
+                               size_t main_len, std::vector<std::string> sidecars,
+                               std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst) {
+  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+  std::string header_heap;
+  size_t header_len = header_fields.size();
+  uint64_t body_len = main_len;
+  if (!sidecars.empty()) {
+    header_heap.assign(header_fields);
+    for (const auto& sc : sidecars) {
+      if (body_len > kMax) break;
+      PutVarint64(offsets_tag, &header_heap);
+      PutVarint64(body_len, &header_heap);
+      body_len += sc.size();
+    }
+    header_fields = header_heap;
+    header_len = header_heap.size();
+  }
+  uint64_t total = uint64_t{CodedOutputStream::VarintSize32(static_cast<uint32_t>(header_len))} +
+                   header_len + CodedOutputStream::VarintSize32(static_cast<uint32_t>(body_len)) +
+                   body_len;
+  if (body_len > kMax || total > kMax) {
+    return Status::InvalidArgument("frame of " + std::to_string(total) +
+                                   " bytes does not fit a 32-bit frame length");
+  }
+  std::unique_ptr<OutboundFrame> f(new OutboundFrame());
+  size_t prefix_len = total - (body_len - main_len) + 4;
+  f->prefix_.resize(prefix_len);
+  auto* p = reinterpret_cast<uint8_t*>(f->prefix_.data());
+  uint32_t t = static_cast<uint32_t>(total);
+  p[0] = static_cast<uint8_t>(t >> 24);
+  p[1] = static_cast<uint8_t>(t >> 16);
+  p[2] = static_cast<uint8_t>(t >> 8);
+  p[3] = static_cast<uint8_t>(t);
+  p = WriteVarint32(static_cast<uint32_t>(header_len), p + 4);
+  std::memcpy(p, header_fields.data(), header_len);
+  p += header_len;
+  p = WriteVarint32(static_cast<uint32_t>(body_len), p);
+  *main_dst = p;
+  f->sidecars_ = std::move(sidecars);
+  f->total_size_ = 4 + total;
+  *out = std::move(f);
+  return Status::OK();
+}
+
+Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
+                                    uint32_t timeout_millis, Slice main,
+                                    std::vector<std::string> sidecars,
+                                    std::unique_ptr<OutboundFrame>* out) {
+  std::string header;
+  header.reserve(24 + remote_method_pb.size());
+  PutInt32Field(kRequestCallIdTag, call_id, &header);
+  PutVarint64(kRequestRemoteMethodTag, &header);
+  PutVarint64(remote_method_pb.size(), &header);
+  header.append(remote_method_pb.cdata(), remote_method_pb.size());
+  if (timeout_millis != 0) {
+    PutVarint64(kRequestTimeoutTag, &header);
+    PutVarint64(timeout_millis, &header);
+  }
+  uint8_t* dst;
+  OSPREY_RETURN_NOT_OK(BuildRaw(header, kRequestSidecarOffsetsTag, main.size(),
+                                std::move(sidecars), out, &dst));
+  if (!main.empty()) std::memcpy(dst, main.data(), main.size());
+  return Status::OK();
+}
+
+Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
+                                     const google::protobuf::MessageLite& main,
+                                     std::vector<std::string> sidecars,
+                                     std::unique_ptr<OutboundFrame>* out) {
+  std::string header;  // at most 13 bytes: stays in the string's inline buffer
+  PutInt32Field(kResponseCallIdTag, call_id, &header);
+  header.push_back(static_cast<char>(kResponseIsErrorTag));
+  header.push_back(is_error ? 1 : 0);
+  size_t main_len = main.ByteSizeLong();
+  uint8_t* dst;
+  OSPREY_RETURN_NOT_OK(BuildRaw(header, kResponseSidecarOffsetsTag, main_len,
+                                std::move(sidecars), out, &dst));
+  main.SerializeWithCachedSizesToArray(dst);
+  return Status::OK();
+}
+
 std::unique_ptr<OutboundFrame> OutboundFrame::FromBytes(std::string bytes) {
   std::unique_ptr<OutboundFrame> f(new OutboundFrame());
   f->total_size_ = bytes.size();

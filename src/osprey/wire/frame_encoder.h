@@ -29,6 +29,19 @@ class OutboundFrame {
   static Status EncodeSerialized(Header* header, Slice main, std::vector<std::string> sidecars,
                                  std::unique_ptr<OutboundFrame>* out);
 
+  // Fast paths for the per-call frames, with the header written by hand:
+  // the same bytes protobuf writes for a RequestHeader with call_id,
+  // remote_method (given pre-serialized) and timeout_millis (0: none), or a
+  // ResponseHeader with call_id and is_error. Sidecar offsets are added as
+  // in Encode().
+  static Status EncodeRequest(int32_t call_id, Slice remote_method_pb, uint32_t timeout_millis,
+                              Slice main, std::vector<std::string> sidecars,
+                              std::unique_ptr<OutboundFrame>* out);
+  static Status EncodeResponse(int32_t call_id, bool is_error,
+                               const google::protobuf::MessageLite& main,
+                               std::vector<std::string> sidecars,
+                               std::unique_ptr<OutboundFrame>* out);
+
   // A frame of bytes already laid out, such as the connection header.
   static std::unique_ptr<OutboundFrame> FromBytes(std::string bytes);
 
@@ -46,6 +59,12 @@ class OutboundFrame {
 
  private:
   OutboundFrame() = default;
+  // Lays out everything but the main message, whose `main_len` bytes the
+  // caller writes at *main_dst. `header` holds the serialized header
+  // without sidecar offsets; `offsets_tag` is their field's tag.
+  static Status BuildRaw(std::string_view header, uint32_t offsets_tag, size_t main_len,
+                         std::vector<std::string> sidecars, std::unique_ptr<OutboundFrame>* out,
+                         uint8_t** main_dst);
   template <class Header>
   static Status Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
                       std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst);
