@@ -75,10 +75,12 @@ bool Reactor::Schedule(Task task) {
     was_empty = tasks_.empty();
     tasks_.push_back(std::move(task));
   }
-  // The reactor drains the whole queue each loop, so only the push that
-  // makes it non-empty needs a wake-up; the reactor's own thread checks the
-  // queue before it sleeps.
-  if (was_empty && !IsCurrentThread()) Wake();
+  // Only a reactor that is in (or about to enter) epoll_wait needs the
+  // eventfd: a running one drains the queue before it sleeps again. The
+  // reactor publishes `sleeping_` before it last checks the queue, and we
+  // read it after our push, so one of us always sees the other (both
+  // sequentially consistent).
+  if (was_empty && sleeping_.load() && !IsCurrentThread()) Wake();
   return true;
 }
 
@@ -186,6 +188,7 @@ void Reactor::Loop() {
   while (true) {
     int timeout = NextTimeoutMillis();
     bool shutdown = false;
+    sleeping_.store(true);
     {
       MutexLock l(task_mu_);
       if (!tasks_.empty()) timeout = 0;
@@ -193,6 +196,7 @@ void Reactor::Loop() {
     }
     if (shutdown) break;
     int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
+    sleeping_.store(false);
     if (n < 0 && errno != EINTR) PLOG(FATAL) << name_ << ": epoll_wait";
     for (int i = 0; i < n; ++i) {
       auto* handler = static_cast<EventHandler*>(events[i].data.ptr);

@@ -131,6 +131,9 @@ class Reactor {
   std::vector<Task> tasks_ GUARDED_BY(task_mu_);
   bool shutdown_requested_ GUARDED_BY(task_mu_) = false;
   bool stopped_ GUARDED_BY(task_mu_) = false;
+  // True from just before the reactor's last look at the task queue until
+  // epoll_wait returns: a Schedule() in that window must write the eventfd.
+  std::atomic<bool> sleeping_{true};
   Mutex shutdown_mu_;  // serializes Shutdown() callers
 
   // Reactor thread only.
