@@ -161,9 +161,7 @@ void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
   }
   // Runs on the reactor; if the reactor already stopped, fail it here.
   std::shared_ptr<OutboundCall> keep = call;
-  if (!r->Schedule([r, key = std::move(key), call = std::move(call)]() mutable {
-        r->AssignCall(key, std::move(call));
-      })) {
+  if (!r->ScheduleCall(std::move(key), std::move(call))) {
     keep->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
   }
 }

@@ -404,17 +404,21 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequestFrame& fram
 
 void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
                                std::unique_ptr<wire::OutboundFrame> frame) {
-  auto deliver = [conn, call_id, frame = std::move(frame)]() mutable {
-    if (conn->state_ == State::kClosed) return;
-    conn->server_call_ids_.erase(call_id);
-    if (conn->state_ == State::kClosingAfterFlush) return;
-    conn->QueueFrame(std::move(frame));
-  };
   if (conn->reactor_->IsCurrentThread()) {
-    deliver();
+    DeliverResponse(conn.get(), call_id, std::move(frame));
   } else {
-    conn->reactor_->Schedule(std::move(deliver));  // false: shut down, response dropped
+    // False: the reactor has shut down and the response is dropped.
+    conn->reactor_->ScheduleResponse(conn, call_id, std::move(frame));
   }
+}
+
+void Connection::DeliverResponse(Connection* conn, int32_t call_id,
+                                 std::unique_ptr<wire::OutboundFrame> frame) {
+  conn->reactor_->AssertCurrentThread();
+  if (conn->state_ == State::kClosed) return;
+  conn->server_call_ids_.erase(call_id);
+  if (conn->state_ == State::kClosingAfterFlush) return;
+  conn->QueueFrame(std::move(frame));
 }
 
 void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB code,

@@ -63,6 +63,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   static void QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
                             std::unique_ptr<wire::OutboundFrame> frame);
 
+  // Reactor thread: the second half of QueueResponse.
+  static void DeliverResponse(Connection* conn, int32_t call_id,
+                              std::unique_ptr<wire::OutboundFrame> frame);
+
   // Reactor thread: closes the socket and fails every pending call with
   // `why` (exactly once each). Idempotent.
   void Shutdown(const Status& why);

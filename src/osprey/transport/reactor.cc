@@ -68,12 +68,28 @@ void Reactor::Wake() {
 }
 
 bool Reactor::Schedule(Task task) {
+  return Post([&](Inbox& in) { in.tasks.push_back(std::move(task)); });
+}
+
+bool Reactor::ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall> call) {
+  return Post([&](Inbox& in) { in.calls.emplace_back(std::move(key), std::move(call)); });
+}
+
+bool Reactor::ScheduleResponse(std::shared_ptr<Connection> conn, int32_t call_id,
+                               std::unique_ptr<wire::OutboundFrame> frame) {
+  return Post([&](Inbox& in) {
+    in.responses.push_back(Inbox::Response{std::move(conn), call_id, std::move(frame)});
+  });
+}
+
+template <class F>
+bool Reactor::Post(F&& add) {
   bool was_empty;
   {
     MutexLock l(task_mu_);
     if (stopped_) return false;
-    was_empty = tasks_.empty();
-    tasks_.push_back(std::move(task));
+    was_empty = inbox_.empty();
+    add(inbox_);
   }
   // Only a reactor that is in (or about to enter) epoll_wait needs the
   // eventfd: a running one drains the queue before it sleeps again. The
@@ -168,12 +184,17 @@ void Reactor::CheckIdleConnections() {
 }
 
 void Reactor::RunTasks() {
-  std::vector<Task> tasks;
   {
     MutexLock l(task_mu_);
-    tasks.swap(tasks_);
+    std::swap(inbox_, draining_);
   }
-  for (auto& t : tasks) t();
+  // Calls before tasks: a Cancel() task must find its call already assigned.
+  for (auto& [key, call] : draining_.calls) AssignCall(key, std::move(call));
+  for (auto& r : draining_.responses) {
+    Connection::DeliverResponse(r.conn.get(), r.call_id, std::move(r.frame));
+  }
+  for (auto& t : draining_.tasks) t();
+  draining_.clear();
 }
 
 void Reactor::RequestFlush(Connection* conn) {
@@ -191,7 +212,7 @@ void Reactor::Loop() {
     sleeping_.store(true);
     {
       MutexLock l(task_mu_);
-      if (!tasks_.empty()) timeout = 0;
+      if (!inbox_.empty()) timeout = 0;
       shutdown = shutdown_requested_;
     }
     if (shutdown) break;
@@ -227,14 +248,12 @@ void Reactor::Loop() {
   RunTasks();
   CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
   while (true) {
-    std::vector<Task> tasks;
     {
       MutexLock l(task_mu_);
       stopped_ = true;
-      tasks.swap(tasks_);
+      if (inbox_.empty()) break;
     }
-    if (tasks.empty()) break;
-    for (auto& t : tasks) t();
+    RunTasks();
     CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
   }
   // Remaining timers belong to finished calls or closed connections.
@@ -258,6 +277,7 @@ void Reactor::CloseAllConnections(const Status& why) {
 
 void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call) {
   AssertCurrentThread();
+  if (call->finished()) return;  // cancelled before it got here
   call->reactor_ = this;
   if (closing()) {
     call->Finish(Status::Aborted("messenger " + name_ + " is shutting down"));

@@ -27,6 +27,7 @@
 #include "osprey/base/task.h"
 #include "osprey/transport/connection_options.h"
 #include "osprey/transport/timer_id.h"
+#include "osprey/wire/frame_encoder.h"
 
 namespace osprey::transport {
 
@@ -72,6 +73,12 @@ class Reactor {
   // running it, if the reactor has shut down: the caller still owns the
   // consequences (fail the call, drop the response).
   bool Schedule(Task task);
+  // Typed forms of Schedule for the two hand-offs of every call, which
+  // allocate nothing per call: a client call to send (AssignCall on the
+  // reactor) and a server response to queue on its connection.
+  bool ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall> call);
+  bool ScheduleResponse(std::shared_ptr<Connection> conn, int32_t call_id,
+                        std::unique_ptr<wire::OutboundFrame> frame);
 
   // Any thread: completes `call` with `why` on the reactor (for Cancel) unless
   // it finished first.
@@ -115,6 +122,9 @@ class Reactor {
   void CheckIdleConnections();
   int NextTimeoutMillis() const;
   void Wake();
+  // Runs `add` on the inbox under the lock; wakes the reactor if needed.
+  template <class F>
+  bool Post(F&& add);
   void CloseAllConnections(const Status& why);
 
   const std::string name_;
@@ -127,8 +137,27 @@ class Reactor {
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> closing_{false};
 
+  // What other threads hand to the reactor. Swapped whole with `draining_`
+  // each loop, so both keep their capacity and a push rarely allocates.
+  struct Inbox {
+    struct Response {
+      std::shared_ptr<Connection> conn;
+      int32_t call_id;
+      std::unique_ptr<wire::OutboundFrame> frame;
+    };
+    std::vector<std::pair<ConnectionKey, std::shared_ptr<ClientCall>>> calls;
+    std::vector<Response> responses;
+    std::vector<Task> tasks;
+    bool empty() const { return calls.empty() && responses.empty() && tasks.empty(); }
+    void clear() {
+      calls.clear();
+      responses.clear();
+      tasks.clear();
+    }
+  };
   Mutex task_mu_;
-  std::vector<Task> tasks_ GUARDED_BY(task_mu_);
+  Inbox inbox_ GUARDED_BY(task_mu_);
+  Inbox draining_;  // reactor thread only
   bool shutdown_requested_ GUARDED_BY(task_mu_) = false;
   bool stopped_ GUARDED_BY(task_mu_) = false;
   // True from just before the reactor's last look at the task queue until
