@@ -39,8 +39,7 @@ Status OutboundFrame::Build(Header* header, size_t main_len, std::vector<std::st
   }
   std::unique_ptr<OutboundFrame> f(new OutboundFrame());
   size_t prefix_len = total - (body_len - main_len) + 4;
-  f->prefix_.resize(prefix_len);
-  auto* p = reinterpret_cast<uint8_t*>(f->prefix_.data());
+  auto* p = f->AllocatePrefix(prefix_len);
   uint32_t t = static_cast<uint32_t>(total);
   p[0] = static_cast<uint8_t>(t >> 24);
   p[1] = static_cast<uint8_t>(t >> 16);
@@ -131,8 +130,7 @@ Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_
   }
   std::unique_ptr<OutboundFrame> f(new OutboundFrame());
   size_t prefix_len = total - (body_len - main_len) + 4;
-  f->prefix_.resize(prefix_len);
-  auto* p = reinterpret_cast<uint8_t*>(f->prefix_.data());
+  auto* p = f->AllocatePrefix(prefix_len);
   uint32_t t = static_cast<uint32_t>(total);
   p[0] = static_cast<uint8_t>(t >> 24);
   p[1] = static_cast<uint8_t>(t >> 16);
@@ -153,16 +151,29 @@ Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
                                     uint32_t timeout_millis, Slice main,
                                     std::vector<std::string> sidecars,
                                     std::unique_ptr<OutboundFrame>* out) {
-  std::string header;
-  header.reserve(24 + remote_method_pb.size());
-  PutInt32Field(kRequestCallIdTag, call_id, &header);
-  PutVarint64(kRequestRemoteMethodTag, &header);
-  PutVarint64(remote_method_pb.size(), &header);
-  header.append(remote_method_pb.cdata(), remote_method_pb.size());
-  if (timeout_millis != 0) {
-    PutVarint64(kRequestTimeoutTag, &header);
-    PutVarint64(timeout_millis, &header);
+  // At most 11 + 1 + 5 + name bytes + 1 + 5: on the stack unless the
+  // service name is unusually long.
+  size_t max_len = remote_method_pb.size() + 23;
+  uint8_t stack_buf[256];
+  std::unique_ptr<uint8_t[]> heap_buf;
+  uint8_t* start = stack_buf;
+  if (max_len > sizeof(stack_buf)) {
+    heap_buf.reset(new uint8_t[max_len]);
+    start = heap_buf.get();
   }
+  uint8_t* p = start;
+  p = WriteVarint32(kRequestCallIdTag, p);
+  p = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(static_cast<int64_t>(call_id)),
+                                              p);
+  p = WriteVarint32(kRequestRemoteMethodTag, p);
+  p = WriteVarint32(static_cast<uint32_t>(remote_method_pb.size()), p);
+  std::memcpy(p, remote_method_pb.data(), remote_method_pb.size());
+  p += remote_method_pb.size();
+  if (timeout_millis != 0) {
+    p = WriteVarint32(kRequestTimeoutTag, p);
+    p = WriteVarint32(timeout_millis, p);
+  }
+  std::string_view header(reinterpret_cast<const char*>(start), static_cast<size_t>(p - start));
   uint8_t* dst;
   OSPREY_RETURN_NOT_OK(BuildRaw(header, kRequestSidecarOffsetsTag, main.size(),
                                 std::move(sidecars), out, &dst));
@@ -193,6 +204,20 @@ std::unique_ptr<OutboundFrame> OutboundFrame::FromBytes(std::string bytes) {
   return f;
 }
 
+uint8_t* OutboundFrame::AllocatePrefix(size_t n) {
+  if (n <= kInlinePrefix) {
+    inline_len_ = n;
+    return inline_prefix_;
+  }
+  inline_len_ = 0;
+  prefix_.resize(n);
+  return reinterpret_cast<uint8_t*>(prefix_.data());
+}
+
+Slice OutboundFrame::prefix() const {
+  return inline_len_ != 0 ? Slice(inline_prefix_, inline_len_) : Slice(prefix_);
+}
+
 void OutboundFrame::AppendIovecs(std::vector<iovec>* iov) const {
   size_t skip = sent_;
   auto add = [&](const std::string& s) {
@@ -203,7 +228,13 @@ void OutboundFrame::AppendIovecs(std::vector<iovec>* iov) const {
     iov->push_back(iovec{const_cast<char*>(s.data()) + skip, s.size() - skip});
     skip = 0;
   };
-  add(prefix_);
+  Slice pre = prefix();
+  if (skip >= pre.size()) {
+    skip -= pre.size();
+  } else {
+    iov->push_back(iovec{const_cast<uint8_t*>(pre.data()) + skip, pre.size() - skip});
+    skip = 0;
+  }
   for (const auto& sc : sidecars_) add(sc);
 }
 
@@ -214,7 +245,7 @@ void OutboundFrame::Advance(size_t* n) {
 }
 
 std::string OutboundFrame::ToString() const {
-  std::string s = prefix_;
+  std::string s = prefix().ToString();
   for (const auto& sc : sidecars_) s += sc;
   return s;
 }

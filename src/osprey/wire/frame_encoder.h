@@ -69,6 +69,13 @@ class OutboundFrame {
   static Status Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
                       std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst);
 
+  // The prefix lives inline when it is small (every per-call frame of a
+  // small message), else in prefix_: one allocation per frame, not two.
+  uint8_t* AllocatePrefix(size_t n);
+  Slice prefix() const;
+  static constexpr size_t kInlinePrefix = 128;
+  uint8_t inline_prefix_[kInlinePrefix];
+  size_t inline_len_ = 0;  // 0: the prefix is in prefix_
   std::string prefix_;
   std::vector<std::string> sidecars_;
   size_t total_size_ = 0;
