@@ -6,7 +6,9 @@ namespace osprey {
 
 InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn,
                          wire::InboundRequestFrame frame)
-    : conn_(std::move(conn)), frame_(std::move(frame)), received_at_(MonoTime::Now()) {
+    : conn_(std::move(conn)),
+      frame_(std::move(frame)),
+      received_at_(conn_->reactor()->loop_time()) {
   deadline_ = frame_.header.has_timeout_millis() && frame_.header.timeout_millis() > 0
                   ? received_at_ + MonoDelta::FromMilliseconds(frame_.header.timeout_millis())
                   : MonoTime::Max();

@@ -27,7 +27,7 @@ Status OutboundCall::BuildRequestFrame(int32_t call_id,
                                        std::unique_ptr<wire::OutboundFrame>* out) {
   uint32_t timeout_ms = 0;  // none
   if (!deadline().IsMax()) {
-    int64_t ms = (deadline() - MonoTime::Now()).ToMilliseconds();
+    int64_t ms = (deadline() - LoopTime()).ToMilliseconds();
     timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
   }
   Status s = wire::OutboundFrame::EncodeRequest(call_id, method_->serialized_pb(), timeout_ms,

@@ -10,6 +10,10 @@ void ClientCall::ReleaseTransportState() {
   conn_ = nullptr;
 }
 
+MonoTime ClientCall::LoopTime() const {
+  return reactor_ != nullptr ? reactor_->loop_time() : MonoTime::Now();
+}
+
 bool ClientCall::Finish(const Status& status) {
   if (finished_) return false;
   finished_ = true;

@@ -43,6 +43,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // on the calling thread.
   void FailUnsent(const Status& status) { Finish(status); }
 
+ protected:
+  // The owning reactor's loop time (reactor thread), or the clock.
+  MonoTime LoopTime() const;
+
  private:
   friend class Connection;
   friend class Reactor;

@@ -137,7 +137,7 @@ Status Connection::ReadConnectionHeader() {
 void Connection::ReadAvailable() {
   for (int i = 0; i < kMaxReadsPerEvent; ++i) {
     if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
-    last_activity_ = MonoTime::Now();
+    last_activity_ = reactor_->loop_time();
     if (state_ == State::kAwaitingConnectionHeader) {
       Status s = ReadConnectionHeader();
       if (!s.ok()) {
@@ -491,7 +491,7 @@ void Connection::Flush() {
       Shutdown(s.CloneAndPrepend(ToString()));
       return;
     }
-    last_activity_ = MonoTime::Now();
+    last_activity_ = reactor_->loop_time();
     size_t left = n;
     while (left > 0 && !outbound_.empty()) {
       outbound_.front()->Advance(&left);

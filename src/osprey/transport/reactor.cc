@@ -218,6 +218,7 @@ void Reactor::Loop() {
     if (shutdown) break;
     int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     sleeping_.store(false);
+    loop_time_ = MonoTime::Now();
     if (n < 0 && errno != EINTR) PLOG(FATAL) << name_ << ": epoll_wait";
     for (int i = 0; i < n; ++i) {
       auto* handler = static_cast<EventHandler*>(events[i].data.ptr);
@@ -283,7 +284,7 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     call->Finish(Status::Aborted("messenger " + name_ + " is shutting down"));
     return;
   }
-  MonoTime now = MonoTime::Now();
+  MonoTime now = loop_time_;
   if (!call->deadline().IsMax()) {
     if (call->deadline() <= now) {
       call->Finish(Status::TimedOut(call->Describe() + " to " + key.remote.ToString() +

@@ -96,6 +96,11 @@ class Reactor {
   bool closing() const { return closing_.load(std::memory_order_acquire); }
 
   // --- reactor thread only ---
+  // When this loop iteration began: a clock read once per loop instead of
+  // several times per call, for activity stamps and per-call bookkeeping
+  // where a loop iteration's staleness does not matter.
+  MonoTime loop_time() const { return loop_time_; }
+
   Status AddFd(int fd, uint32_t events, EventHandler* handler);
   Status ModifyFd(int fd, uint32_t events, EventHandler* handler);
   void RemoveFd(int fd);
@@ -173,6 +178,7 @@ class Reactor {
   std::vector<Connection*> flush_list_;
   std::vector<std::shared_ptr<Connection>> closed_conns_;
   MonoTime next_idle_check_;
+  MonoTime loop_time_ = MonoTime::Now();
 };
 
 }  // namespace osprey::transport
