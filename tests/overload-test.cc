@@ -1,0 +1,235 @@
+// Overload: thousands of connections at once, a cap on server connections,
+// and a storm of calls against a small service queue. The server keeps
+// serving, answers the excess at once, and every callback runs exactly once.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "hostile_test_util.h"
+#include "osprey/base/countdown_latch.h"
+#include "rpc_test_util.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+// Raises the soft descriptor limit to the hard one (up to `want`); false if
+// the hard limit is below `need`.
+bool RaiseFdLimit(rlim_t need, rlim_t want) {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return false;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) return false;
+  rlim_t target = rl.rlim_max == RLIM_INFINITY ? want : std::min(rl.rlim_max, want);
+  if (rl.rlim_cur < target) {
+    rl.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return false;
+  }
+  return true;
+}
+
+struct AddCall {
+  AddRequestPB req;
+  AddResponsePB resp;
+  RpcController ctl;
+};
+
+// One Add call per proxy, all at once; returns how many succeeded.
+int CallEach(const std::vector<std::unique_ptr<CalculatorServiceProxy>>& proxies, size_t begin,
+             size_t end, std::string* first_error) {
+  std::vector<AddCall> calls(end - begin);
+  CountDownLatch done(static_cast<int>(calls.size()));
+  for (size_t i = begin; i < end; ++i) {
+    AddCall& c = calls[i - begin];
+    c.req.set_x(static_cast<uint32_t>(i));
+    c.req.set_y(1);
+    c.ctl.set_timeout(MonoDelta::FromSeconds(60));
+    proxies[i]->AddAsync(c.req, &c.resp, &c.ctl, [&done] { done.CountDown(); });
+  }
+  EXPECT_TRUE(done.WaitFor(MonoDelta::FromSeconds(90)));
+  int ok = 0;
+  for (size_t i = begin; i < end; ++i) {
+    AddCall& c = calls[i - begin];
+    if (c.ctl.status().ok() && c.resp.result() == i + 1) {
+      ++ok;
+    } else if (first_error->empty()) {
+      *first_error = "call " + std::to_string(i) + ": " + c.ctl.status().ToString();
+    }
+  }
+  return ok;
+}
+
+std::vector<std::unique_ptr<CalculatorServiceProxy>> MakeProxies(
+    const std::shared_ptr<Messenger>& client, const Sockaddr& addr, int n) {
+  std::vector<std::unique_ptr<CalculatorServiceProxy>> proxies;
+  for (int i = 0; i < n; ++i) {
+    proxies.push_back(std::make_unique<CalculatorServiceProxy>(client, addr));
+    // A user of its own: a connection of its own.
+    proxies.back()->set_user("flood-" + std::to_string(i));
+  }
+  return proxies;
+}
+
+TEST(ConnectionFloodTest, TwoThousandConcurrentConnectionsEachMakeACall) {
+  constexpr int kConns = 2000;
+  if (!RaiseFdLimit(4500, 16384)) GTEST_SKIP() << "hard RLIMIT_NOFILE below 4500";
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.queue_length = kConns;
+  ASSERT_TRUE(server.Start(2, pool).ok());
+  int baseline = CountOpenFds();
+  {
+    auto client = MakeClient(2);
+    auto proxies = MakeProxies(client, server.address, kConns);
+    // Open them a few hundred at a time (the listen backlog is 1024), each
+    // with a call; they all stay open.
+    std::string err;
+    int ok = 0;
+    for (size_t b = 0; b < kConns; b += 250) ok += CallEach(proxies, b, b + 250, &err);
+    ASSERT_EQ(kConns, ok) << err;
+    // Both ends of all 2,000 are open at once.
+    EXPECT_GE(CountOpenFds(), baseline + 2 * kConns);
+    // And every one of them still works, all calls at once.
+    ok = CallEach(proxies, 0, kConns, &err);
+    EXPECT_EQ(kConns, ok) << err;
+    client->Shutdown();
+  }
+  // The server lets go of every connection the client closed.
+  EXPECT_LE(WaitForFdCountAtMost(baseline, MonoDelta::FromSeconds(20)), baseline);
+}
+
+TEST(ConnectionFloodTest, ConnectionsPastTheMaximumAreClosedAtOnce) {
+  constexpr int kMax = 100;
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.queue_length = 1000;
+  ASSERT_TRUE(
+      server.Start(2, pool, MessengerBuilder("server").set_max_server_connections(kMax)).ok());
+  auto client = MakeClient(2);
+  auto proxies = MakeProxies(client, server.address, kMax);
+  std::string err;
+  ASSERT_EQ(kMax, CallEach(proxies, 0, kMax, &err)) << err;
+
+  // Twenty more: each is accepted and closed at once, before it says a word.
+  int fds_before_extra = CountOpenFds();
+  for (int i = 0; i < 20; ++i) {
+    RawConn c;
+    ASSERT_TRUE(c.Connect(server.address).ok());
+    MonoTime start = MonoTime::Now();
+    ASSERT_TRUE(c.WaitForClose(MonoDelta::FromSeconds(5))) << "extra connection " << i;
+    EXPECT_LT((MonoTime::Now() - start).ToMilliseconds(), 3000);
+  }
+  EXPECT_LE(WaitForFdCountAtMost(fds_before_extra), fds_before_extra) << "a refused socket leaked";
+  // A proxy call past the maximum fails rather than hangs.
+  {
+    CalculatorServiceProxy extra(client, server.address);
+    extra.set_user("one-too-many");
+    AddRequestPB req;
+    req.set_x(1);
+    req.set_y(1);
+    AddResponsePB resp;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    Status s = extra.Add(req, &resp, &ctl);
+    EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  }
+  // The first hundred keep working.
+  EXPECT_EQ(kMax, CallEach(proxies, 0, kMax, &err)) << err;
+}
+
+TEST(OverloadTest, CallStormAgainstSmallQueue) {
+  constexpr int kCalls = 5000;
+  constexpr int kSleepMicros = 20000;
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 50;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  {
+    // Warm up, so RSS counts the connection and threads already.
+    SleepRequestPB req;
+    req.set_sleep_micros(1);
+    SleepResponsePB resp;
+    RpcController ctl;
+    ASSERT_TRUE(proxy.Sleep(req, &resp, &ctl).ok());
+  }
+  int64_t rss_before = ReadRssKiB();
+
+  struct Call {
+    SleepResponsePB resp;
+    RpcController ctl;
+    std::atomic<int> callbacks{0};
+    std::atomic<int64_t> done_at_us{0};
+  };
+  auto calls = std::make_unique<Call[]>(kCalls);
+  SleepRequestPB req;
+  req.set_sleep_micros(kSleepMicros);
+  CountDownLatch done(kCalls);
+  MonoTime start = MonoTime::Now();
+  for (int i = 0; i < kCalls; ++i) {
+    Call* c = &calls[i];
+    c->ctl.set_timeout(MonoDelta::FromSeconds(120));
+    proxy.SleepAsync(req, &c->resp, &c->ctl, [c, start, &done] {
+      c->done_at_us.store((MonoTime::Now() - start).ToMicroseconds());
+      c->callbacks++;
+      done.CountDown();
+    });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(120)));
+
+  int ok = 0, busy = 0;
+  std::vector<int64_t> busy_at;
+  int64_t last_ok_at = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    Call& c = calls[i];
+    ASSERT_EQ(1, c.callbacks.load()) << "call " << i;
+    Status s = c.ctl.status();
+    if (s.ok()) {
+      ++ok;
+      last_ok_at = std::max(last_ok_at, c.done_at_us.load());
+    } else {
+      ASSERT_TRUE(s.IsServiceUnavailable()) << "call " << i << ": " << s.ToString();
+      ASSERT_NE(nullptr, c.ctl.error_response());
+      EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, c.ctl.error_response()->code());
+      ++busy;
+      busy_at.push_back(c.done_at_us.load());
+    }
+  }
+  EXPECT_EQ(kCalls, ok + busy);
+  EXPECT_GE(ok, 50) << "a full queue's worth is served";
+  EXPECT_GT(busy, kCalls / 2) << "the excess is turned away";
+  // Turned away promptly: most rejections land before the queued calls are
+  // done (those take at least 50 x 20 ms once the queue filled).
+  std::sort(busy_at.begin(), busy_at.end());
+  int64_t busy_p90 = busy_at[busy_at.size() * 9 / 10];
+  EXPECT_LT(busy_p90, last_ok_at) << "rejections are not prompt: p90 " << busy_p90
+                                  << " us, last success " << last_ok_at << " us";
+
+  // Memory is back near where it was.
+  int64_t rss_after = ReadRssKiB();
+  EXPECT_LT(rss_after, rss_before + 200 * 1024)
+      << "RSS grew from " << rss_before << " KiB to " << rss_after << " KiB";
+
+  // The callbacks never run again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(1, calls[i].callbacks.load()) << "call " << i;
+
+  // And a normal call works afterwards.
+  AddRequestPB add;
+  add.set_x(2);
+  add.set_y(3);
+  AddResponsePB add_resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(20));
+  Status s = proxy.Add(add, &add_resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(5u, add_resp.result());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test

@@ -1,0 +1,300 @@
+// Peer loss: a server process killed with calls in flight (its clients fail
+// fast and reconnect to its successor), a client that vanishes while the
+// server works on its calls, and shutdown with many calls queued.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hostile_test_util.h"
+#include "osprey/base/countdown_latch.h"
+#include "rpc_test_util.h"
+
+extern char** environ;
+
+namespace osprey::rpc_test {
+namespace {
+
+// The test_server executable in a child process; killed (SIGKILL) and
+// reaped when this goes out of scope, whatever happened.
+class ChildServer {
+ public:
+  ChildServer() = default;
+  ChildServer(const ChildServer&) = delete;
+  ChildServer& operator=(const ChildServer&) = delete;
+  ~ChildServer() { Kill(); }
+
+  // Starts it on `port` (0: any) and waits for its "listening on" line.
+  Status Spawn(uint16_t port, Sockaddr* addr) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe2", errno);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    std::string path = OSPREY_TEST_SERVER;
+    std::string port_arg = std::to_string(port);
+    char* argv[] = {path.data(), port_arg.data(), nullptr};
+    int rc = posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    if (rc != 0) {
+      pid_ = -1;
+      close(fds[0]);
+      return Status::IOError("posix_spawn " + path, rc);
+    }
+    std::string line;
+    MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(30);
+    while (line.find('\n') == std::string::npos) {
+      int ms = static_cast<int>((deadline - MonoTime::Now()).ToMilliseconds());
+      if (ms <= 0) break;
+      pollfd p{fds[0], POLLIN, 0};
+      if (poll(&p, 1, ms) <= 0) continue;
+      char buf[256];
+      ssize_t n = read(fds[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    size_t colon = line.rfind(':');
+    if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) {
+      return Status::IllegalState("test_server did not report its address: '" + line + "'");
+    }
+    *addr = Sockaddr::Loopback(static_cast<uint16_t>(std::stoi(line.substr(colon + 1))));
+    return Status::OK();
+  }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+Status CallAdd(CalculatorServiceProxy& proxy, MonoDelta timeout) {
+  AddRequestPB req;
+  req.set_x(3);
+  req.set_y(4);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(timeout);
+  Status s = proxy.Add(req, &resp, &ctl);
+  if (s.ok() && resp.result() != 7u) return Status::Corruption("wrong sum");
+  return s;
+}
+
+TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
+  ChildServer child;
+  Sockaddr addr;
+  Status s = child.Spawn(0, &addr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+
+  constexpr int kPending = 5;
+  SleepRequestPB req;
+  req.set_sleep_micros(20 * 1000 * 1000);
+  std::vector<SleepResponsePB> resps(kPending);
+  std::vector<RpcController> ctls(kPending);
+  std::vector<std::atomic<int>> callbacks(kPending);
+  CountDownLatch done(kPending);
+  for (int i = 0; i < kPending; ++i) {
+    ctls[i].set_timeout(MonoDelta::FromSeconds(30));
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&, i] {
+      callbacks[i]++;
+      done.CountDown();
+    });
+  }
+  // Let them reach the server (one runs, the rest queue).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(kPending, done.count());
+
+  MonoTime killed = MonoTime::Now();
+  child.Kill();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  MonoDelta took = MonoTime::Now() - killed;
+  EXPECT_LT(took.ToMilliseconds(), 5000) << "pending calls waited for their timeouts";
+  for (int i = 0; i < kPending; ++i) {
+    EXPECT_EQ(1, callbacks[i].load());
+    EXPECT_TRUE(ctls[i].status().IsNetworkError()) << i << ": " << ctls[i].status().ToString();
+  }
+
+  // With nobody listening, a new call fails fast, long before its timeout.
+  MonoTime start = MonoTime::Now();
+  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_LT((MonoTime::Now() - start).ToMilliseconds(), 5000);
+
+  // A new server process on the same port: the next call reconnects.
+  ChildServer again;
+  Sockaddr addr2;
+  s = again.Spawn(addr.port(), &addr2);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(addr.port(), addr2.port());
+  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (int i = 0; i < kPending; ++i) EXPECT_EQ(1, callbacks[i].load());
+}
+
+// Counts the Sleep calls that ran to the end.
+class CountingCalculator : public CalculatorService {
+ public:
+  void Sleep(const SleepRequestPB* req, SleepResponsePB* resp, RpcContext* ctx) override {
+    CalculatorService::Sleep(req, resp, ctx);
+    ++sleeps_finished;
+  }
+  std::atomic<int> sleeps_finished{0};
+};
+
+TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(2).Build(&server).ok());
+  auto svc = std::make_unique<CountingCalculator>();
+  CountingCalculator* calc = svc.get();
+  ASSERT_TRUE(server->RegisterService(std::move(svc)).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  ASSERT_TRUE(CallAdd(proxy, MonoDelta::FromSeconds(20)).ok());
+  int baseline = CountOpenFds();
+
+  constexpr int kCalls = 3;
+  {
+    RawConn c;
+    ASSERT_TRUE(c.Connect(addr).ok());
+    Status s = c.Negotiate();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    SleepRequestPB req;
+    req.set_sleep_micros(200000);
+    for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(c.Send(CallFrame(i, "Sleep", req)).ok());
+    MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
+    while (calc->sleeps_started.load() == 0 && MonoTime::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(1, calc->sleeps_started.load());
+    c.Close();  // gone while the server works
+  }
+  // The server finishes all three (their responses go nowhere)...
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
+  while (calc->sleeps_finished.load() < kCalls && MonoTime::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(kCalls, calc->sleeps_finished.load());
+  // ...lets go of the connection...
+  EXPECT_LE(WaitForFdCountAtMost(baseline), baseline);
+  // ...and serves others.
+  Status s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+// Server shutdown with a thousand calls queued: every callback runs exactly
+// once, with success (it ran) or FATAL_SERVER_SHUTTING_DOWN / a network
+// error (it did not).
+TEST(PeerLossTest, ServerShutdownWithThousandQueuedCallsEveryCallbackOnce) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2000;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 1000;
+  SleepRequestPB req;
+  req.set_sleep_micros(2000);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  std::vector<std::atomic<int>> counts(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    ctls[i].set_timeout(MonoDelta::FromSeconds(60));
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&, i] {
+      counts[i]++;
+      done.CountDown();
+    });
+  }
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
+  while (server.service->sleeps_started.load() < 5 && MonoTime::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server.messenger->Shutdown();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no second callbacks
+  int ok = 0, shutting_down = 0, network = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
+    const Status& st = ctls[i].status();
+    if (st.ok()) {
+      ++ok;
+    } else if (ctls[i].error_response() && ctls[i].error_response()->code() ==
+                                               wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
+      ++shutting_down;
+    } else if (st.IsNetworkError()) {
+      ++network;
+    } else {
+      ADD_FAILURE() << "call " << i << ": " << st.ToString();
+    }
+  }
+  EXPECT_GE(ok, 5);
+  EXPECT_EQ(kCalls, ok + shutting_down + network);
+}
+
+// Client shutdown with a thousand calls in flight on a slow server: every
+// callback exactly once, all with Aborted or a network error.
+TEST(PeerLossTest, ClientShutdownWithThousandCallsInFlightEveryCallbackOnce) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2000;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(2);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 1000;
+  SleepRequestPB req;
+  req.set_sleep_micros(5000);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  std::vector<std::atomic<int>> counts(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    ctls[i].set_timeout(MonoDelta::FromSeconds(60));
+    proxy.SleepAsync(req, &resps[i], &ctls[i], [&counts, i] { counts[i]++; });
+  }
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
+  while (server.service->sleeps_started.load() < 3 && MonoTime::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  client->Shutdown();
+  int ok = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
+    const Status& st = ctls[i].status();
+    if (st.ok()) {
+      ++ok;
+    } else {
+      EXPECT_TRUE(st.IsAborted() || st.IsNetworkError()) << i << ": " << st.ToString();
+    }
+  }
+  EXPECT_LT(ok, kCalls);
+  // The server, left with calls whose client is gone, still shuts down cleanly.
+  server.messenger->Shutdown();
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test
