@@ -32,7 +32,8 @@ void Check(const osprey::wire::InboundFrame<Header>& f) {
 }
 
 template <class Header>
-void Run(const uint8_t* data, size_t size, uint8_t split_seed, bool use_feed) {
+std::vector<osprey::wire::InboundFrame<Header>> Run(const uint8_t* data, size_t size,
+                                                    uint8_t split_seed, bool use_feed) {
   osprey::wire::FrameDecoder<Header> decoder(kMaxFrameSize, kChunkSize);
   std::vector<osprey::wire::InboundFrame<Header>> frames;
   // Piece sizes cycle through 1..(split_seed + 1), so seed 0 is byte at a
@@ -63,6 +64,39 @@ void Run(const uint8_t* data, size_t size, uint8_t split_seed, bool use_feed) {
     }
   }
   for (const auto& f : frames) Check(f);
+  return frames;
+}
+
+// The hand-parsed header views must accept what protobuf accepts and read
+// the same fields (groups and request_id aside, which KRPC never sends).
+void CompareRequests(const std::vector<osprey::wire::InboundRequestFrame>& pb,
+                     const std::vector<osprey::wire::InboundRequest>& view) {
+  size_t n = pb.size() < view.size() ? pb.size() : view.size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& a = pb[i].header;
+    const auto& b = view[i].header;
+    if (a.call_id() != b.call_id() || a.has_remote_method() != b.has_remote_method() ||
+        a.remote_method().service_name() != b.remote_method().service_name() ||
+        a.remote_method().method_name() != b.remote_method().method_name() ||
+        a.timeout_millis() != b.timeout_millis() ||
+        a.sidecar_offsets_size() != b.sidecar_offsets_size() ||
+        !(pb[i].main_message == view[i].main_message)) {
+      abort();
+    }
+  }
+}
+
+void CompareResponses(const std::vector<osprey::wire::InboundResponseFrame>& pb,
+                      const std::vector<osprey::wire::InboundResponse>& view) {
+  size_t n = pb.size() < view.size() ? pb.size() : view.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (pb[i].header.call_id() != view[i].header.call_id() ||
+        pb[i].header.is_error() != view[i].header.is_error() ||
+        pb[i].header.sidecar_offsets_size() != view[i].header.sidecar_offsets_size() ||
+        !(pb[i].main_message == view[i].main_message)) {
+      abort();
+    }
+  }
 }
 
 }  // namespace
@@ -73,8 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
   for (bool use_feed : {true, false}) {
-    Run<osprey::wire::RequestHeader>(data, size, split_seed, use_feed);
-    Run<osprey::wire::ResponseHeader>(data, size, split_seed, use_feed);
+    CompareRequests(Run<osprey::wire::RequestHeader>(data, size, split_seed, use_feed),
+                    Run<osprey::wire::RequestHeaderView>(data, size, split_seed, use_feed));
+    CompareResponses(Run<osprey::wire::ResponseHeader>(data, size, split_seed, use_feed),
+                     Run<osprey::wire::ResponseHeaderView>(data, size, split_seed, use_feed));
   }
   return 0;
 }

@@ -5,7 +5,7 @@
 namespace osprey {
 
 InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn,
-                         wire::InboundRequestFrame frame)
+                         wire::InboundRequest frame)
     : conn_(std::move(conn)),
       frame_(std::move(frame)),
       received_at_(conn_->reactor()->loop_time()) {

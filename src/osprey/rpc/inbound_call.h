@@ -23,10 +23,12 @@ struct ServiceMethod;
 
 class InboundCall {
  public:
-  InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequestFrame frame);
+  InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequest frame);
 
   int32_t call_id() const { return frame_.header.call_id(); }
-  const wire::RemoteMethodPB& remote_method() const { return frame_.header.remote_method(); }
+  const wire::RequestHeaderView::RemoteMethod& remote_method() const {
+    return frame_.header.remote_method();
+  }
   Slice request_body() const { return frame_.main_message; }
   const std::vector<Slice>& sidecars() const { return frame_.sidecars; }
   const Sockaddr& remote_address() const { return conn_->remote(); }
@@ -46,7 +48,7 @@ class InboundCall {
 
  private:
   std::shared_ptr<transport::Connection> conn_;
-  wire::InboundRequestFrame frame_;
+  wire::InboundRequest frame_;
   MonoTime received_at_;
   MonoTime deadline_;
   const ServiceMethod* method_ = nullptr;

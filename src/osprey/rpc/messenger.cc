@@ -127,7 +127,7 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
 
 void Messenger::Shutdown() {
   std::shared_ptr<transport::Acceptor> acceptor;
-  std::unordered_map<std::string, std::shared_ptr<ServicePool>> services;
+  ServiceMap services;
   {
     MutexLock l(mu_);
     if (shut_down_) return;
@@ -167,9 +167,9 @@ void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
 }
 
 void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                                  wire::InboundRequestFrame frame) {
+                                  wire::InboundRequest frame) {
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
-  const std::string& service_name = call->remote_method().service_name();
+  std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
   {
     MutexLock l(mu_);
@@ -178,15 +178,16 @@ void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& 
   }
   if (!pool) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE,
-                         Status::NotFound("service " + service_name + " is not registered on " +
-                                          name_));
+                         Status::NotFound("service " + std::string(service_name) +
+                                          " is not registered on " + name_));
     return;
   }
   const ServiceMethod* method = pool->service()->FindMethod(call->remote_method().method_name());
   if (method == nullptr) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD,
-                         Status::NotFound("service " + service_name + " has no method " +
-                                          call->remote_method().method_name()));
+                         Status::NotFound("service " + std::string(service_name) +
+                                          " has no method " +
+                                          std::string(call->remote_method().method_name())));
     return;
   }
   call->set_method(method);

@@ -73,7 +73,7 @@ class Messenger : public transport::InboundCallHandler {
 
   // Reactor thread.
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                         wire::InboundRequestFrame frame) override;
+                         wire::InboundRequest frame) override;
 
  private:
   friend class MessengerBuilder;
@@ -90,7 +90,15 @@ class Messenger : public transport::InboundCallHandler {
 
   Mutex mu_;
   std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::shared_ptr<ServicePool>> services_ GUARDED_BY(mu_);
+  // Transparent hashing: looking a service up by the request's name (a
+  // view into the frame) allocates nothing.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  using ServiceMap =
+      std::unordered_map<std::string, std::shared_ptr<ServicePool>, NameHash, std::equal_to<>>;
+  ServiceMap services_ GUARDED_BY(mu_);
   bool shut_down_ GUARDED_BY(mu_) = false;
 };
 

@@ -37,7 +37,7 @@ Status OutboundCall::BuildRequestFrame(int32_t call_id,
   return s;
 }
 
-void OutboundCall::OnResponse(wire::InboundResponseFrame frame) {
+void OutboundCall::OnResponse(wire::InboundResponse frame) {
   const Slice& body = frame.main_message;
   if (frame.header.is_error()) {
     auto err = std::make_unique<wire::ErrorStatusPB>();

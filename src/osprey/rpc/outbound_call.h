@@ -29,7 +29,7 @@ class OutboundCall final : public transport::ClientCall {
   ~OutboundCall() override;
 
   Status BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) override;
-  void OnResponse(wire::InboundResponseFrame frame) override;
+  void OnResponse(wire::InboundResponse frame) override;
   void OnFailure(const Status& status) override;
   std::string Describe() const override;
 

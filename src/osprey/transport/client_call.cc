@@ -22,7 +22,7 @@ bool ClientCall::Finish(const Status& status) {
   return true;
 }
 
-bool ClientCall::FinishWithResponse(wire::InboundResponseFrame frame) {
+bool ClientCall::FinishWithResponse(wire::InboundResponse frame) {
   if (finished_) return false;
   finished_ = true;
   ReleaseTransportState();

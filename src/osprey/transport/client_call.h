@@ -28,7 +28,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual Status BuildRequestFrame(int32_t call_id,
                                    std::unique_ptr<wire::OutboundFrame>* out) = 0;
   // Exactly one of these two runs, once, on the reactor thread.
-  virtual void OnResponse(wire::InboundResponseFrame frame) = 0;
+  virtual void OnResponse(wire::InboundResponse frame) = 0;
   virtual void OnFailure(const Status& status) = 0;
   // For error messages: "kudu.rpc_test.CalculatorService.Add".
   virtual std::string Describe() const = 0;
@@ -53,7 +53,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
 
   // Marks the call done and runs its completion. False if it already was.
   bool Finish(const Status& status);
-  bool FinishWithResponse(wire::InboundResponseFrame frame);
+  bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
 
   MonoTime deadline_ = MonoTime::Max();
@@ -72,7 +72,7 @@ class InboundCallHandler {
   virtual ~InboundCallHandler() = default;
   // Reactor thread of `conn`.
   virtual void HandleInboundCall(const std::shared_ptr<Connection>& conn,
-                                 wire::InboundRequestFrame frame) = 0;
+                                 wire::InboundRequest frame) = 0;
 };
 
 }  // namespace osprey::transport

@@ -36,9 +36,9 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
       last_activity_(MonoTime::Now()) {
   size_t max = reactor->options().max_frame_size;
   if (role == Role::kClient) {
-    response_decoder_ = std::make_unique<wire::ResponseFrameDecoder>(max);
+    response_decoder_ = std::make_unique<wire::ResponseDecoder>(max);
   } else {
-    request_decoder_ = std::make_unique<wire::RequestFrameDecoder>(max);
+    request_decoder_ = std::make_unique<wire::RequestDecoder>(max);
   }
 }
 
@@ -200,7 +200,7 @@ void Connection::ReadAvailable() {
 // ---------------------------------------------------------------------------
 // Client side.
 
-Status Connection::HandleResponseFrame(wire::InboundResponseFrame frame) {
+Status Connection::HandleResponseFrame(wire::InboundResponse frame) {
   int32_t id = frame.header.call_id();
   if (state_ != State::kOpen) return HandleClientNegotiation(frame);
   if (id < 0) {
@@ -224,7 +224,7 @@ Status Connection::HandleResponseFrame(wire::InboundResponseFrame frame) {
   return Status::OK();
 }
 
-Status Connection::HandleClientNegotiation(const wire::InboundResponseFrame& frame) {
+Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
   if (frame.header.call_id() != kNegotiationCallId) {
     return Status::NetworkError("server sent call id " + std::to_string(frame.header.call_id()) +
                                 " during negotiation");
@@ -318,7 +318,7 @@ void Connection::ForgetCall(ClientCall* call) {
 // ---------------------------------------------------------------------------
 // Server side.
 
-Status Connection::HandleRequestFrame(wire::InboundRequestFrame frame) {
+Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
   int32_t id = frame.header.call_id();
   switch (state_) {
     case State::kAwaitingNegotiate:
@@ -374,7 +374,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequestFrame frame) {
   return Status::OK();
 }
 
-Status Connection::HandleServerNegotiation(const wire::InboundRequestFrame& frame) {
+Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   NegotiatePB in;
   const Slice& body = frame.main_message;
   if (!in.ParseFromArray(body.data(), static_cast<int>(body.size()))) {

@@ -93,10 +93,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void OnConnected();
   void ReadAvailable();
   Status ReadConnectionHeader();
-  Status HandleResponseFrame(wire::InboundResponseFrame frame);
-  Status HandleRequestFrame(wire::InboundRequestFrame frame);
-  Status HandleClientNegotiation(const wire::InboundResponseFrame& frame);
-  Status HandleServerNegotiation(const wire::InboundRequestFrame& frame);
+  Status HandleResponseFrame(wire::InboundResponse frame);
+  Status HandleRequestFrame(wire::InboundRequest frame);
+  Status HandleClientNegotiation(const wire::InboundResponse& frame);
+  Status HandleServerNegotiation(const wire::InboundRequest& frame);
   void SendPendingCalls();
   void SendCall(std::shared_ptr<ClientCall> call);
   template <class Header>
@@ -120,10 +120,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Inbound side.
   uint8_t conn_header_[7];
   size_t conn_header_got_ = 0;
-  std::unique_ptr<wire::RequestFrameDecoder> request_decoder_;
-  std::unique_ptr<wire::ResponseFrameDecoder> response_decoder_;
-  std::vector<wire::InboundRequestFrame> request_frames_;
-  std::vector<wire::InboundResponseFrame> response_frames_;
+  std::unique_ptr<wire::RequestDecoder> request_decoder_;
+  std::unique_ptr<wire::ResponseDecoder> response_decoder_;
+  std::vector<wire::InboundRequest> request_frames_;
+  std::vector<wire::InboundResponse> response_frames_;
 
   // Outbound side.
   std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_;

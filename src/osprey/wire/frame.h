@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "osprey/base/slice.h"
+#include "osprey/wire/header_view.h"
 #include "osprey/wire/rpc_header.pb.h"
 
 namespace osprey::wire {
@@ -26,5 +27,8 @@ struct InboundFrame {
 
 using InboundRequestFrame = InboundFrame<RequestHeader>;
 using InboundResponseFrame = InboundFrame<ResponseHeader>;
+// As connections decode them, with hand-parsed header views.
+using InboundRequest = InboundFrame<RequestHeaderView>;
+using InboundResponse = InboundFrame<ResponseHeaderView>;
 
 }  // namespace osprey::wire

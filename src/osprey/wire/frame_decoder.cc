@@ -11,6 +11,11 @@ namespace {
 // 2-byte header (call_id is required), a 1-byte body length.
 constexpr size_t kMinTotalLen = 4;
 
+const char* HeaderTypeName(const RequestHeader&) { return "RequestHeader"; }
+const char* HeaderTypeName(const ResponseHeader&) { return "ResponseHeader"; }
+const char* HeaderTypeName(const RequestHeaderView&) { return RequestHeaderView::TypeName(); }
+const char* HeaderTypeName(const ResponseHeaderView&) { return ResponseHeaderView::TypeName(); }
+
 uint32_t ReadBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
@@ -145,7 +150,7 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
                               std::to_string(in.size()) + " bytes left in the frame");
   }
   if (!out->header.ParsePartialFromArray(in.data(), static_cast<int>(header_len))) {
-    return Status::Corruption("frame header does not parse as " + Header::descriptor()->name());
+    return Status::Corruption(std::string("frame header does not parse as ") + HeaderTypeName(out->header));
   }
   if (!out->header.IsInitialized()) {
     return Status::Corruption("frame header lacks required fields: " +
@@ -166,7 +171,7 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
     return Status::OK();
   }
   uint32_t prev = 0;
-  for (int i = 0; i < offsets.size(); ++i) {
+  for (int i = 0; i < static_cast<int>(offsets.size()); ++i) {
     uint32_t off = offsets[i];
     if (off < prev) {
       return Status::Corruption("sidecar offset " + std::to_string(off) + " at index " +
@@ -182,9 +187,9 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
   }
   out->main_message = in.sub(0, offsets[0]);
   out->sidecars.reserve(offsets.size());
-  for (int i = 0; i < offsets.size(); ++i) {
+  for (int i = 0; i < static_cast<int>(offsets.size()); ++i) {
     uint32_t begin = offsets[i];
-    uint32_t end = i + 1 < offsets.size() ? offsets[i + 1] : body_len;
+    uint32_t end = i + 1 < static_cast<int>(offsets.size()) ? offsets[i + 1] : body_len;
     out->sidecars.push_back(in.sub(begin, end - begin));
   }
   return Status::OK();
@@ -192,5 +197,7 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
 
 template class FrameDecoder<RequestHeader>;
 template class FrameDecoder<ResponseHeader>;
+template class FrameDecoder<RequestHeaderView>;
+template class FrameDecoder<ResponseHeaderView>;
 
 }  // namespace osprey::wire

@@ -56,6 +56,9 @@ class FrameDecoder {
 
 using RequestFrameDecoder = FrameDecoder<RequestHeader>;
 using ResponseFrameDecoder = FrameDecoder<ResponseHeader>;
+// The decoders connections use: headers parsed by hand (header_view.h).
+using RequestDecoder = FrameDecoder<RequestHeaderView>;
+using ResponseDecoder = FrameDecoder<ResponseHeaderView>;
 
 // Parses a varint32 at the start of `in`; advances `in` past it. Corruption
 // if it is longer than 5 bytes, overflows 32 bits or runs off the end.
