@@ -519,3 +519,65 @@ TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
 
 }  // namespace
 }  // namespace osprey::rpc_test
+
+namespace osprey::rpc_test {
+namespace {
+
+// A handler that blocks until another call to the same service arrives:
+// with more than one worker the second call must run, even though the pool
+// prefers to leave calls to a running worker while handlers look fast.
+class BlockingCalculator : public CalculatorService {
+ public:
+  void Sleep(const SleepRequestPB*, SleepResponsePB*, RpcContext* ctx) override {
+    released_ok = release.WaitFor(MonoDelta::FromSeconds(20));
+    ctx->RespondSuccess();
+  }
+  void Add(const AddRequestPB* req, AddResponsePB* resp, RpcContext* ctx) override {
+    if (req->x() == 999) release.CountDown();
+    CalculatorService::Add(req, resp, ctx);
+  }
+  CountDownLatch release{1};
+  std::atomic<bool> released_ok{false};
+};
+
+TEST(RpcPoolTest, BlockedHandlerDoesNotStarveQueuedCalls) {
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  auto svc = std::make_unique<BlockingCalculator>();
+  BlockingCalculator* raw = svc.get();
+  ServicePoolOptions pool;
+  pool.worker_threads = 2;
+  ASSERT_TRUE(server->RegisterService(std::move(svc), pool).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+
+  // Many fast calls first, so the pool sees handlers as fast.
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  AddResponsePB add_resp;
+  for (int i = 0; i < 200; ++i) {
+    RpcController ctl;
+    ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl).ok());
+  }
+  SleepRequestPB sleep;
+  sleep.set_sleep_micros(0);
+  SleepResponsePB sleep_resp;
+  RpcController sleep_ctl;
+  CountDownLatch sleep_done(1);
+  proxy.SleepAsync(sleep, &sleep_resp, &sleep_ctl, [&] { sleep_done.CountDown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Sleep is running
+  add.set_x(999);
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.Add(add, &add_resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(sleep_done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(raw->released_ok.load());
+  EXPECT_TRUE(sleep_ctl.status().ok());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test

@@ -45,7 +45,7 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
     RunCall(std::move(call));
     return;
   }
-  bool was_empty;
+  bool wake;
   {
     MutexLock l(mu_);
     if (shutting_down_) {
@@ -61,27 +61,85 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
                                      " calls); try again later"));
       return;
     }
-    was_empty = queue_.empty();
     queue_.push_back(std::move(call));
+    wake = ShouldWakeWorker();
   }
-  // Workers only sleep on an empty queue.
-  if (was_empty) not_empty_.Signal();
+  if (wake) not_empty_.Signal();
+}
+
+bool ServicePool::ShouldWakeWorker() {
+  if (sleeping_ <= pending_wakes_) return false;  // everyone is or will be awake
+  // Waking a sleeping worker costs two context switches, tens of
+  // microseconds here. When handlers are known to be faster than that, a
+  // running worker will reach the queue sooner: leave the call to it unless
+  // the queue is getting long. For slow or blocking handlers, wake.
+  bool fast = avg_run_ns_ < kFastHandlerNanos;
+  if (fast && running_ > 0 && queue_.size() <= static_cast<size_t>(running_) * kCallsPerRunner) {
+    if (watchdog_) return false;
+    // A running worker's handler may block (on another call to this very
+    // service, say): one sleeping worker becomes the watchdog and takes any
+    // call that is still queued a few milliseconds later.
+    watchdog_ = true;
+    appoint_watchdog_ = true;
+  }
+  pending_wakes_++;
+  return true;
 }
 
 void ServicePool::RunWorker() {
+  mu_.Lock();
+  bool watchdog = false;  // this worker is the pool's watchdog (see below)
   while (true) {
-    std::unique_ptr<InboundCall> call;
-    {
-      MutexLock l(mu_);
-      while (queue_.empty() && !shutting_down_) not_empty_.Wait();
-      if (queue_.empty()) return;
-      call = std::move(queue_.front());
-      queue_.pop_front();
-      // More work and other workers asleep: pass the wake-up on.
-      if (!queue_.empty()) not_empty_.Signal();
+    while (queue_.empty() || (watchdog && !shutting_down_)) {
+      if (shutting_down_) break;
+      sleeping_++;
+      if (watchdog) {
+        not_empty_.WaitUntil(MonoTime::Now() + kWatchdogPeriod);
+      } else {
+        not_empty_.Wait();
+      }
+      sleeping_--;
+      if (pending_wakes_ > 0) pending_wakes_--;
+      if (appoint_watchdog_ && !watchdog) {
+        // Woken to watch, not to work: stay awake-ish until the calls left
+        // to running workers have been taken.
+        appoint_watchdog_ = false;
+        watchdog = true;
+        continue;
+      }
+      if (watchdog) {
+        // Signalled to work, or a call is still queued after a period: take it.
+        if (!queue_.empty()) break;
+        if (queue_.empty() && running_ == 0) {
+          watchdog = false;  // nothing left to watch
+          watchdog_ = false;
+        }
+        continue;
+      }
     }
+    if (watchdog) {
+      watchdog = false;
+      watchdog_ = false;
+    }
+    if (queue_.empty()) break;  // shutting down
+    std::unique_ptr<InboundCall> call = std::move(queue_.front());
+    queue_.pop_front();
+    // More waiting than this worker will take: maybe another should run.
+    bool wake = !queue_.empty() && ShouldWakeWorker();
+    running_++;
+    mu_.Unlock();
+    if (wake) not_empty_.Signal();
+    MonoTime start = MonoTime::Now();
     RunCall(std::move(call));
+    int64_t took = (MonoTime::Now() - start).ToNanoseconds();
+    mu_.Lock();
+    running_--;
+    // Exponentially weighted, 1/8 per call: follows a change of handler
+    // cost within tens of calls.
+    avg_run_ns_ += (took - avg_run_ns_) / 8;
   }
+  if (watchdog) watchdog_ = false;
+  mu_.Unlock();
 }
 
 void ServicePool::RunCall(std::unique_ptr<InboundCall> call) {

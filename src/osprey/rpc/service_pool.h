@@ -44,6 +44,9 @@ class ServicePool {
  private:
   void RunWorker();
   void RunCall(std::unique_ptr<InboundCall> call);
+  // Whether a just-queued call should wake a sleeping worker; counts the
+  // wake-up as pending if so.
+  bool ShouldWakeWorker() REQUIRES(mu_);
 
   const std::unique_ptr<ServiceIf> service_;
   const ServicePoolOptions options_;
@@ -51,6 +54,19 @@ class ServicePool {
   CondVar not_empty_;
   std::deque<std::unique_ptr<InboundCall>> queue_ GUARDED_BY(mu_);
   bool shutting_down_ GUARDED_BY(mu_) = false;
+  // Wake-up bookkeeping: workers asleep in not_empty_, signals sent but not
+  // yet taken, workers running a handler, and the handlers' average time.
+  int sleeping_ GUARDED_BY(mu_) = 0;
+  int pending_wakes_ GUARDED_BY(mu_) = 0;
+  int running_ GUARDED_BY(mu_) = 0;
+  int64_t avg_run_ns_ GUARDED_BY(mu_) = 0;
+  // A watchdog exists (or was just appointed: the next woken worker takes
+  // the role).
+  bool watchdog_ GUARDED_BY(mu_) = false;
+  bool appoint_watchdog_ GUARDED_BY(mu_) = false;
+  static constexpr int64_t kFastHandlerNanos = 20000;
+  static constexpr int kCallsPerRunner = 4;
+  static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
   std::vector<std::thread> workers_;
 };
 
