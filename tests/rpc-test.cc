@@ -581,3 +581,46 @@ TEST(RpcPoolTest, BlockedHandlerDoesNotStarveQueuedCalls) {
 
 }  // namespace
 }  // namespace osprey::rpc_test
+
+namespace osprey::rpc_test {
+namespace {
+
+// A call whose client deadline passes while it waits in the service queue
+// is answered without running its handler.
+TEST(RpcQueueTest, CallPastItsDeadlineInTheQueueIsNotRun) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+
+  SleepRequestPB sleep;
+  sleep.set_sleep_micros(400000);
+  SleepResponsePB sleep_resp;
+  RpcController sleep_ctl;
+  CountDownLatch sleep_done(1);
+  proxy.SleepAsync(sleep, &sleep_resp, &sleep_ctl, [&] { sleep_done.CountDown(); });
+  while (server.service->sleeps_started.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // The only worker is busy for 400 ms; this call gives up after 50 ms.
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  AddResponsePB add_resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(50));
+  Status s = proxy.Add(add, &add_resp, &ctl);
+  ASSERT_TRUE(s.IsTimedOut()) << s.ToString();
+  ASSERT_TRUE(sleep_done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(sleep_ctl.status().ok());
+
+  // The server reached the queued Add only after its deadline: not run.
+  RpcController ctl2;
+  ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
+  EXPECT_EQ(1, server.service->adds_run.load());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test

@@ -18,6 +18,7 @@ constexpr int kCalculatorErrorExtension = 100;
 class CalculatorService : public CalculatorServiceIf {
  public:
   void Add(const AddRequestPB* req, AddResponsePB* resp, RpcContext* ctx) override {
+    ++adds_run;
     resp->set_result(req->x() + req->y());
     ctx->RespondSuccess();
   }
@@ -56,6 +57,7 @@ class CalculatorService : public CalculatorServiceIf {
   }
 
   std::atomic<int> sleeps_started{0};
+  std::atomic<int> adds_run{0};
 };
 
 // A server Messenger with a CalculatorService on 127.0.0.1:<free port>.
