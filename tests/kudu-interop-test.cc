@@ -1,11 +1,11 @@
 // Byte-level interoperability with Apache Kudu's RPC: replays the bytes a
 // real Kudu client sent into an Osprey server and checks the answers, and
 // plays a Kudu server to an Osprey client, checking every frame it sends.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <iterator>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
@@ -46,7 +46,8 @@ class KuduCalculator : public kudu::rpc_test::CalculatorServiceIf {
 Status ReadFrameBytes(Socket* s, std::string* frame) {
   uint8_t len[4];
   OSPREY_RETURN_NOT_OK(s->ReadAll(len, 4));
-  uint32_t n = (uint32_t{len[0]} << 24) | (uint32_t{len[1]} << 16) | (uint32_t{len[2]} << 8) | len[3];
+  uint32_t n =
+      (uint32_t{len[0]} << 24) | (uint32_t{len[1]} << 16) | (uint32_t{len[2]} << 8) | len[3];
   frame->assign(reinterpret_cast<char*>(len), 4);
   frame->resize(4 + n);
   return s->ReadAll(reinterpret_cast<uint8_t*>(frame->data()) + 4, n);
@@ -145,8 +146,8 @@ TEST(KuduInteropTest, OspreyClientSendsKuduFrames) {
   std::string frame;
   ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
   std::string negotiate_body = std::string("\x08\x01\x10\x01\x3a\x02\x0a\x00", 8);
-  std::string expected = std::string("\x00\x00\x00\x15", 4) + "\x0b" + kMinus33 + "\x08" +
-                         negotiate_body;
+  std::string expected =
+      std::string("\x00\x00\x00\x15", 4) + "\x0b" + kMinus33 + "\x08" + negotiate_body;
   EXPECT_EQ(Slice(expected).ToDebugString(), Slice(frame).ToDebugString());
 
   // Kudu's server answers NEGOTIATE (frame 1 of s2c.bin: 34 bytes).

@@ -1,11 +1,11 @@
 // End-to-end tests of the RPC core over loopback: a server Messenger with
 // CalculatorService and client Messengers calling it through generated
 // proxies.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
@@ -263,8 +263,8 @@ TEST_F(RpcTest, ApplicationErrors) {
   s = proxy.AppError(req, &resp, &ctl2);
   ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
   // The extension arrives as field 100 of ErrorStatusPB.
-  const auto& unknown = ctl2.error_response()->GetReflection()->GetUnknownFields(
-      *ctl2.error_response());
+  const auto& unknown =
+      ctl2.error_response()->GetReflection()->GetUnknownFields(*ctl2.error_response());
   ASSERT_EQ(1, unknown.field_count());
   EXPECT_EQ(kCalculatorErrorExtension, unknown.field(0).number());
   CalculatorErrorPB app;

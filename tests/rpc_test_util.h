@@ -2,11 +2,11 @@
 // implementation and a server Messenger on a loopback port.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "osprey/rpc/messenger.h"
 #include "rpc_test.osprey.h"
@@ -78,8 +78,8 @@ struct TestServer {
   }
 };
 
-inline std::shared_ptr<Messenger> MakeClient(int reactors = 1,
-                                             MessengerBuilder builder = MessengerBuilder("client")) {
+inline std::shared_ptr<Messenger> MakeClient(
+    int reactors = 1, MessengerBuilder builder = MessengerBuilder("client")) {
   std::shared_ptr<Messenger> m;
   builder.set_num_reactors(reactors);
   Status s = builder.Build(&m);

@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   osprey::Sockaddr addr;
   osprey::Status s = osprey::Sockaddr::Parse(argc > 1 ? argv[1] : "127.0.0.1:7070", &addr);
   std::shared_ptr<osprey::Messenger> messenger;
-  if (s.ok()) s = osprey::MessengerBuilder("calculator-client").set_num_reactors(1).Build(&messenger);
+  if (s.ok())
+    s = osprey::MessengerBuilder("calculator-client").set_num_reactors(1).Build(&messenger);
   if (!s.ok()) {
     std::fprintf(stderr, "calculator_client: %s\n", s.ToString().c_str());
     return 2;
@@ -35,8 +36,8 @@ int main(int argc, char** argv) {
   add.set_x(1000);
   proxy.AddAsync(add, &sum, &ctl, [&] { done.CountDown(); });
   done.Wait();
-  std::printf("async Add(1000, 2)    = %s\n",
-              ctl.status().ok() ? std::to_string(sum.sum()).c_str() : ctl.status().ToString().c_str());
+  std::printf("async Add(1000, 2)    = %s\n", ctl.status().ok() ? std::to_string(sum.sum()).c_str()
+                                                                : ctl.status().ToString().c_str());
 
   calculator::DivideRequestPB div;
   div.set_dividend(1);

@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   osprey::Sockaddr addr;
   osprey::Status s = osprey::Sockaddr::Parse(argc > 1 ? argv[1] : "127.0.0.1:7070", &addr);
   std::shared_ptr<osprey::Messenger> messenger;
-  if (s.ok()) s = osprey::MessengerBuilder("calculator-server").set_num_reactors(2).Build(&messenger);
+  if (s.ok())
+    s = osprey::MessengerBuilder("calculator-server").set_num_reactors(2).Build(&messenger);
   if (s.ok()) s = messenger->RegisterService(std::make_unique<Calculator>());
   osprey::Sockaddr bound;
   if (s.ok()) s = messenger->Listen(addr, &bound);

@@ -8,6 +8,8 @@
 //        issues its next call from the previous call's callback.
 // With -target_rate the run is open-loop: calls start on a fixed schedule
 // and latency counts from the scheduled start.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -25,9 +27,6 @@
 #include <thread>
 #include <vector>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/histogram.h"
 #include "osprey/base/stopwatch.h"
@@ -40,13 +39,15 @@ DEFINE_int32(server_reactors, 4, "server reactor threads");
 DEFINE_double(run_seconds, 1, "seconds to measure each mode");
 DEFINE_string(mode, "both", "sync, async or both (sync first)");
 DEFINE_int32(payload_bytes, 0, "0: the Add call; N > 0: Echo of N bytes each way");
-DEFINE_string(server_address, "", "HOST:PORT of a running server (ours or Kudu's); empty: "
+DEFINE_string(server_address, "",
+              "HOST:PORT of a running server (ours or Kudu's); empty: "
               "run a server in this process");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
 DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
 DEFINE_string(output, "text", "report format: text or json");
 DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
-DEFINE_double(target_rate, 0, "open loop: calls per second over all threads or loops; 0: "
+DEFINE_double(target_rate, 0,
+              "open loop: calls per second over all threads or loops; 0: "
               "closed loop");
 
 namespace osprey::bench {
@@ -206,9 +207,8 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
   CallSlot slot;
   uint32_t seq = static_cast<uint32_t>(index) << 20;
   // Open loop: this thread's share of the schedule.
-  int64_t interval_ns = cfg.target_rate > 0
-                            ? static_cast<int64_t>(1e9 * cfg.client_threads / cfg.target_rate)
-                            : 0;
+  int64_t interval_ns =
+      cfg.target_rate > 0 ? static_cast<int64_t>(1e9 * cfg.client_threads / cfg.target_rate) : 0;
   int64_t next_start = NowNanos() + (interval_ns * index) / std::max(cfg.client_threads, 1);
   while (!state->stop.load(std::memory_order_relaxed)) {
     int64_t start;
@@ -241,8 +241,13 @@ class CallLoop {
  public:
   CallLoop(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state,
            CountDownLatch* finished, Tally* tally)
-      : cfg_(cfg), index_(index), proxy_(proxy), state_(state), finished_(finished),
-        seq_(static_cast<uint32_t>(index) << 20), tally_(tally) {}
+      : cfg_(cfg),
+        index_(index),
+        proxy_(proxy),
+        state_(state),
+        finished_(finished),
+        seq_(static_cast<uint32_t>(index) << 20),
+        tally_(tally) {}
 
   void Start() { IssueNext(); }
 
@@ -435,8 +440,8 @@ Results RunAsync(const Settings& cfg) {
   std::vector<std::unique_ptr<CallLoop>> loops;
   for (int i = 0; i < cfg.concurrency; ++i) {
     int m = i % cfg.client_threads;
-    loops.push_back(std::make_unique<CallLoop>(cfg, i, proxies[m].get(), &state, &finished,
-                                               &tallies[m]));
+    loops.push_back(
+        std::make_unique<CallLoop>(cfg, i, proxies[m].get(), &state, &finished, &tallies[m]));
   }
   for (auto& l : loops) l->Start();
   Results r = Measure(
@@ -480,8 +485,9 @@ void PrecheckFlags(int argc, char** argv) {
     gflags::CommandLineFlagInfo info;
     if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
       // "-nofoo" negates bool flag "foo".
-      if (name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) &&
-          info.type == "bool" && !has_value) {
+      if (name.rfind("no", 0) == 0 &&
+          gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) && info.type == "bool" &&
+          !has_value) {
         continue;
       }
       BadFlag("unknown flag '" + arg + "'; see -help");
@@ -560,12 +566,9 @@ void PrintJson(const Settings& cfg, const Results& r) {
     << ",\"server_reactors\":" << FLAGS_server_reactors
     << ",\"run_seconds\":" << Num(cfg.run_seconds)
     << ",\"warmup_seconds\":" << Num(cfg.warmup_seconds)
-    << ",\"target_rate\":" << Num(cfg.target_rate)
-    << ",\"payload_bytes\":" << cfg.payload
-    << ",\"server_address\":" << JsonString(cfg.server.ToString())
-    << ",\"calls\":" << r.calls
-    << ",\"wall_seconds\":" << Num(wall)
-    << ",\"reqs_per_sec\":" << Num(r.calls / wall)
+    << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
+    << ",\"server_address\":" << JsonString(cfg.server.ToString()) << ",\"calls\":" << r.calls
+    << ",\"wall_seconds\":" << Num(wall) << ",\"reqs_per_sec\":" << Num(r.calls / wall)
     << ",\"user_cpu_us_per_req\":" << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls)
     << ",\"sys_cpu_us_per_req\":" << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls)
     << ",\"ctx_switches_per_req\":" << Num(r.cpu.context_switches / calls)
@@ -573,8 +576,7 @@ void PrintJson(const Settings& cfg, const Results& r) {
     << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
-    << ",\"errors\":" << r.errors
-    << ",\"first_error\":" << JsonString(r.first_error) << "}\n";
+    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error) << "}\n";
   std::cout << o.str() << std::flush;
 }
 
@@ -642,8 +644,8 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
   pool.worker_threads = FLAGS_worker_threads;
   // Deep enough that the benchmark's own calls in flight never overflow it:
   // the run measures the call path, not ERROR_SERVER_TOO_BUSY.
-  pool.queue_length = static_cast<size_t>(std::max({50, FLAGS_client_threads,
-                                                    FLAGS_async_call_concurrency}));
+  pool.queue_length =
+      static_cast<size_t>(std::max({50, FLAGS_client_threads, FLAGS_async_call_concurrency}));
   if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(), pool);
   if (s.ok()) s = server->Listen(addr, bound);
   if (!s.ok()) BadFlag("cannot start the server: " + s.ToString());

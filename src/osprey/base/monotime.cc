@@ -16,7 +16,8 @@ MonoTime MonoTime::operator+(MonoDelta d) const {
   // wrapping into the past.
   using Rep = Clock::duration::rep;
   Rep base = tp_.time_since_epoch().count();
-  Rep add = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(d.ToNanoseconds())).count();
+  Rep add = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(d.ToNanoseconds()))
+                .count();
   Rep sum;
   if (__builtin_add_overflow(base, add, &sum)) {
     return add > 0 ? Max() : Min();

@@ -46,7 +46,9 @@ class MonoTime {
   bool IsMax() const { return tp_ == Clock::time_point::max(); }
 
   MonoTime operator+(MonoDelta d) const;
-  MonoTime operator-(MonoDelta d) const { return *this + MonoDelta::FromNanoseconds(-d.ToNanoseconds()); }
+  MonoTime operator-(MonoDelta d) const {
+    return *this + MonoDelta::FromNanoseconds(-d.ToNanoseconds());
+  }
   MonoDelta operator-(MonoTime o) const;
   auto operator<=>(const MonoTime&) const = default;
 

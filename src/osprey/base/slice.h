@@ -13,10 +13,11 @@ class Slice {
  public:
   constexpr Slice() = default;
   constexpr Slice(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  Slice(const char* data, size_t size) : data_(reinterpret_cast<const uint8_t*>(data)), size_(size) {}
-  Slice(const std::string& s) : Slice(s.data(), s.size()) {}        // NOLINT: implicit on purpose
-  Slice(std::string_view s) : Slice(s.data(), s.size()) {}          // NOLINT
-  Slice(const char* s) : Slice(s, std::strlen(s)) {}                 // NOLINT
+  Slice(const char* data, size_t size)
+      : data_(reinterpret_cast<const uint8_t*>(data)), size_(size) {}
+  Slice(const std::string& s) : Slice(s.data(), s.size()) {}  // NOLINT: implicit on purpose
+  Slice(std::string_view s) : Slice(s.data(), s.size()) {}    // NOLINT
+  Slice(const char* s) : Slice(s, std::strlen(s)) {}          // NOLINT
 
   const uint8_t* data() const { return data_; }
   const char* cdata() const { return reinterpret_cast<const char*>(data_); }
@@ -24,7 +25,10 @@ class Slice {
   bool empty() const { return size_ == 0; }
   uint8_t operator[](size_t i) const { return data_[i]; }
 
-  void remove_prefix(size_t n) { data_ += n; size_ -= n; }
+  void remove_prefix(size_t n) {
+    data_ += n;
+    size_ -= n;
+  }
   void truncate(size_t n) { size_ = n; }
   Slice sub(size_t pos, size_t len) const { return Slice(data_ + pos, len); }
   bool starts_with(Slice prefix) const {

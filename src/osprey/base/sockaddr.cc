@@ -37,7 +37,8 @@ Status Sockaddr::Parse(std::string_view host_port, Sockaddr* out) {
   if (host_port.front() == '[') {
     size_t close = host_port.find(']');
     if (close == std::string_view::npos) {
-      return Status::InvalidArgument("invalid address '" + input + "': missing ']' after IPv6 host");
+      return Status::InvalidArgument("invalid address '" + input +
+                                     "': missing ']' after IPv6 host");
     }
     host = host_port.substr(1, close - 1);
     if (close + 1 >= host_port.size() || host_port[close + 1] != ':') {
@@ -83,7 +84,8 @@ Status Sockaddr::Parse(std::string_view host_port, Sockaddr* out) {
 }
 
 uint16_t Sockaddr::port() const {
-  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
+  if (family() == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
   return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
 }
 
@@ -106,9 +108,11 @@ bool Sockaddr::IsLoopback() const {
 std::string Sockaddr::host() const {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, buf, sizeof(buf));
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, buf,
+              sizeof(buf));
   } else {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage_)->sin_addr, buf, sizeof(buf));
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage_)->sin_addr, buf,
+              sizeof(buf));
   }
   return buf;
 }

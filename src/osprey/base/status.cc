@@ -14,18 +14,30 @@ const std::string& Status::message() const {
 
 const char* Status::CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kNetworkError: return "Network error";
-    case Code::kTimedOut: return "Timed out";
-    case Code::kAborted: return "Aborted";
-    case Code::kRemoteError: return "Remote error";
-    case Code::kInvalidArgument: return "Invalid argument";
-    case Code::kCorruption: return "Corruption";
-    case Code::kServiceUnavailable: return "Service unavailable";
-    case Code::kNotAuthorized: return "Not authorized";
-    case Code::kIllegalState: return "Illegal state";
-    case Code::kNotFound: return "Not found";
-    case Code::kIOError: return "IO error";
+    case Code::kOk:
+      return "OK";
+    case Code::kNetworkError:
+      return "Network error";
+    case Code::kTimedOut:
+      return "Timed out";
+    case Code::kAborted:
+      return "Aborted";
+    case Code::kRemoteError:
+      return "Remote error";
+    case Code::kInvalidArgument:
+      return "Invalid argument";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kServiceUnavailable:
+      return "Service unavailable";
+    case Code::kNotAuthorized:
+      return "Not authorized";
+    case Code::kIllegalState:
+      return "Illegal state";
+    case Code::kNotFound:
+      return "Not found";
+    case Code::kIOError:
+      return "IO error";
   }
   return "Unknown";
 }

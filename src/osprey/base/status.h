@@ -28,10 +28,10 @@ class Status {
   Status() = default;  // OK
   static Status OK() { return Status(); }
 
-#define OSPREY_STATUS_FACTORY(Name)                                    \
-  static Status Name(std::string_view msg, int posix_errno = 0) {      \
-    return Status(Code::k##Name, msg, posix_errno);                    \
-  }                                                                    \
+#define OSPREY_STATUS_FACTORY(Name)                               \
+  static Status Name(std::string_view msg, int posix_errno = 0) { \
+    return Status(Code::k##Name, msg, posix_errno);               \
+  }                                                               \
   bool Is##Name() const { return code() == Code::k##Name; }
   OSPREY_STATUS_FACTORY(NetworkError)
   OSPREY_STATUS_FACTORY(TimedOut)
@@ -59,9 +59,7 @@ class Status {
   // A copy whose message is "<prefix>: <message>".
   Status CloneAndPrepend(std::string_view prefix) const;
 
-  bool operator==(const Status& o) const {
-    return code() == o.code() && message() == o.message();
-  }
+  bool operator==(const Status& o) const { return code() == o.code() && message() == o.message(); }
 
  private:
   Status(Code code, std::string_view msg, int posix_errno);
@@ -76,8 +74,8 @@ class Status {
 
 }  // namespace osprey
 
-#define OSPREY_RETURN_NOT_OK(expr)          \
-  do {                                      \
-    ::osprey::Status _s = (expr);           \
-    if (!_s.ok()) return _s;                \
+#define OSPREY_RETURN_NOT_OK(expr) \
+  do {                             \
+    ::osprey::Status _s = (expr);  \
+    if (!_s.ok()) return _s;       \
   } while (0)

@@ -75,8 +75,8 @@ class OspreyGenerator : public CodeGenerator {
       }
     }
     std::string base = StripProto(file->name());
-    std::vector<std::string> ns = file->package().empty() ? std::vector<std::string>()
-                                                          : Split(file->package(), '.');
+    std::vector<std::string> ns =
+        file->package().empty() ? std::vector<std::string>() : Split(file->package(), '.');
     {
       std::unique_ptr<ZeroCopyOutputStream> out(context->Open(base + ".osprey.h"));
       Printer p(out.get(), '$');
@@ -127,9 +127,9 @@ class OspreyGenerator : public CodeGenerator {
           "name", svc->name(), "full", svc->full_name());
       for (int j = 0; j < svc->method_count(); ++j) {
         const MethodDescriptor* m = svc->method(j);
-        p->Print("  virtual void $m$(const $req$* req, $resp$* resp, ::osprey::RpcContext* ctx) = 0;\n",
-                 "m", m->name(), "req", CppType(m->input_type()), "resp",
-                 CppType(m->output_type()));
+        p->Print(
+            "  virtual void $m$(const $req$* req, $resp$* resp, ::osprey::RpcContext* ctx) = 0;\n",
+            "m", m->name(), "req", CppType(m->input_type()), "resp", CppType(m->output_type()));
       }
       p->Print("};\n\n");
       p->Print(
@@ -177,7 +177,8 @@ class OspreyGenerator : public CodeGenerator {
         p->Print(
             "  RegisterMethod(::osprey::ServiceMethod{\n"
             "      \"$m$\", &$req$::default_instance(), &$resp$::default_instance(),\n"
-            "      [this](const ::google::protobuf::Message* req, ::google::protobuf::Message* resp,\n"
+            "      [this](const ::google::protobuf::Message* req, ::google::protobuf::Message* "
+            "resp,\n"
             "             ::osprey::RpcContext* ctx) {\n"
             "        $m$(static_cast<const $req$*>(req), static_cast<$resp$*>(resp), ctx);\n"
             "      }});\n",
@@ -187,7 +188,8 @@ class OspreyGenerator : public CodeGenerator {
       p->Print(
           "$name$Proxy::$name$Proxy(std::shared_ptr<::osprey::Messenger> messenger,\n"
           "    const ::osprey::Sockaddr& remote)\n"
-          "    : ::osprey::Proxy(std::move(messenger), remote, $name$If::static_service_name()) {}\n\n"
+          "    : ::osprey::Proxy(std::move(messenger), remote, $name$If::static_service_name()) "
+          "{}\n\n"
           "$name$Proxy::~$name$Proxy() = default;\n\n",
           "name", svc->name());
       for (int j = 0; j < svc->method_count(); ++j) {
@@ -195,12 +197,14 @@ class OspreyGenerator : public CodeGenerator {
         p->Print(
             "::osprey::Status $name$Proxy::$m$(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl) {\n"
-            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), \"$m$\");\n"
+            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
+            "\"$m$\");\n"
             "  return SyncRequest(kMethod, req, resp, ctl);\n"
             "}\n\n"
             "void $name$Proxy::$m$Async(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) {\n"
-            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), \"$m$\");\n"
+            "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
+            "\"$m$\");\n"
             "  AsyncRequest(kMethod, req, resp, ctl, std::move(cb));\n"
             "}\n\n",
             "name", svc->name(), "m", m->name(), "req", CppType(m->input_type()), "resp",

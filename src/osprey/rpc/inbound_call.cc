@@ -4,8 +4,7 @@
 
 namespace osprey {
 
-InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn,
-                         wire::InboundRequest frame)
+InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequest frame)
     : conn_(std::move(conn)),
       frame_(std::move(frame)),
       received_at_(conn_->reactor()->loop_time()) {
@@ -19,8 +18,8 @@ void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,
   // is_error is written even when false: Kudu does, and we match it byte
   // for byte.
   std::unique_ptr<wire::OutboundFrame> frame;
-  Status s = wire::OutboundFrame::EncodeResponse(call_id(), false, response, std::move(sidecars),
-                                                 &frame);
+  Status s =
+      wire::OutboundFrame::EncodeResponse(call_id(), false, response, std::move(sidecars), &frame);
   if (!s.ok()) {
     RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION,
                    s.CloneAndPrepend("response could not be sent"));

@@ -4,11 +4,11 @@
 // sent from any thread and goes back to the connection's reactor.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message.h>
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"

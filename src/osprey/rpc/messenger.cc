@@ -79,8 +79,7 @@ Status Messenger::Start() {
 }
 
 transport::Reactor* Messenger::NextServerReactor() {
-  return reactors_[next_server_reactor_.fetch_add(1, std::memory_order_relaxed) %
-                   reactors_.size()]
+  return reactors_[next_server_reactor_.fetch_add(1, std::memory_order_relaxed) % reactors_.size()]
       .get();
 }
 
@@ -184,10 +183,10 @@ void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& 
   }
   const ServiceMethod* method = pool->service()->FindMethod(call->remote_method().method_name());
   if (method == nullptr) {
-    call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD,
-                         Status::NotFound("service " + std::string(service_name) +
-                                          " has no method " +
-                                          std::string(call->remote_method().method_name())));
+    call->RespondFailure(
+        wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD,
+        Status::NotFound("service " + std::string(service_name) + " has no method " +
+                         std::string(call->remote_method().method_name())));
     return;
   }
   call->set_method(method);

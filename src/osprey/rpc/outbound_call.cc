@@ -23,8 +23,7 @@ std::string OutboundCall::Describe() const {
   return method_->service() + "." + method_->method() + " RPC";
 }
 
-Status OutboundCall::BuildRequestFrame(int32_t call_id,
-                                       std::unique_ptr<wire::OutboundFrame>* out) {
+Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) {
   uint32_t timeout_ms = 0;  // none
   if (!deadline().IsMax()) {
     int64_t ms = (deadline() - LoopTime()).ToMilliseconds();
@@ -60,10 +59,10 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
     return;
   }
   if (!response_->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-    Complete(Status::IOError(Describe() + ": response does not parse as " +
-                             response_->GetTypeName() + ": " +
-                             response_->InitializationErrorString()),
-             nullptr, nullptr, {});
+    Complete(
+        Status::IOError(Describe() + ": response does not parse as " + response_->GetTypeName() +
+                        ": " + response_->InitializationErrorString()),
+        nullptr, nullptr, {});
     return;
   }
   Complete(Status::OK(), nullptr, std::move(frame.storage), std::move(frame.sidecars));
@@ -72,8 +71,7 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
 void OutboundCall::OnFailure(const Status& status) { Complete(status, nullptr, nullptr, {}); }
 
 void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
-                            std::shared_ptr<const uint8_t[]> storage,
-                            std::vector<Slice> sidecars) {
+                            std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
   ResponseCallback cb = std::move(callback_);
@@ -84,8 +82,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
 void OutboundCall::Cancel() {
   transport::Reactor* r = cancel_reactor_.load();
   if (r == nullptr) return;
-  r->AbortCall(shared_from_this(),
-               Status::Aborted(Describe() + " cancelled"));
+  r->AbortCall(shared_from_this(), Status::Aborted(Describe() + " cancelled"));
 }
 
 }  // namespace osprey

@@ -4,12 +4,12 @@
 // completes it exactly once and runs the callback there.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message.h>
 
 #include "osprey/rpc/remote_method.h"
 #include "osprey/transport/client_call.h"

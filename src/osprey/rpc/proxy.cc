@@ -8,8 +8,7 @@
 
 namespace osprey {
 
-Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote,
-             std::string service_name)
+Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::string service_name)
     : messenger_(std::move(messenger)),
       remote_(remote),
       service_name_(std::move(service_name)),
@@ -32,16 +31,15 @@ void Proxy::AsyncRequest(const RemoteMethod& method, const google::protobuf::Mes
 }
 
 void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
-                      const google::protobuf::Message& request,
-                      google::protobuf::Message* response, RpcController* controller,
-                      ResponseCallback callback) const {
+                      const google::protobuf::Message& request, google::protobuf::Message* response,
+                      RpcController* controller, ResponseCallback callback) const {
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
   call->set_sidecars(controller->StartCall(call));
   if (!request.IsInitialized()) {
-    call->FailUnsent(Status::InvalidArgument("request for " + method->service() + "." +
-                                             method->method() + " lacks required fields: " +
-                                             request.InitializationErrorString()));
+    call->FailUnsent(
+        Status::InvalidArgument("request for " + method->service() + "." + method->method() +
+                                " lacks required fields: " + request.InitializationErrorString()));
     return;
   }
   messenger_->QueueCall(remote_, user_, std::move(call));
@@ -51,8 +49,9 @@ template <class M>
 Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
                       google::protobuf::Message* response, RpcController* controller) const {
   if (transport::Reactor::OnAnyReactorThread()) {
-    return Status::IllegalState("a synchronous call from a reactor thread would deadlock; use "
-                                "the async call in callbacks");
+    return Status::IllegalState(
+        "a synchronous call from a reactor thread would deadlock; use "
+        "the async call in callbacks");
   }
   CountDownLatch done(1);
   AsyncRequest(method, request, response, controller, [&done] { done.CountDown(); });
@@ -61,14 +60,12 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
 }
 
 Status Proxy::SyncRequest(const std::string& method, const google::protobuf::Message& request,
-                          google::protobuf::Message* response,
-                          RpcController* controller) const {
+                          google::protobuf::Message* response, RpcController* controller) const {
   return WaitFor(method, request, response, controller);
 }
 
 Status Proxy::SyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
-                          google::protobuf::Message* response,
-                          RpcController* controller) const {
+                          google::protobuf::Message* response, RpcController* controller) const {
   return WaitFor(method, request, response, controller);
 }
 

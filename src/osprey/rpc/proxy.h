@@ -3,11 +3,11 @@
 // may share one proxy; each call needs its own RpcController.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <google/protobuf/message.h>
 
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"

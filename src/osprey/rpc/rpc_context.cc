@@ -28,8 +28,7 @@ void RpcContext::RespondFailure(const Status& status) {
   RespondRpcFailure(wire::ErrorStatusPB::ERROR_APPLICATION, status);
 }
 
-void RpcContext::RespondRpcFailure(wire::ErrorStatusPB::RpcErrorCodePB code,
-                                   const Status& status) {
+void RpcContext::RespondRpcFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) {
   call_->RespondFailure(code, status);
   delete this;
 }
@@ -53,9 +52,7 @@ Status RpcContext::AddOutboundSidecar(std::string data, int* idx) {
   return Status::OK();
 }
 
-int RpcContext::num_inbound_sidecars() const {
-  return static_cast<int>(call_->sidecars().size());
-}
+int RpcContext::num_inbound_sidecars() const { return static_cast<int>(call_->sidecars().size()); }
 
 Status RpcContext::GetInboundSidecar(int idx, Slice* out) const {
   if (idx < 0 || static_cast<size_t>(idx) >= call_->sidecars().size()) {

@@ -4,11 +4,11 @@
 // returns; that call deletes the context, so touch nothing of it after.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message.h>
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/slice.h"
@@ -22,8 +22,7 @@ class InboundCall;
 
 class RpcContext {
  public:
-  RpcContext(std::unique_ptr<InboundCall> call,
-             std::unique_ptr<google::protobuf::Message> request,
+  RpcContext(std::unique_ptr<InboundCall> call, std::unique_ptr<google::protobuf::Message> request,
              std::unique_ptr<google::protobuf::Message> response);
   ~RpcContext();
 

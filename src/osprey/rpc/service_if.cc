@@ -28,10 +28,10 @@ void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
     return;
   }
   if (!req->IsInitialized()) {
-    call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
-                         Status::InvalidArgument("request for " + service_name() + "." + m->name +
-                                                 " lacks required fields: " +
-                                                 req->InitializationErrorString()));
+    call->RespondFailure(
+        wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
+        Status::InvalidArgument("request for " + service_name() + "." + m->name +
+                                " lacks required fields: " + req->InitializationErrorString()));
     return;
   }
   std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());

@@ -4,13 +4,13 @@
 // constructor and read-only afterwards, so any thread may look them up.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-
-#include <google/protobuf/message.h>
 
 namespace osprey {
 

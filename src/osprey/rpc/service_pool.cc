@@ -54,11 +54,10 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
       return;
     }
     if (queue_.size() >= options_.queue_length) {
-      call->RespondFailure(
-          wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-          Status::ServiceUnavailable("the service queue of " + service_->service_name() +
-                                     " is full (" + std::to_string(options_.queue_length) +
-                                     " calls); try again later"));
+      call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+                           Status::ServiceUnavailable(
+                               "the service queue of " + service_->service_name() + " is full (" +
+                               std::to_string(options_.queue_length) + " calls); try again later"));
       return;
     }
     queue_.push_back(std::move(call));

@@ -1,8 +1,7 @@
 #include "osprey/transport/acceptor.h"
 
-#include <sys/epoll.h>
-
 #include <glog/logging.h>
+#include <sys/epoll.h>
 
 #include <cerrno>
 
@@ -31,9 +30,7 @@ Status Acceptor::Listen(const Sockaddr& addr, Socket* listener, Sockaddr* bound)
   return Status::OK();
 }
 
-Status Acceptor::Start() {
-  return reactor_->AddFd(listener_.fd(), EPOLLIN, this);
-}
+Status Acceptor::Start() { return reactor_->AddFd(listener_.fd(), EPOLLIN, this); }
 
 void Acceptor::Stop() {
   if (!listener_.is_open()) return;
@@ -76,8 +73,7 @@ void Acceptor::HandleEvents(uint32_t) {
     }
     Status ns = conn.SetNoDelay(true);
     if (!ns.ok()) {
-      VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": "
-              << ns.ToString();
+      VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": " << ns.ToString();
       continue;
     }
     Reactor* target = pick_reactor_();

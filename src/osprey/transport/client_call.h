@@ -25,8 +25,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual ~ClientCall() = default;
 
   // Serializes the request frame with the call id the connection chose.
-  virtual Status BuildRequestFrame(int32_t call_id,
-                                   std::unique_ptr<wire::OutboundFrame>* out) = 0;
+  virtual Status BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) = 0;
   // Exactly one of these two runs, once, on the reactor thread.
   virtual void OnResponse(wire::InboundResponse frame) = 0;
   virtual void OnFailure(const Status& status) = 0;

@@ -1,9 +1,8 @@
 #include "osprey/transport/connection.h"
 
+#include <glog/logging.h>
 #include <limits.h>
 #include <sys/epoll.h>
-
-#include <glog/logging.h>
 
 #include "osprey/transport/negotiation.h"
 #include "osprey/wire/connection_header.h"
@@ -62,8 +61,8 @@ Status Connection::Start(bool connect_in_progress) {
   epollout_ = connect_in_progress;
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), events, this));
   std::weak_ptr<Connection> weak = shared_from_this();
-  negotiation_timer_ = reactor_->ScheduleTimer(
-      MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
+  negotiation_timer_ =
+      reactor_->ScheduleTimer(MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
         if (auto c = weak.lock()) {
           c->negotiation_timer_ = {};
           c->OnNegotiationTimeout();
@@ -84,8 +83,7 @@ void Connection::OnNegotiationTimeout() {
 void Connection::OnConnected() {
   Status s = socket_.GetSocketError();
   if (!s.ok()) {
-    Shutdown(Status::NetworkError("connect to " + remote_.ToString() + " failed: " +
-                                  s.ToString()));
+    Shutdown(Status::NetworkError("connect to " + remote_.ToString() + " failed: " + s.ToString()));
     return;
   }
   state_ = State::kAwaitingNegotiate;
@@ -206,7 +204,8 @@ Status Connection::HandleResponseFrame(wire::InboundResponse frame) {
   if (id < 0) {
     ErrorStatusPB err;
     if (frame.header.is_error() &&
-        err.ParseFromArray(frame.main_message.data(), static_cast<int>(frame.main_message.size()))) {
+        err.ParseFromArray(frame.main_message.data(),
+                           static_cast<int>(frame.main_message.size()))) {
       return Status::NetworkError("server closed the connection: " + err.message() + " (" +
                                   ErrorStatusPB::RpcErrorCodePB_Name(err.code()) + ")");
     }
@@ -458,10 +457,10 @@ void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
   outbound_bytes_ += frame->total_size();
   outbound_.push_back(std::move(frame));
   if (outbound_bytes_ > reactor_->options().max_outbound_queue_bytes) {
-    Status s = Status::NetworkError(
-        ToString() + ": peer is not reading; " + std::to_string(outbound_bytes_) +
-        " bytes queued exceed the limit of " +
-        std::to_string(reactor_->options().max_outbound_queue_bytes));
+    Status s = Status::NetworkError(ToString() + ": peer is not reading; " +
+                                    std::to_string(outbound_bytes_) +
+                                    " bytes queued exceed the limit of " +
+                                    std::to_string(reactor_->options().max_outbound_queue_bytes));
     LOG(WARNING) << s.ToString();
     Shutdown(s);
     return;

@@ -35,8 +35,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
  public:
   enum class Role { kClient, kServer };
 
-  Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
-             std::string user);
+  Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote, std::string user);
   ~Connection() override;
 
   Role role() const { return role_; }
@@ -76,17 +75,19 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void HandleEvents(uint32_t epoll_events) override;
   void Flush();
   bool IdleSince(MonoTime cutoff) const;
-  size_t calls_in_flight() const { return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size(); }
+  size_t calls_in_flight() const {
+    return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size();
+  }
 
  private:
   enum class State {
-    kConnecting,               // client: TCP connect in progress
-    kAwaitingConnectionHeader, // server
-    kAwaitingNegotiate,        // both: NEGOTIATE sent (client) / expected (server)
-    kAwaitingSasl,             // both: SASL_INITIATE sent (client) / expected (server)
-    kAwaitingContext,          // server: connection context expected
+    kConnecting,                // client: TCP connect in progress
+    kAwaitingConnectionHeader,  // server
+    kAwaitingNegotiate,         // both: NEGOTIATE sent (client) / expected (server)
+    kAwaitingSasl,              // both: SASL_INITIATE sent (client) / expected (server)
+    kAwaitingContext,           // server: connection context expected
     kOpen,
-    kClosingAfterFlush,        // server: a fatal error is queued, then close
+    kClosingAfterFlush,  // server: a fatal error is queued, then close
     kClosed,
   };
 
@@ -103,8 +104,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void QueueMessage(Header* header, const google::protobuf::MessageLite& body);
   void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame);
   // Server: answers with a fatal error, then closes once it is sent.
-  void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code,
-                      const Status& why);
+  void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why);
   void UpdateEpollInterest();
   void OnNegotiationTimeout();
   std::string ToString() const;

@@ -9,9 +9,7 @@ using wire::NegotiatePB;
 namespace {
 constexpr const char* kPlain = "PLAIN";
 
-std::string StepName(const NegotiatePB& pb) {
-  return NegotiatePB::NegotiateStep_Name(pb.step());
-}
+std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 }  // namespace
 
 NegotiatePB ClientNegotiateRequest() {
@@ -22,8 +20,7 @@ NegotiatePB ClientNegotiateRequest() {
   return pb;
 }
 
-Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user,
-                          NegotiatePB* out) {
+Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user, NegotiatePB* out) {
   if (server.step() != NegotiatePB::NEGOTIATE) {
     return Status::NetworkError("negotiation: expected NEGOTIATE from server, got " +
                                 StepName(server));
@@ -32,8 +29,9 @@ Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user,
     return Status::NotAuthorized("negotiation: server chose more than one authentication type");
   }
   if (server.authn_types_size() == 1 && !server.authn_types(0).has_sasl()) {
-    return Status::NotAuthorized("negotiation: server chose an authentication type other than "
-                                 "SASL, which this client does not support");
+    return Status::NotAuthorized(
+        "negotiation: server chose an authentication type other than "
+        "SASL, which this client does not support");
   }
   bool plain = false;
   for (const auto& m : server.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
@@ -71,15 +69,17 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, NegotiatePB* answer) {
   bool sasl = client.authn_types_size() == 0;  // no list: SASL is implied
   for (const auto& t : client.authn_types()) sasl |= t.has_sasl();
   if (!sasl) {
-    return Status::NotAuthorized("negotiation: client offers no authentication type this "
-                                 "server supports (only SASL)");
+    return Status::NotAuthorized(
+        "negotiation: client offers no authentication type this "
+        "server supports (only SASL)");
   }
   if (client.sasl_mechanisms_size() > 0) {
     bool plain = false;
     for (const auto& m : client.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
     if (!plain) {
-      return Status::NotAuthorized("negotiation: client offers no SASL mechanism this server "
-                                   "supports (only PLAIN)");
+      return Status::NotAuthorized(
+          "negotiation: client offers no SASL mechanism this server "
+          "supports (only PLAIN)");
     }
   }
   answer->Clear();
@@ -94,14 +94,14 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, NegotiatePB* answer) {
   return Status::OK();
 }
 
-Status ServerAnswerSaslInitiate(const NegotiatePB& client, std::string* user,
-                                NegotiatePB* answer) {
+Status ServerAnswerSaslInitiate(const NegotiatePB& client, std::string* user, NegotiatePB* answer) {
   if (client.step() != NegotiatePB::SASL_INITIATE) {
     return Status::Corruption("negotiation: expected SASL_INITIATE, got " + StepName(client));
   }
   if (client.sasl_mechanisms_size() != 1 || client.sasl_mechanisms(0).mechanism() != kPlain) {
-    return Status::NotAuthorized("negotiation: SASL_INITIATE must name exactly one mechanism, "
-                                 "PLAIN");
+    return Status::NotAuthorized(
+        "negotiation: SASL_INITIATE must name exactly one mechanism, "
+        "PLAIN");
   }
   wire::SaslPlainCredentials creds;
   Status s = wire::DecodeSaslPlain(client.token(), &creds);

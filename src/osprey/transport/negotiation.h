@@ -31,8 +31,7 @@ wire::ConnectionContextPB ClientConnectionContext(const std::string& user);
 // left out, this server has none), mechanism PLAIN, and the sasl type when
 // the client listed authentication types. NotAuthorized when the client
 // offers no type this server accepts; Corruption for a wrong step.
-Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate,
-                             wire::NegotiatePB* answer);
+Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate, wire::NegotiatePB* answer);
 
 // Server: checks SASL_INITIATE with PLAIN, sets *user to the authcid and
 // builds the SASL_SUCCESS answer. NotAuthorized for another mechanism.

@@ -1,9 +1,8 @@
 #include "osprey/transport/reactor.h"
 
+#include <glog/logging.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-#include <glog/logging.h>
 
 #include <cerrno>
 
@@ -18,8 +17,7 @@ thread_local bool tls_on_reactor = false;
 
 bool Reactor::OnAnyReactorThread() { return tls_on_reactor; }
 
-Reactor::Reactor(std::string name, const ConnectionOptions& options,
-                 InboundCallHandler* handler)
+Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler)
     : name_(std::move(name)), options_(options), handler_(handler) {}
 
 Reactor::~Reactor() {

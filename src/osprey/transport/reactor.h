@@ -56,7 +56,6 @@ struct ConnectionKeyHash {
 
 class Reactor {
  public:
-
   Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler);
   ~Reactor();
   Reactor(const Reactor&) = delete;

@@ -8,7 +8,7 @@ namespace {
 constexpr char kMagic[4] = {'h', 'r', 'p', 'c'};
 
 bool LooksLikeHttp(Slice b) {
-  static const char* const kMethods[] = {"GET ",  "POST ",   "HEAD ",  "PUT ",  "DELETE ",
+  static const char* const kMethods[] = {"GET ",     "POST ",  "HEAD ",    "PUT ",  "DELETE ",
                                          "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "};
   for (const char* m : kMethods) {
     size_t n = std::min(b.size(), std::strlen(m));

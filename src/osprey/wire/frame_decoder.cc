@@ -150,7 +150,8 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
                               std::to_string(in.size()) + " bytes left in the frame");
   }
   if (!out->header.ParsePartialFromArray(in.data(), static_cast<int>(header_len))) {
-    return Status::Corruption(std::string("frame header does not parse as ") + HeaderTypeName(out->header));
+    return Status::Corruption(std::string("frame header does not parse as ") +
+                              HeaderTypeName(out->header));
   }
   if (!out->header.IsInitialized()) {
     return Status::Corruption("frame header lacks required fields: " +
@@ -161,9 +162,8 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
   s = ReadVarint32(&in, &body_len);
   if (!s.ok()) return s.CloneAndPrepend("bad body length");
   if (body_len != in.size()) {
-    return Status::Corruption("frame sizes do not add up: body length " +
-                              std::to_string(body_len) + " but " + std::to_string(in.size()) +
-                              " bytes remain in the frame");
+    return Status::Corruption("frame sizes do not add up: body length " + std::to_string(body_len) +
+                              " but " + std::to_string(in.size()) + " bytes remain in the frame");
   }
   const auto& offsets = out->header.sidecar_offsets();
   if (offsets.empty()) {

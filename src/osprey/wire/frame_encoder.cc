@@ -1,9 +1,9 @@
 #include "osprey/wire/frame_encoder.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <cstring>
 #include <limits>
-
-#include <google/protobuf/io/coded_stream.h>
 
 #include "osprey/wire/rpc_header.pb.h"
 
@@ -18,21 +18,13 @@ uint8_t* WriteVarint32(uint32_t v, uint8_t* p) {
 
 }  // namespace
 
-template <class Header>
-Status OutboundFrame::Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
-                            std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst) {
+Status OutboundFrame::LayOut(std::string_view header, size_t main_len, uint64_t body_len,
+                             std::vector<std::string> sidecars, std::unique_ptr<OutboundFrame>* out,
+                             uint8_t** main_dst) {
   constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
-  header->clear_sidecar_offsets();
-  uint64_t body_len = main_len;
-  for (const auto& sc : sidecars) {
-    if (body_len > kMax) break;
-    header->add_sidecar_offsets(static_cast<uint32_t>(body_len));
-    body_len += sc.size();
-  }
-  size_t header_len = header->ByteSizeLong();
-  uint64_t total = uint64_t{CodedOutputStream::VarintSize32(static_cast<uint32_t>(header_len))} +
-                   header_len + CodedOutputStream::VarintSize32(static_cast<uint32_t>(body_len)) +
-                   body_len;
+  uint64_t total = uint64_t{CodedOutputStream::VarintSize32(static_cast<uint32_t>(header.size()))} +
+                   header.size() +
+                   CodedOutputStream::VarintSize32(static_cast<uint32_t>(body_len)) + body_len;
   if (body_len > kMax || total > kMax) {
     return Status::InvalidArgument("frame of " + std::to_string(total) +
                                    " bytes does not fit a 32-bit frame length");
@@ -45,14 +37,30 @@ Status OutboundFrame::Build(Header* header, size_t main_len, std::vector<std::st
   p[1] = static_cast<uint8_t>(t >> 16);
   p[2] = static_cast<uint8_t>(t >> 8);
   p[3] = static_cast<uint8_t>(t);
-  p = WriteVarint32(static_cast<uint32_t>(header_len), p + 4);
-  p = header->SerializeWithCachedSizesToArray(p);
+  p = WriteVarint32(static_cast<uint32_t>(header.size()), p + 4);
+  std::memcpy(p, header.data(), header.size());
+  p += header.size();
   p = WriteVarint32(static_cast<uint32_t>(body_len), p);
   *main_dst = p;
   f->sidecars_ = std::move(sidecars);
   f->total_size_ = 4 + total;
   *out = std::move(f);
   return Status::OK();
+}
+
+template <class Header>
+Status OutboundFrame::Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
+                            std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst) {
+  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+  header->clear_sidecar_offsets();
+  uint64_t body_len = main_len;
+  for (const auto& sc : sidecars) {
+    if (body_len > kMax) break;
+    header->add_sidecar_offsets(static_cast<uint32_t>(body_len));
+    body_len += sc.size();
+  }
+  return LayOut(header->SerializeAsString(), main_len, body_len, std::move(sidecars), out,
+                main_dst);
 }
 
 template <class Header>
@@ -108,7 +116,6 @@ Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_
                                std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst) {
   constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
   std::string header_heap;
-  size_t header_len = header_fields.size();
   uint64_t body_len = main_len;
   if (!sidecars.empty()) {
     header_heap.assign(header_fields);
@@ -119,32 +126,8 @@ Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_
       body_len += sc.size();
     }
     header_fields = header_heap;
-    header_len = header_heap.size();
   }
-  uint64_t total = uint64_t{CodedOutputStream::VarintSize32(static_cast<uint32_t>(header_len))} +
-                   header_len + CodedOutputStream::VarintSize32(static_cast<uint32_t>(body_len)) +
-                   body_len;
-  if (body_len > kMax || total > kMax) {
-    return Status::InvalidArgument("frame of " + std::to_string(total) +
-                                   " bytes does not fit a 32-bit frame length");
-  }
-  std::unique_ptr<OutboundFrame> f(new OutboundFrame());
-  size_t prefix_len = total - (body_len - main_len) + 4;
-  auto* p = f->AllocatePrefix(prefix_len);
-  uint32_t t = static_cast<uint32_t>(total);
-  p[0] = static_cast<uint8_t>(t >> 24);
-  p[1] = static_cast<uint8_t>(t >> 16);
-  p[2] = static_cast<uint8_t>(t >> 8);
-  p[3] = static_cast<uint8_t>(t);
-  p = WriteVarint32(static_cast<uint32_t>(header_len), p + 4);
-  std::memcpy(p, header_fields.data(), header_len);
-  p += header_len;
-  p = WriteVarint32(static_cast<uint32_t>(body_len), p);
-  *main_dst = p;
-  f->sidecars_ = std::move(sidecars);
-  f->total_size_ = 4 + total;
-  *out = std::move(f);
-  return Status::OK();
+  return LayOut(header_fields, main_len, body_len, std::move(sidecars), out, main_dst);
 }
 
 Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
@@ -175,8 +158,8 @@ Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
   }
   std::string_view header(reinterpret_cast<const char*>(start), static_cast<size_t>(p - start));
   uint8_t* dst;
-  OSPREY_RETURN_NOT_OK(BuildRaw(header, kRequestSidecarOffsetsTag, main.size(),
-                                std::move(sidecars), out, &dst));
+  OSPREY_RETURN_NOT_OK(
+      BuildRaw(header, kRequestSidecarOffsetsTag, main.size(), std::move(sidecars), out, &dst));
   if (!main.empty()) std::memcpy(dst, main.data(), main.size());
   return Status::OK();
 }
@@ -191,8 +174,8 @@ Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
   header.push_back(is_error ? 1 : 0);
   size_t main_len = main.ByteSizeLong();
   uint8_t* dst;
-  OSPREY_RETURN_NOT_OK(BuildRaw(header, kResponseSidecarOffsetsTag, main_len,
-                                std::move(sidecars), out, &dst));
+  OSPREY_RETURN_NOT_OK(
+      BuildRaw(header, kResponseSidecarOffsetsTag, main_len, std::move(sidecars), out, &dst));
   main.SerializeWithCachedSizesToArray(dst);
   return Status::OK();
 }

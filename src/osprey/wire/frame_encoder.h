@@ -4,13 +4,12 @@
 // partial writev already sent. One thread at a time.
 #pragma once
 
+#include <google/protobuf/message_lite.h>
 #include <sys/uio.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message_lite.h>
 
 #include "osprey/base/slice.h"
 #include "osprey/base/status.h"
@@ -65,6 +64,11 @@ class OutboundFrame {
   static Status BuildRaw(std::string_view header, uint32_t offsets_tag, size_t main_len,
                          std::vector<std::string> sidecars, std::unique_ptr<OutboundFrame>* out,
                          uint8_t** main_dst);
+  // Writes the length, header and body length of a frame whose body is
+  // `body_len` bytes, `main_len` of them the main message.
+  static Status LayOut(std::string_view header, size_t main_len, uint64_t body_len,
+                       std::vector<std::string> sidecars, std::unique_ptr<OutboundFrame>* out,
+                       uint8_t** main_dst);
   template <class Header>
   static Status Build(Header* header, size_t main_len, std::vector<std::string> sidecars,
                       std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst);

@@ -1,10 +1,10 @@
 // The hand-parsed header views must read exactly what protobuf reads.
 #include "osprey/wire/header_view.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "osprey/wire/rpc_header.pb.h"
 
@@ -103,12 +103,12 @@ TEST(HeaderViewTest, MissingRequiredFields) {
 
 TEST(HeaderViewTest, MalformedBytesAreRefused) {
   const std::string cases[] = {
-      std::string("\x18", 1),                        // varint missing
+      std::string("\x18", 1),                                               // varint missing
       std::string("\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12),  // 11-byte varint
-      std::string("\x32\x05\x0a", 3),                // length past the end
-      std::string("\x1b", 1),                        // start group (wire type 3)
-      std::string("\x00\x01", 2),                    // field number 0
-      std::string("\x82\x01\x02\xff", 4),            // packed varint cut short
+      std::string("\x32\x05\x0a", 3),                                       // length past the end
+      std::string("\x1b", 1),              // start group (wire type 3)
+      std::string("\x00\x01", 2),          // field number 0
+      std::string("\x82\x01\x02\xff", 4),  // packed varint cut short
   };
   for (const auto& c : cases) {
     RequestHeaderView v;

@@ -35,11 +35,16 @@ class Reader {
     uint64_t v;
     std::string_view s;
     switch (wire_type) {
-      case 0: return Varint(&v);
-      case 1: return Advance(8);
-      case 2: return Bytes(&s);
-      case 5: return Advance(4);
-      default: return false;
+      case 0:
+        return Varint(&v);
+      case 1:
+        return Advance(8);
+      case 2:
+        return Bytes(&s);
+      case 5:
+        return Advance(4);
+      default:
+        return false;
     }
   }
   bool Tag(uint32_t* field, uint32_t* wire_type) {
@@ -131,8 +136,8 @@ bool RequestHeaderView::ParsePartialFromArray(const void* data, int size) {
 }
 
 bool RequestHeaderView::IsInitialized() const {
-  return has_call_id_ && (!has_remote_method_ || (remote_method_.has_service_name_ &&
-                                                  remote_method_.has_method_name_));
+  return has_call_id_ && (!has_remote_method_ ||
+                          (remote_method_.has_service_name_ && remote_method_.has_method_name_));
 }
 
 std::string RequestHeaderView::InitializationErrorString() const {
