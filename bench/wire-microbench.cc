@@ -121,4 +121,4 @@ BENCHMARK(BM_ReactorHandoff)->Arg(1)->Arg(64)->UseRealTime();
 }  // namespace
 }  // namespace osprey
 
-BENCHMARK_MAIN();
+BENCHMARK_MAIN();  // for both files of osprey-microbench
