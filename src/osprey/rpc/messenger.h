@@ -68,8 +68,10 @@ class Messenger : public transport::InboundCallHandler {
   int num_reactors() const { return static_cast<int>(reactors_.size()); }
 
   // Proxy: sends `call` over the connection to (remote, user).
+  // `sync`: the caller is about to block on the call; it may then send it
+  // itself if the connection's reactor is idle.
   void QueueCall(const Sockaddr& remote, const std::string& user,
-                 std::shared_ptr<OutboundCall> call);
+                 std::shared_ptr<OutboundCall> call, bool sync = false);
 
   // Reactor thread.
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,

@@ -1,5 +1,7 @@
 #include "osprey/rpc/proxy.h"
 
+#include <type_traits>
+
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/user.h"
 #include "osprey/rpc/messenger.h"
@@ -21,18 +23,20 @@ void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Mess
                          ResponseCallback callback) const {
   auto owned = std::make_unique<RemoteMethod>(service_name_, method);
   const RemoteMethod* m = owned.get();
-  StartCall(m, std::move(owned), request, response, controller, std::move(callback));
+  StartCall(m, std::move(owned), request, response, controller, std::move(callback),
+            /*sync=*/false);
 }
 
 void Proxy::AsyncRequest(const RemoteMethod& method, const google::protobuf::Message& request,
                          google::protobuf::Message* response, RpcController* controller,
                          ResponseCallback callback) const {
-  StartCall(&method, nullptr, request, response, controller, std::move(callback));
+  StartCall(&method, nullptr, request, response, controller, std::move(callback),
+            /*sync=*/false);
 }
 
 void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
                       const google::protobuf::Message& request, google::protobuf::Message* response,
-                      RpcController* controller, ResponseCallback callback) const {
+                      RpcController* controller, ResponseCallback callback, bool sync) const {
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
   call->set_sidecars(controller->StartCall(call));
@@ -42,7 +46,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                                 " lacks required fields: " + request.InitializationErrorString()));
     return;
   }
-  messenger_->QueueCall(remote_, user_, std::move(call));
+  messenger_->QueueCall(remote_, user_, std::move(call), sync);
 }
 
 template <class M>
@@ -53,8 +57,18 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         "a synchronous call from a reactor thread would deadlock; use "
         "the async call in callbacks");
   }
+  const RemoteMethod* m;
+  std::unique_ptr<RemoteMethod> owned;
+  if constexpr (std::is_same_v<M, RemoteMethod>) {
+    m = &method;
+  } else {
+    owned = std::make_unique<RemoteMethod>(service_name_, method);
+    m = owned.get();
+  }
   CountDownLatch done(1);
-  AsyncRequest(method, request, response, controller, [&done] { done.CountDown(); });
+  StartCall(
+      m, std::move(owned), request, response, controller, [&done] { done.CountDown(); },
+      /*sync=*/true);
   done.Wait();
   return controller->status();
 }

@@ -55,9 +55,11 @@ class Proxy {
   std::string service_name_;
   std::string user_;
 
+  // `sync`: the caller will block on the call, so it may send it itself
+  // when the reactor is idle (Reactor::TryRunHere).
   void StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
                  const google::protobuf::Message& request, google::protobuf::Message* response,
-                 RpcController* controller, ResponseCallback callback) const;
+                 RpcController* controller, ResponseCallback callback, bool sync) const;
   template <class M>
   Status WaitFor(const M& method, const google::protobuf::Message& request,
                  google::protobuf::Message* response, RpcController* controller) const;

@@ -363,7 +363,9 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  if (!server_call_ids_.insert(id).second) {
+  if (server_call_ids_.insert(id).second) {
+    server_calls_in_flight_.store(server_call_ids_.size(), std::memory_order_relaxed);
+  } else {
     Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
                                   " while a call with that id is in flight");
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
@@ -403,8 +405,12 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
 
 void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
                                std::unique_ptr<wire::OutboundFrame> frame) {
-  if (conn->reactor_->IsCurrentThread()) {
+  Reactor* r = conn->reactor_;
+  if (r->IsCurrentThread()) {
     DeliverResponse(conn.get(), call_id, std::move(frame));
+  } else if (conn->server_calls_in_flight_.load(std::memory_order_relaxed) <= 1 &&
+             r->TryRunHere([&] { DeliverResponse(conn.get(), call_id, std::move(frame)); })) {
+    // Written from this thread: the reactor slept and need not wake.
   } else {
     // False: the reactor has shut down and the response is dropped.
     conn->reactor_->ScheduleResponse(conn, call_id, std::move(frame));
@@ -416,6 +422,7 @@ void Connection::DeliverResponse(Connection* conn, int32_t call_id,
   conn->reactor_->AssertCurrentThread();
   if (conn->state_ == State::kClosed) return;
   conn->server_call_ids_.erase(call_id);
+  conn->server_calls_in_flight_.store(conn->server_call_ids_.size(), std::memory_order_relaxed);
   if (conn->state_ == State::kClosingAfterFlush) return;
   conn->QueueFrame(std::move(frame));
 }

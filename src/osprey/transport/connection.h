@@ -139,6 +139,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
 
   // Server side: calls received whose response has not yet been queued.
   std::unordered_set<int32_t> server_call_ids_;
+  // server_call_ids_.size(), readable from workers: a response written by
+  // its worker (Reactor::TryRunHere) pays off only when no other call of
+  // the connection could share its writev.
+  std::atomic<size_t> server_calls_in_flight_{0};
 
   TimerId negotiation_timer_;
   std::shared_ptr<std::atomic<int64_t>> open_counter_;

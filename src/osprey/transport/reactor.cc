@@ -13,7 +13,45 @@ namespace osprey::transport {
 
 namespace {
 thread_local bool tls_on_reactor = false;
+thread_local const Reactor* tls_borrowed = nullptr;
 }  // namespace
+
+bool Reactor::BorrowedHere() const { return tls_borrowed == this; }
+
+bool Reactor::BeginBorrow() {
+  if (closing() || !sleeping_.load() || tls_on_reactor || tls_borrowed != nullptr) return false;
+  if (!loop_mu_.TryLock()) return false;
+  if (closing()) {
+    loop_mu_.Unlock();
+    return false;
+  }
+  tls_borrowed = this;
+  loop_time_ = MonoTime::Now();
+  return true;
+}
+
+void Reactor::EndBorrow() {
+  FlushRequested();
+  bool wake = !timers_.empty() && timers_.begin()->first.when < planned_wake_;
+  {
+    MutexLock l(task_mu_);
+    wake |= !inbox_.empty();
+  }
+  tls_borrowed = nullptr;
+  loop_mu_.Unlock();
+  // Closed connections stay in closed_conns_ for the reactor to free: the
+  // events it may be holding from its last epoll_wait can still name them.
+  if (wake) Wake();
+}
+
+void Reactor::FlushRequested() {
+  // One writev per connection however many frames were queued.
+  while (!flush_list_.empty()) {
+    std::vector<Connection*> to_flush;
+    to_flush.swap(flush_list_);
+    for (Connection* c : to_flush) c->Flush();
+  }
+}
 
 bool Reactor::OnAnyReactorThread() { return tls_on_reactor; }
 
@@ -204,6 +242,7 @@ void Reactor::Loop() {
   thread_id_.store(std::this_thread::get_id());
   tls_on_reactor = true;
   std::vector<epoll_event> events(256);
+  loop_mu_.Lock();
   while (true) {
     int timeout = NextTimeoutMillis();
     bool shutdown = false;
@@ -214,8 +253,11 @@ void Reactor::Loop() {
       shutdown = shutdown_requested_;
     }
     if (shutdown) break;
+    planned_wake_ = MonoTime::Now() + MonoDelta::FromMilliseconds(timeout);
+    loop_mu_.Unlock();
     int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     sleeping_.store(false);
+    loop_mu_.Lock();
     loop_time_ = MonoTime::Now();
     if (n < 0 && errno != EINTR) PLOG(FATAL) << name_ << ": epoll_wait";
     for (int i = 0; i < n; ++i) {
@@ -230,13 +272,8 @@ void Reactor::Loop() {
     }
     RunTasks();
     RunTimers();
-    // Write everything the events, tasks and timers queued: one writev per
-    // connection per loop, however many frames.
-    while (!flush_list_.empty()) {
-      std::vector<Connection*> to_flush;
-      to_flush.swap(flush_list_);
-      for (Connection* c : to_flush) c->Flush();
-    }
+    // Write everything the events, tasks and timers queued.
+    FlushRequested();
     closed_conns_.clear();
   }
 
@@ -259,6 +296,7 @@ void Reactor::Loop() {
   timers_.clear();
   closed_conns_.clear();
   flush_list_.clear();
+  loop_mu_.Unlock();
 }
 
 void Reactor::CloseAllConnections(const Status& why) {

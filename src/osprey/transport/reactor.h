@@ -86,7 +86,24 @@ class Reactor {
   // True on any reactor thread of any Messenger: blocking there deadlocks.
   static bool OnAnyReactorThread();
 
-  bool IsCurrentThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  // Any thread but this reactor's. If the reactor is asleep in epoll_wait,
+  // runs `fn` on the calling thread in the reactor's place (the reactor
+  // waits for it if it wakes meanwhile), writes what `fn` queued, and
+  // returns true. Otherwise returns false without running `fn`. A hand-off
+  // to a sleeping reactor costs a wake-up; this costs none. `fn` must not
+  // block.
+  template <class F>
+  bool TryRunHere(F&& fn) {
+    if (!BeginBorrow()) return false;
+    fn();
+    EndBorrow();
+    return true;
+  }
+
+  // The reactor's thread, or a thread inside TryRunHere() for it.
+  bool IsCurrentThread() const {
+    return std::this_thread::get_id() == thread_id_.load() || BorrowedHere();
+  }
   void AssertCurrentThread() const;
   const std::string& name() const { return name_; }
   const ConnectionOptions& options() const { return options_; }
@@ -126,6 +143,10 @@ class Reactor {
   void CheckIdleConnections();
   int NextTimeoutMillis() const;
   void Wake();
+  bool BeginBorrow();
+  void EndBorrow();
+  bool BorrowedHere() const;
+  void FlushRequested();
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
   template <class F>
   bool Post(F&& add);
@@ -167,6 +188,12 @@ class Reactor {
   // True from just before the reactor's last look at the task queue until
   // epoll_wait returns: a Schedule() in that window must write the eventfd.
   std::atomic<bool> sleeping_{true};
+  // Held by whichever thread acts as the reactor: the reactor thread except
+  // while it waits in epoll_wait, or a thread in TryRunHere().
+  Mutex loop_mu_;
+  // When the sleeping reactor will wake by itself: a borrower that adds an
+  // earlier timer must wake it.
+  MonoTime planned_wake_;
   Mutex shutdown_mu_;  // serializes Shutdown() callers
 
   // Reactor thread only.
