@@ -143,8 +143,8 @@ class Reactor {
   void CheckIdleConnections();
   int NextTimeoutMillis() const;
   void Wake();
-  bool BeginBorrow();
-  void EndBorrow();
+  bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
+  void EndBorrow() RELEASE(loop_mu_);
   bool BorrowedHere() const;
   void FlushRequested();
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
