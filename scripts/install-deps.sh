@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make
   libprotobuf-dev protobuf-compiler libprotoc-dev
-  libgflags-dev libgoogle-glog-dev
+  libgflags-dev libgoogle-glog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 # clang builds the sanitizer and fuzz targets in CI; it is optional elsewhere.

@@ -1,0 +1,248 @@
+#include "osprey/transport/tls_context.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+namespace osprey::transport {
+namespace {
+
+// OpenSSL's queued errors as one line, clearing the queue.
+std::string OpenSslErrors() {
+  std::string out;
+  unsigned long e;
+  while ((e = ERR_get_error()) != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "no OpenSSL error queued" : out;
+}
+
+Status LoadCredentials(SSL_CTX* ctx, const TlsOptions& o) {
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return Status::InvalidArgument("TLS needs both a certificate and a key file, or neither");
+  }
+  if (!o.cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, o.cert_file.c_str()) != 1) {
+      return Status::InvalidArgument("cannot load TLS certificate " + o.cert_file + ": " +
+                                     OpenSslErrors());
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, o.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return Status::InvalidArgument("cannot load TLS key " + o.key_file + ": " + OpenSslErrors());
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+      return Status::InvalidArgument("TLS key " + o.key_file + " does not match certificate " +
+                                     o.cert_file);
+    }
+  }
+  if (!o.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1) {
+      return Status::InvalidArgument("cannot load TLS CA bundle " + o.ca_file + ": " +
+                                     OpenSslErrors());
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return Status::OK();
+}
+
+SSL_CTX* NewCtx(bool server) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (ctx == nullptr) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  // Tickets would be post-handshake records: KRPC's handshake is a fixed
+  // exchange of tokens, with nothing after the last one.
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(ctx, 0);
+  return ctx;
+}
+
+}  // namespace
+
+TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+
+Status TlsContext::MakeSelfSigned(const std::string& common_name, std::string* cert_pem,
+                                  std::string* key_pem) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  if (key == nullptr) return Status::IllegalState("cannot make a key: " + OpenSslErrors());
+  X509* x = X509_new();
+  Status s;
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(x), 10L * 365 * 24 * 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
+                             0);
+  X509_set_issuer_name(x, name);
+  // A CA as well, so that a peer can trust it directly as its CA bundle.
+  X509V3_CTX v3;
+  X509V3_set_ctx_nodb(&v3);
+  X509V3_set_ctx(&v3, x, x, nullptr, nullptr, 0);
+  X509_EXTENSION* bc = X509V3_EXT_conf_nid(nullptr, &v3, NID_basic_constraints, "critical,CA:TRUE");
+  if (bc != nullptr) {
+    X509_add_ext(x, bc, -1);
+    X509_EXTENSION_free(bc);
+  }
+  if (X509_sign(x, key, EVP_sha256()) == 0) {
+    s = Status::IllegalState("cannot sign a certificate: " + OpenSslErrors());
+  }
+  if (s.ok()) {
+    BIO* cb = BIO_new(BIO_s_mem());
+    BIO* kb = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(cb, x);
+    PEM_write_bio_PrivateKey(kb, key, nullptr, nullptr, 0, nullptr, nullptr);
+    char* p;
+    long n = BIO_get_mem_data(cb, &p);
+    cert_pem->assign(p, static_cast<size_t>(n));
+    n = BIO_get_mem_data(kb, &p);
+    key_pem->assign(p, static_cast<size_t>(n));
+    BIO_free(cb);
+    BIO_free(kb);
+  }
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return s;
+}
+
+Status TlsContext::CreateServer(const TlsOptions& options, std::unique_ptr<TlsContext>* out) {
+  SSL_CTX* ctx = NewCtx(true);
+  if (ctx == nullptr) return Status::IllegalState("SSL_CTX_new: " + OpenSslErrors());
+  std::unique_ptr<TlsContext> c(new TlsContext(ctx, true));
+  OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
+  if (options.cert_file.empty()) {
+    std::string cert, key;
+    OSPREY_RETURN_NOT_OK(MakeSelfSigned("osprey-server", &cert, &key));
+    BIO* cb = BIO_new_mem_buf(cert.data(), static_cast<int>(cert.size()));
+    BIO* kb = BIO_new_mem_buf(key.data(), static_cast<int>(key.size()));
+    X509* x = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+    EVP_PKEY* k = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+    bool ok = x && k && SSL_CTX_use_certificate(ctx, x) == 1 && SSL_CTX_use_PrivateKey(ctx, k) == 1;
+    X509_free(x);
+    EVP_PKEY_free(k);
+    BIO_free(cb);
+    BIO_free(kb);
+    if (!ok)
+      return Status::IllegalState("cannot use the self-signed certificate: " + OpenSslErrors());
+  }
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status TlsContext::CreateClient(const TlsOptions& options, std::unique_ptr<TlsContext>* out) {
+  SSL_CTX* ctx = NewCtx(false);
+  if (ctx == nullptr) return Status::IllegalState("SSL_CTX_new: " + OpenSslErrors());
+  std::unique_ptr<TlsContext> c(new TlsContext(ctx, false));
+  OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status TlsContext::NewSession(std::unique_ptr<TlsSession>* out) const {
+  SSL* ssl = SSL_new(ctx_);
+  if (ssl == nullptr) return Status::IllegalState("SSL_new: " + OpenSslErrors());
+  // Memory BIOs: the connection moves the bytes, OpenSSL never touches the
+  // socket.
+  SSL_set_bio(ssl, BIO_new(BIO_s_mem()), BIO_new(BIO_s_mem()));
+  if (server_) {
+    SSL_set_accept_state(ssl);
+  } else {
+    SSL_set_connect_state(ssl);
+  }
+  out->reset(new TlsSession(ssl));
+  return Status::OK();
+}
+
+TlsSession::~TlsSession() { SSL_free(ssl_); }
+
+Status TlsSession::DrainOutput(std::string* out) {
+  BIO* wbio = SSL_get_wbio(ssl_);
+  char buf[16384];
+  int n;
+  while ((n = BIO_read(wbio, buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
+  return Status::OK();
+}
+
+Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
+  if (!peer_token.empty() &&
+      BIO_write(SSL_get_rbio(ssl_), peer_token.data(), static_cast<int>(peer_token.size())) !=
+          static_cast<int>(peer_token.size())) {
+    return Status::IllegalState("TLS: cannot buffer the peer's handshake bytes");
+  }
+  ERR_clear_error();
+  int rc = SSL_do_handshake(ssl_);
+  DrainOutput(out);
+  if (rc == 1) {
+    handshake_done_ = true;
+    *done = true;
+    return Status::OK();
+  }
+  int err = SSL_get_error(ssl_, rc);
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    *done = false;
+    return Status::OK();
+  }
+  long verify = SSL_get_verify_result(ssl_);
+  std::string why = OpenSslErrors();
+  if (verify != X509_V_OK) {
+    why = std::string("certificate verification failed: ") + X509_verify_cert_error_string(verify) +
+          " (" + why + ")";
+  }
+  return Status::NotAuthorized("TLS handshake failed: " + why);
+}
+
+Status TlsSession::Encrypt(Slice plaintext, std::string* records) {
+  if (!handshake_done_) return Status::IllegalState("TLS: encrypt before the handshake finished");
+  size_t off = 0;
+  while (off < plaintext.size()) {
+    size_t written = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(ssl_, plaintext.data() + off, plaintext.size() - off, &written) != 1) {
+      return Status::NetworkError("TLS write failed: " + OpenSslErrors());
+    }
+    off += written;
+    DrainOutput(records);
+  }
+  return Status::OK();
+}
+
+Status TlsSession::Decrypt(Slice records, std::string* plaintext) {
+  if (!handshake_done_) return Status::IllegalState("TLS: decrypt before the handshake finished");
+  if (!records.empty() &&
+      BIO_write(SSL_get_rbio(ssl_), records.data(), static_cast<int>(records.size())) !=
+          static_cast<int>(records.size())) {
+    return Status::IllegalState("TLS: cannot buffer received records");
+  }
+  char buf[16384];
+  while (true) {
+    size_t n = 0;
+    ERR_clear_error();
+    int rc = SSL_read_ex(ssl_, buf, sizeof(buf), &n);
+    if (rc == 1) {
+      plaintext->append(buf, n);
+      continue;
+    }
+    int err = SSL_get_error(ssl_, rc);
+    if (err == SSL_ERROR_WANT_READ) return Status::OK();  // the rest of a record is still to come
+    if (err == SSL_ERROR_ZERO_RETURN) return Status::NetworkError("TLS: peer sent close_notify");
+    return Status::NetworkError("TLS: bad record from peer: " + OpenSslErrors());
+  }
+}
+
+std::string TlsSession::PeerSubject() const {
+  X509* peer = SSL_get_peer_certificate(ssl_);
+  if (peer == nullptr) return "";
+  char buf[256];
+  X509_NAME_oneline(X509_get_subject_name(peer), buf, sizeof(buf));
+  X509_free(peer);
+  return buf;
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,90 @@
+// TlsContext and TlsSession: TLS for KRPC connections, over OpenSSL 3 with
+// memory BIOs, so that the handshake can travel inside NegotiatePB
+// tls_handshake tokens (wire-protocol.md, section 5, step 2) and records
+// can be read and written by a non-blocking reactor.
+//
+// TlsContext is one side's configuration (certificate, key, CA to verify
+// peers with); immutable once created, any thread. TlsSession is one
+// connection's TLS state; one thread at a time (its reactor).
+//
+// Not yet wired into Connection: see the closing note of the TLS issue.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "osprey/base/slice.h"
+#include "osprey/base/status.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace osprey::transport {
+
+class TlsSession;
+
+struct TlsOptions {
+  // PEM files. A server without cert_file/key_file makes a self-signed
+  // certificate at start (enough for `optional` encryption, where the
+  // client does not verify it).
+  std::string cert_file;
+  std::string key_file;
+  // PEM bundle of CAs whose certificates the peer must present; empty: the
+  // peer is not verified.
+  std::string ca_file;
+};
+
+class TlsContext {
+ public:
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  static Status CreateServer(const TlsOptions& options, std::unique_ptr<TlsContext>* out);
+  static Status CreateClient(const TlsOptions& options, std::unique_ptr<TlsContext>* out);
+
+  Status NewSession(std::unique_ptr<TlsSession>* out) const;
+  bool is_server() const { return server_; }
+
+  // A self-signed certificate and its key, PEM, for `common_name`: what a
+  // server without configured files uses, and what tests build CAs from.
+  static Status MakeSelfSigned(const std::string& common_name, std::string* cert_pem,
+                               std::string* key_pem);
+
+ private:
+  TlsContext(SSL_CTX* ctx, bool server) : ctx_(ctx), server_(server) {}
+  SSL_CTX* ctx_;
+  bool server_;
+};
+
+class TlsSession {
+ public:
+  ~TlsSession();
+  TlsSession(const TlsSession&) = delete;
+  TlsSession& operator=(const TlsSession&) = delete;
+
+  // One handshake step: takes the peer's token (empty for the client's
+  // first step) and appends the token to send back to *out (possibly
+  // empty). *done once this side has finished; a failed verification or a
+  // malformed token is NotAuthorized with OpenSSL's reason.
+  Status Handshake(Slice peer_token, std::string* out, bool* done);
+  bool handshake_done() const { return handshake_done_; }
+
+  // After the handshake: plaintext in, TLS records out (appended).
+  Status Encrypt(Slice plaintext, std::string* records);
+  // Records in (any split), the plaintext they complete appended to *out.
+  // Garbage or a record that fails authentication is NetworkError.
+  Status Decrypt(Slice records, std::string* plaintext);
+
+  // The peer certificate's subject, or empty.
+  std::string PeerSubject() const;
+
+ private:
+  friend class TlsContext;
+  explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
+  Status DrainOutput(std::string* out);
+  SSL* ssl_;
+  bool handshake_done_ = false;
+};
+
+}  // namespace osprey::transport
