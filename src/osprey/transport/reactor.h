@@ -3,8 +3,10 @@
 // threads Schedule() onto it (the whole queue drained once per loop), and
 // fires timers (call deadlines, negotiation and idle timeouts).
 //
-// Schedule() and Shutdown() may be called from any thread; every other
-// method only on the reactor's own thread, which they assert.
+// Schedule(), ScheduleCall(), ScheduleResponse(), TryRunHere() and
+// Shutdown() may be called from any thread; every other method only on the
+// reactor's thread, or by a thread that TryRunHere() lets act in its place
+// (it holds the reactor's loop lock meanwhile). They assert it.
 #pragma once
 
 #include <sys/epoll.h>
