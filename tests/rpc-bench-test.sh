@@ -194,6 +194,28 @@ CHECK="-payload_bytes=1000"
 run payload "${SMALL[@]}" -payload_bytes=1000
 check_text_run payload 1000
 
+# ------------------------------------------------------------- open loop
+# Calls start on a schedule of 2000 a second whatever the server does, so
+# the rate reported is near 2000 (closed loop at these settings runs at
+# tens of thousands); a warm-up runs first and is not counted.
+CHECK="-target_rate (open loop) with -warmup_seconds"
+run openloop "${SMALL[@]}" -output=json -target_rate=2000 -warmup_seconds=0.2
+[[ $RC -eq 0 ]] || { show "$TMP/openloop.out" "$TMP/openloop.err"; fail "exit status $RC, expected 0"; }
+python3 - "$TMP/openloop.out" <<'EOF' >"$TMP/openloop.check" 2>&1 || { show "$TMP/openloop.out"; fail "$(cat "$TMP/openloop.check")"; }
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+if len(lines) != 2:
+    sys.exit(f"{len(lines)} lines, expected 2")
+for line in lines:
+    r = json.loads(line)
+    if r["target_rate"] != 2000 or r["warmup_seconds"] != 0.2:
+        sys.exit(f"{r['mode']}: parameters not echoed: {line}")
+    if not 1000 <= r["reqs_per_sec"] <= 3000:
+        sys.exit(f"{r['mode']}: {r['reqs_per_sec']} calls/s on a schedule of 2000/s")
+    if r["errors"] != 0:
+        sys.exit(f"{r['mode']}: {r['errors']} errors")
+EOF
+
 # ------------------------------------------------------------- bad flags
 for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogus" \
            "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \
