@@ -53,16 +53,22 @@ Status ReadFrameBytes(Socket* s, std::string* frame) {
   return s->ReadAll(reinterpret_cast<uint8_t*>(frame->data()) + 4, n);
 }
 
+// An Osprey server with Kudu's test CalculatorService on a loopback port.
+class KuduServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+    ASSERT_TRUE(server->RegisterService(std::make_unique<KuduCalculator>()).ok());
+    ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  }
+  std::shared_ptr<Messenger> server;
+  Sockaddr addr;
+};
+
 // A Kudu client's whole connection (header, negotiation as user root,
 // connection context, two Add calls), sent to an Osprey server in one
 // write: the server's answer must be exactly what Kudu's server sent.
-TEST(KuduInteropTest, KuduClientBytesGetKuduServerAnswers) {
-  std::shared_ptr<Messenger> server;
-  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
-  ASSERT_TRUE(server->RegisterService(std::make_unique<KuduCalculator>()).ok());
-  Sockaddr addr;
-  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
-
+TEST_F(KuduServerTest, KuduClientBytesGetKuduServerAnswers) {
   std::string c2s = Golden("c2s.bin");
   std::string s2c = Golden("s2c.bin");
   ASSERT_EQ(209u, c2s.size());
@@ -84,12 +90,7 @@ TEST(KuduInteropTest, KuduClientBytesGetKuduServerAnswers) {
 }
 
 // The same bytes fed to the server a byte at a time still work.
-TEST(KuduInteropTest, KuduClientBytesOneAtATime) {
-  std::shared_ptr<Messenger> server;
-  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
-  ASSERT_TRUE(server->RegisterService(std::make_unique<KuduCalculator>()).ok());
-  Sockaddr addr;
-  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+TEST_F(KuduServerTest, KuduClientBytesOneAtATime) {
   std::string c2s = Golden("c2s.bin");
   std::string s2c = Golden("s2c.bin");
   Socket sock;

@@ -161,10 +161,11 @@ void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
   // A blocking caller sends its call itself when the reactor sleeps: that
   // saves waking the reactor only to write one frame.
   if (sync && r->TryRunHere([&] { r->AssignCall(key, call); })) return;
-  // Runs on the reactor; if the reactor already stopped, fail it here.
-  std::shared_ptr<OutboundCall> keep = call;
-  if (!r->ScheduleCall(std::move(key), std::move(call))) {
-    keep->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
+  // Runs on the reactor; if the reactor already stopped, fail it here
+  // (ScheduleCall leaves the call with us when it refuses it).
+  std::shared_ptr<transport::ClientCall> client_call = std::move(call);
+  if (!r->ScheduleCall(std::move(key), std::move(client_call))) {
+    client_call->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
   }
 }
 

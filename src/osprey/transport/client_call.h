@@ -57,7 +57,6 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
 
   MonoTime deadline_ = MonoTime::Max();
   bool finished_ = false;
-  bool sent_ = false;
   Reactor* reactor_ = nullptr;
   Connection* conn_ = nullptr;  // the connection it waits on, if any
   int32_t call_id_ = -1;

@@ -298,7 +298,6 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
     return;
   }
   call->call_id_ = id;
-  call->sent_ = true;
   client_calls_.emplace(id, std::move(call));
   QueueFrame(std::move(frame));
 }

@@ -107,7 +107,7 @@ bool Reactor::Schedule(Task task) {
   return Post([&](Inbox& in) { in.tasks.push_back(std::move(task)); });
 }
 
-bool Reactor::ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall> call) {
+bool Reactor::ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall>&& call) {
   return Post([&](Inbox& in) { in.calls.emplace_back(std::move(key), std::move(call)); });
 }
 
@@ -391,7 +391,5 @@ void Reactor::RemoveConnection(Connection* conn) {
     }
   }
 }
-
-size_t Reactor::num_connections_for_tests() const { return all_conns_.size(); }
 
 }  // namespace osprey::transport

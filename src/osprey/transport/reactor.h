@@ -77,7 +77,8 @@ class Reactor {
   // Typed forms of Schedule for the two hand-offs of every call, which
   // allocate nothing per call: a client call to send (AssignCall on the
   // reactor) and a server response to queue on its connection.
-  bool ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall> call);
+  // ScheduleCall takes `call` only when it returns true.
+  bool ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall>&& call);
   bool ScheduleResponse(std::shared_ptr<Connection> conn, int32_t call_id,
                         std::unique_ptr<wire::OutboundFrame> frame);
 
@@ -135,8 +136,6 @@ class Reactor {
   void RequestFlush(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
-
-  size_t num_connections_for_tests() const;
 
  private:
   void Loop();
