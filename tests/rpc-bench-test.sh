@@ -216,6 +216,25 @@ for line in lines:
         sys.exit(f"{r['mode']}: {r['errors']} errors")
 EOF
 
+# -------------------------------------------------------------- progress
+# With -run_seconds >= 5 and stderr a terminal, a line a second with the
+# running rate; `script` gives the run a pseudo-terminal. Without one (all
+# the runs above) there is none.
+CHECK="progress lines on a terminal"
+if command -v script >/dev/null; then
+  set +e
+  timeout -k 5 "$RUN_LIMIT" script -qec "'$BENCH' ${SMALL[*]} -mode=async -run_seconds=5" \
+    "$TMP/progress.tty" >/dev/null 2>&1 </dev/null
+  RC=$?
+  set -e
+  [[ $RC -eq 0 ]] || { show "$TMP/progress.tty"; fail "exit status $RC, expected 0"; }
+  n=$(grep -c 'async: [0-9]* calls/s' "$TMP/progress.tty" || true)
+  [[ $n -ge 3 ]] || { show "$TMP/progress.tty"; fail "$n progress lines in a 5 s run, expected at least 3"; }
+  if grep -q 'calls/s' "$TMP/text.out" "$TMP/text.err"; then
+    fail "progress lines printed without a terminal"
+  fi
+fi
+
 # ------------------------------------------------------------- bad flags
 for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogus" \
            "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -620,6 +621,84 @@ TEST(RpcQueueTest, CallPastItsDeadlineInTheQueueIsNotRun) {
   RpcController ctl2;
   ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
   EXPECT_EQ(1, server.service->adds_run.load());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test
+
+namespace osprey::rpc_test {
+namespace {
+
+// RpcContext may answer from any thread after the handler has returned.
+class DeferredEcho : public CalculatorService {
+ public:
+  ~DeferredEcho() override {
+    for (auto& t : threads_) t.join();
+  }
+  void Echo(const EchoRequestPB* req, EchoResponsePB* resp, RpcContext* ctx) override {
+    resp->set_data(req->data());
+    ctx->AddOutboundSidecar("late", nullptr);
+    std::lock_guard<std::mutex> l(mu_);
+    threads_.emplace_back([this, ctx] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      answered_after_return = handler_returned.load();
+      ctx->RespondSuccess();
+    });
+    handler_returned = true;
+  }
+  std::atomic<bool> handler_returned{false};
+  std::atomic<bool> answered_after_return{false};
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+TEST(RpcContextTest, RespondsFromAnotherThreadAfterTheHandlerReturned) {
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  auto svc = std::make_unique<DeferredEcho>();
+  DeferredEcho* raw = svc.get();
+  ASSERT_TRUE(server->RegisterService(std::move(svc)).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  EchoRequestPB req;
+  req.set_data("deferred");
+  EchoResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok()) << ctl.status().ToString();
+  EXPECT_EQ("deferred", resp.data());
+  EXPECT_TRUE(raw->answered_after_return.load());
+  Slice car;
+  ASSERT_TRUE(ctl.GetInboundSidecar(0, &car).ok());
+  EXPECT_EQ("late", car.ToString());
+}
+
+// Proxies to one (address, user) share one connection, whatever proxy
+// object they are; another user gets its own. The server sees the client's
+// port of the connection each call came on.
+TEST(RpcConnectionTest, ProxiesShareTheConnectionOfTheirAddressAndUser) {
+  TestServer server;
+  ASSERT_TRUE(server.Start().ok());
+  auto client = MakeClient(2);
+  auto port_of = [&](CalculatorServiceProxy& proxy) {
+    WhoAmIRequestPB req;
+    WhoAmIResponsePB resp;
+    RpcController ctl;
+    EXPECT_TRUE(proxy.WhoAmI(req, &resp, &ctl).ok()) << ctl.status().ToString();
+    return resp.address();
+  };
+  CalculatorServiceProxy a(client, server.address);
+  CalculatorServiceProxy b(client, server.address);
+  CalculatorServiceProxy other_user(client, server.address);
+  other_user.set_user("someone-else");
+  std::string first = port_of(a);
+  EXPECT_EQ(first, port_of(b));
+  EXPECT_EQ(first, port_of(a));
+  EXPECT_NE(first, port_of(other_user));
 }
 
 }  // namespace
