@@ -8,6 +8,7 @@
 #include "osprey/transport/acceptor.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/reactor.h"
+#include "osprey/transport/tls_context.h"
 
 namespace osprey {
 
@@ -38,6 +39,25 @@ MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_rpc_encryption(transport::RpcEncryption policy) {
+  options_.encryption = policy;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_rpc_encrypt_loopback(bool encrypt) {
+  options_.encrypt_loopback = encrypt;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_tls_certificate_files(std::string cert_file,
+                                                              std::string key_file) {
+  tls_cert_file_ = std::move(cert_file);
+  tls_key_file_ = std::move(key_file);
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_tls_ca_file(std::string ca_file) {
+  tls_ca_file_ = std::move(ca_file);
+  return *this;
+}
+
 Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (num_reactors_ < 1 || num_reactors_ > 1024) {
     return Status::InvalidArgument("number of reactors must be from 1 to 1024, got " +
@@ -58,16 +78,35 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (options_.max_outbound_queue_bytes < options_.max_frame_size) {
     return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
   }
-  std::shared_ptr<Messenger> m(new Messenger(*this));
+  transport::ConnectionOptions options = options_;
+  bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
+  if (options.encryption == transport::RpcEncryption::kDisabled) {
+    if (files) {
+      return Status::InvalidArgument(
+          "TLS certificate, key or CA files are set but rpc_encryption is disabled");
+    }
+  } else {
+    transport::TlsOptions tls;
+    tls.cert_file = tls_cert_file_;
+    tls.key_file = tls_key_file_;
+    tls.ca_file = tls_ca_file_;
+    std::unique_ptr<transport::TlsContext> server, client;
+    OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateServer(tls, &server));
+    OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateClient(tls, &client));
+    options.tls_server = std::move(server);
+    options.tls_client = std::move(client);
+  }
+  std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, options));
   OSPREY_RETURN_NOT_OK(m->Start());
   *out = std::move(m);
   return Status::OK();
 }
 
-Messenger::Messenger(const MessengerBuilder& b) : name_(b.name_) {
-  for (int i = 0; i < b.num_reactors_; ++i) {
+Messenger::Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options)
+    : name_(std::move(name)) {
+  for (int i = 0; i < num_reactors; ++i) {
     reactors_.push_back(std::make_unique<transport::Reactor>(
-        name_ + "-reactor-" + std::to_string(i), b.options_, this));
+        name_ + "-reactor-" + std::to_string(i), options, this));
   }
 }
 

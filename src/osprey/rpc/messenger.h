@@ -41,7 +41,22 @@ class MessengerBuilder {
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
   MessengerBuilder& set_max_server_connections(size_t n);
 
-  // InvalidArgument for settings out of range.
+  // TLS, as Kudu's --rpc_encryption: disabled (the default), optional (TLS
+  // when the peer can) or required (a peer without TLS is refused).
+  MessengerBuilder& set_rpc_encryption(transport::RpcEncryption policy);
+  // Loopback connections otherwise agree on TLS_AUTHENTICATION_ONLY: the
+  // handshake authenticates, the traffic stays in the clear.
+  MessengerBuilder& set_rpc_encrypt_loopback(bool encrypt);
+  // PEM certificate (chain) and private key this side presents. A server
+  // without them makes a self-signed certificate at start.
+  MessengerBuilder& set_tls_certificate_files(std::string cert_file, std::string key_file);
+  // PEM bundle of the CAs that must have signed the peer's certificate. A
+  // client then verifies the server; a server then requires clients to
+  // present a certificate. Without it, peers are not verified.
+  MessengerBuilder& set_tls_ca_file(std::string ca_file);
+
+  // InvalidArgument for settings out of range and for TLS files that do
+  // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
 
  private:
@@ -49,6 +64,7 @@ class MessengerBuilder {
   std::string name_;
   int num_reactors_ = 4;
   transport::ConnectionOptions options_;
+  std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
 };
 
 class Messenger : public transport::InboundCallHandler {
@@ -79,7 +95,7 @@ class Messenger : public transport::InboundCallHandler {
 
  private:
   friend class MessengerBuilder;
-  Messenger(const MessengerBuilder& builder);
+  Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options);
   Status Start();
   transport::Reactor* NextServerReactor();
 

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <limits.h>
+#include <string.h>
 #include <sys/epoll.h>
 
 #include "osprey/transport/negotiation.h"
@@ -22,6 +23,12 @@ constexpr int32_t kConnectionErrorCallId = -1;
 // the others on this reactor.
 constexpr int kMaxReadsPerEvent = 16;
 constexpr size_t kMaxFramesPerWritev = 128;
+// Plaintext encrypted at once: big enough for few records per syscall,
+// small enough that a large response does not hold a second copy of itself.
+constexpr size_t kTlsEncryptBatch = 256 * 1024;
+constexpr size_t kTlsReadChunk = 64 * 1024;
+
+std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 }  // namespace
 
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
@@ -88,9 +95,23 @@ void Connection::OnConnected() {
   }
   state_ = State::kAwaitingNegotiate;
   QueueFrame(wire::OutboundFrame::FromBytes(wire::ConnectionHeaderBytes()));
-  RequestHeader header;
-  header.set_call_id(kNegotiationCallId);
-  QueueMessage(&header, ClientNegotiateRequest());
+  const ConnectionOptions& o = reactor_->options();
+  TlsFeatures offer;
+  offer.tls = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr;
+  offer.authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
+  SendNegotiation(ClientNegotiateRequest(offer));
+}
+
+void Connection::SendNegotiation(const NegotiatePB& message) {
+  if (role_ == Role::kClient) {
+    RequestHeader header;
+    header.set_call_id(kNegotiationCallId);
+    QueueMessage(&header, message);
+  } else {
+    ResponseHeader header;
+    header.set_call_id(kNegotiationCallId);
+    QueueMessage(&header, message);
+  }
 }
 
 void Connection::HandleEvents(uint32_t events) {
@@ -109,7 +130,7 @@ void Connection::HandleEvents(uint32_t events) {
 
 void Connection::UpdateEpollInterest() {
   if (state_ == State::kClosed) return;
-  bool want_out = state_ == State::kConnecting || !outbound_.empty();
+  bool want_out = state_ == State::kConnecting || HasUnsentBytes();
   if (want_out == epollout_) return;
   epollout_ = want_out;
   uint32_t events = (state_ == State::kClosingAfterFlush ? 0u : uint32_t{EPOLLIN}) |
@@ -147,8 +168,15 @@ void Connection::ReadAvailable() {
       continue;
     }
     size_t space, n;
-    uint8_t* dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
-                                          : request_decoder_->WriteSpace(&space);
+    uint8_t* dst;
+    if (tls_reading_) {
+      if (tls_read_buf_.empty()) tls_read_buf_.resize(kTlsReadChunk);
+      dst = tls_read_buf_.data();
+      space = tls_read_buf_.size();
+    } else {
+      dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
+                                   : request_decoder_->WriteSpace(&space);
+    }
     Status s = socket_.Read(dst, space, &n);
     if (!s.ok()) {
       if (role_ == Role::kServer && server_call_ids_.empty() && state_ == State::kOpen) {
@@ -160,10 +188,27 @@ void Connection::ReadAvailable() {
       return;
     }
     if (n == 0) return;
+    if (tls_reading_) {
+      DecryptAndDecode(Slice(dst, n));
+    } else {
+      DecodeFrames(n);
+    }
+    if (n < space) return;  // the kernel had no more for now
+  }
+}
+
+void Connection::DecodeFrames(size_t n) {
+  while (true) {
+    if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+    // One frame at a time while negotiating: the TLS handshake may end at
+    // any frame, and the bytes after it are records, not frames.
+    size_t max_frames = state_ == State::kOpen || tls_reading_ ? SIZE_MAX : 1;
+    size_t got;
     if (role_ == Role::kClient) {
       auto& frames = response_frames_;  // reused: its capacity stays
       frames.clear();
-      Status ds = response_decoder_->Consume(n, &frames);
+      Status ds = response_decoder_->Consume(n, &frames, max_frames);
+      got = frames.size();
       for (auto& f : frames) {
         Status fs = HandleResponseFrame(std::move(f));
         if (!fs.ok()) {
@@ -180,7 +225,8 @@ void Connection::ReadAvailable() {
     } else {
       auto& frames = request_frames_;
       frames.clear();
-      Status ds = request_decoder_->Consume(n, &frames);
+      Status ds = request_decoder_->Consume(n, &frames, max_frames);
+      got = frames.size();
       for (auto& f : frames) {
         Status fs = HandleRequestFrame(std::move(f));
         (void)fs;
@@ -191,8 +237,62 @@ void Connection::ReadAvailable() {
         return;
       }
     }
-    if (n < space) return;  // the kernel had no more for now
+    n = 0;
+    if (tls_records_ && !tls_reading_) {
+      // The handshake just ended: what follows it in the buffer is records.
+      tls_reading_ = true;
+      std::string rest;
+      if (role_ == Role::kClient) {
+        response_decoder_->TakeUnparsed(&rest);
+      } else {
+        request_decoder_->TakeUnparsed(&rest);
+      }
+      if (!rest.empty()) DecryptAndDecode(rest);
+      return;
+    }
+    if (got == 0 || max_frames == SIZE_MAX) return;
   }
+}
+
+void Connection::DecryptAndDecode(Slice records) {
+  tls_plain_in_.clear();
+  Status ts = tls_->Decrypt(records, &tls_plain_in_);
+  size_t before = tls_wire_out_.size();
+  tls_->TakeOutput(&tls_wire_out_);
+  if (tls_wire_out_.size() != before && !flush_requested_) {
+    flush_requested_ = true;
+    reactor_->RequestFlush(this);
+  }
+  Slice plain(tls_plain_in_);
+  while (!plain.empty()) {
+    if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+    size_t space;
+    uint8_t* dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
+                                          : request_decoder_->WriteSpace(&space);
+    size_t k = std::min(space, plain.size());
+    memcpy(dst, plain.data(), k);
+    plain.remove_prefix(k);
+    DecodeFrames(k);
+  }
+  if (ts.ok() || state_ == State::kClosed) return;
+  if (ts.IsAborted()) {
+    VLOG(1) << ToString() << ": " << ts.ToString();
+    Shutdown(Status::NetworkError("peer ended the TLS session (close_notify)"));
+    return;
+  }
+  if (role_ == Role::kClient && state_ != State::kOpen) {
+    // A server that rejects this client's certificate learns so only after
+    // the client has switched to records, and answers with a clear frame.
+    wire::ResponseDecoder clear(reactor_->options().max_frame_size);
+    std::vector<wire::InboundResponse> frames;
+    (void)clear.Feed(records, &frames);
+    if (!frames.empty() && frames[0].header.is_error()) {
+      Shutdown(HandleClientNegotiation(frames[0]));
+      return;
+    }
+  }
+  LOG(WARNING) << ToString() << ": " << ts.ToString();
+  Shutdown(ts);
 }
 
 // ---------------------------------------------------------------------------
@@ -241,13 +341,27 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     return Status::NetworkError("server sent a negotiation message that does not parse");
   }
   if (state_ == State::kAwaitingNegotiate) {
-    NegotiatePB initiate;
-    OSPREY_RETURN_NOT_OK(ClientSaslInitiate(pb, user_, &initiate));
-    RequestHeader header;
-    header.set_call_id(kNegotiationCallId);
-    QueueMessage(&header, initiate);
+    const ConnectionOptions& o = reactor_->options();
+    TlsFeatures offer;
+    offer.tls = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr;
+    offer.authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
+    OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(pb, offer, o.encryption == RpcEncryption::kRequired,
+                                              &tls_agreed_));
+    if (tls_agreed_.tls) {
+      OSPREY_RETURN_NOT_OK(o.tls_client->NewSession(&tls_));
+      state_ = State::kTlsHandshake;
+      return ContinueTlsHandshake(Slice());
+    }
+    SendNegotiation(ClientSaslInitiate(user_));
     state_ = State::kAwaitingSasl;
     return Status::OK();
+  }
+  if (state_ == State::kTlsHandshake) {
+    if (pb.step() != NegotiatePB::TLS_HANDSHAKE) {
+      return Status::NetworkError("negotiation: expected TLS_HANDSHAKE from server, got " +
+                                  StepName(pb));
+    }
+    return ContinueTlsHandshake(pb.tls_handshake());
   }
   if (state_ == State::kAwaitingSasl) {
     OSPREY_RETURN_NOT_OK(ClientCheckSaslSuccess(pb));
@@ -261,6 +375,42 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     return Status::OK();
   }
   return Status::NetworkError("unexpected negotiation message from server");
+}
+
+Status Connection::ContinueTlsHandshake(Slice peer_token) {
+  std::string token;
+  bool done = false;
+  OSPREY_RETURN_NOT_OK(tls_->Handshake(peer_token, &token, &done));
+  if (!token.empty()) {
+    NegotiatePB step;
+    step.set_step(NegotiatePB::TLS_HANDSHAKE);
+    step.set_tls_handshake(std::move(token));
+    SendNegotiation(step);
+  } else if (!done) {
+    return Status::NotAuthorized("TLS handshake: the peer's token was incomplete");
+  }
+  if (!done) return Status::OK();
+  if (!tls_agreed_.authentication_only) StartTlsRecords();
+  // The SASL exchange follows at once, without waiting for an answer: with
+  // TLS 1.3 the client's last token needs none.
+  if (role_ == Role::kClient) SendNegotiation(ClientSaslInitiate(user_));
+  state_ = State::kAwaitingSasl;
+  return Status::OK();
+}
+
+void Connection::StartTlsRecords() {
+  // What is queued so far (the last handshake token) goes in the clear,
+  // ahead of every record.
+  for (auto& f : outbound_) {
+    iov_scratch_.clear();
+    f->AppendIovecs(&iov_scratch_);
+    for (const iovec& v : iov_scratch_) {
+      tls_wire_out_.append(static_cast<const char*>(v.iov_base), v.iov_len);
+    }
+  }
+  outbound_.clear();
+  outbound_bytes_ = 0;
+  tls_records_ = true;
 }
 
 void Connection::QueueCall(std::shared_ptr<ClientCall> call) {
@@ -320,6 +470,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
   int32_t id = frame.header.call_id();
   switch (state_) {
     case State::kAwaitingNegotiate:
+    case State::kTlsHandshake:
     case State::kAwaitingSasl:
       if (id != kNegotiationCallId) {
         Status s = Status::Corruption("call id " + std::to_string(id) +
@@ -384,21 +535,37 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   }
   NegotiatePB answer;
   Status s;
+  State next = State::kAwaitingSasl;
   if (state_ == State::kAwaitingNegotiate) {
-    s = ServerAnswerNegotiate(in, &answer);
+    const ConnectionOptions& o = reactor_->options();
+    ServerTlsPolicy policy;
+    policy.available = o.encryption != RpcEncryption::kDisabled && o.tls_server != nullptr;
+    policy.required = o.encryption == RpcEncryption::kRequired;
+    policy.allow_authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
+    s = ServerAnswerNegotiate(in, policy, &answer, &tls_agreed_);
+    if (s.ok() && tls_agreed_.tls) {
+      s = o.tls_server->NewSession(&tls_);
+      next = State::kTlsHandshake;
+    }
+  } else if (state_ == State::kTlsHandshake) {
+    if (in.step() != NegotiatePB::TLS_HANDSHAKE) {
+      s = Status::NotAuthorized("negotiation: expected TLS_HANDSHAKE, got " + StepName(in));
+    } else {
+      s = ContinueTlsHandshake(in.tls_handshake());
+      if (s.ok()) return s;  // it answered, and moved on when done
+    }
   } else {
     std::string user;
     s = ServerAnswerSaslInitiate(in, &user, &answer);
     if (s.ok()) user_ = user;
+    next = State::kAwaitingContext;
   }
   if (!s.ok()) {
     SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
     return s;
   }
-  ResponseHeader header;
-  header.set_call_id(kNegotiationCallId);
-  QueueMessage(&header, answer);
-  state_ = state_ == State::kAwaitingNegotiate ? State::kAwaitingSasl : State::kAwaitingContext;
+  SendNegotiation(answer);
+  state_ = next;
   return Status::OK();
 }
 
@@ -477,10 +644,47 @@ void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
   }
 }
 
+bool Connection::FlushRecords() {
+  while (true) {
+    if (tls_wire_out_sent_ < tls_wire_out_.size()) {
+      iovec v{tls_wire_out_.data() + tls_wire_out_sent_, tls_wire_out_.size() - tls_wire_out_sent_};
+      size_t n;
+      Status s = socket_.Writev(&v, 1, &n);
+      if (!s.ok()) {
+        Shutdown(s.CloneAndPrepend(ToString()));
+        return false;
+      }
+      last_activity_ = reactor_->loop_time();
+      tls_wire_out_sent_ += n;
+      if (tls_wire_out_sent_ < tls_wire_out_.size()) return true;  // the socket buffer is full
+      tls_wire_out_.clear();
+      tls_wire_out_sent_ = 0;
+    }
+    if (outbound_.empty()) return true;
+    tls_plain_out_.clear();
+    while (!outbound_.empty() && tls_plain_out_.size() < kTlsEncryptBatch) {
+      iov_scratch_.clear();
+      outbound_.front()->AppendIovecs(&iov_scratch_);
+      for (const iovec& v : iov_scratch_) {
+        tls_plain_out_.append(static_cast<const char*>(v.iov_base), v.iov_len);
+      }
+      outbound_bytes_ -= outbound_.front()->total_size();
+      outbound_.pop_front();
+    }
+    Status s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
+    if (!s.ok()) {
+      LOG(WARNING) << ToString() << ": " << s.ToString();
+      Shutdown(s);
+      return false;
+    }
+  }
+}
+
 void Connection::Flush() {
   flush_requested_ = false;
   if (state_ == State::kClosed || state_ == State::kConnecting) return;
-  while (!outbound_.empty()) {
+  if (tls_records_ && !FlushRecords()) return;
+  while (!outbound_.empty() && !tls_records_) {
     iov_scratch_.clear();
     size_t frames = 0;
     for (auto& f : outbound_) {
@@ -507,7 +711,7 @@ void Connection::Flush() {
     }
     if (n < want) break;  // the socket buffer is full
   }
-  if (state_ == State::kClosingAfterFlush && outbound_.empty()) {
+  if (state_ == State::kClosingAfterFlush && !HasUnsentBytes()) {
     Shutdown(close_reason_);
     return;
   }
@@ -516,7 +720,7 @@ void Connection::Flush() {
 
 bool Connection::IdleSince(MonoTime cutoff) const {
   return state_ == State::kOpen && client_calls_.empty() && server_call_ids_.empty() &&
-         outbound_.empty() && last_activity_ < cutoff;
+         !HasUnsentBytes() && last_activity_ < cutoff;
 }
 
 void Connection::Shutdown(const Status& why) {
@@ -528,11 +732,21 @@ void Connection::Shutdown(const Status& why) {
   if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
   negotiation_timer_ = {};
   if (socket_.is_open()) {
+    if (tls_records_) {
+      // A clean end of the TLS session, if the socket takes it now.
+      tls_wire_out_.erase(0, tls_wire_out_sent_);
+      tls_->CloseNotify(&tls_wire_out_);
+      iovec v{tls_wire_out_.data(), tls_wire_out_.size()};
+      size_t n;
+      (void)socket_.Writev(&v, 1, &n);
+    }
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();
   }
   outbound_.clear();
   outbound_bytes_ = 0;
+  tls_wire_out_.clear();
+  tls_wire_out_sent_ = 0;
 
   Status call_status = why;
   if (!(why.IsNetworkError() || why.IsAborted() || why.IsNotAuthorized())) {

@@ -2,6 +2,10 @@
 // the incremental frame decoder of its inbound side and the queue of frames
 // to send, and it runs negotiation as a non-blocking state machine.
 //
+// With TLS negotiated (and not TLS_AUTHENTICATION_ONLY), every byte after
+// the handshake is a TLS record: frames are encrypted on their way out of
+// the outbound queue and decrypted before the frame decoder sees them.
+//
 // A client connection matches responses to its calls in flight by call id;
 // a server connection hands each request frame to the InboundCallHandler.
 //
@@ -24,7 +28,9 @@
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/client_call.h"
+#include "osprey/transport/negotiation.h"
 #include "osprey/transport/reactor.h"
+#include "osprey/transport/tls_context.h"
 #include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/frame_encoder.h"
 #include "osprey/wire/rpc_header.pb.h"
@@ -84,6 +90,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     kConnecting,                // client: TCP connect in progress
     kAwaitingConnectionHeader,  // server
     kAwaitingNegotiate,         // both: NEGOTIATE sent (client) / expected (server)
+    kTlsHandshake,              // both: a TLS_HANDSHAKE token from the peer expected
     kAwaitingSasl,              // both: SASL_INITIATE sent (client) / expected (server)
     kAwaitingContext,           // server: connection context expected
     kOpen,
@@ -93,16 +100,29 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
 
   void OnConnected();
   void ReadAvailable();
+  // Decodes and handles the frames `n` new bytes in the decoder complete.
+  void DecodeFrames(size_t n);
+  // Decrypts TLS records and decodes the frames they complete.
+  void DecryptAndDecode(Slice records);
   Status ReadConnectionHeader();
   Status HandleResponseFrame(wire::InboundResponse frame);
   Status HandleRequestFrame(wire::InboundRequest frame);
   Status HandleClientNegotiation(const wire::InboundResponse& frame);
   Status HandleServerNegotiation(const wire::InboundRequest& frame);
+  Status ContinueTlsHandshake(Slice peer_token);
+  // From here on, bytes queued go out as TLS records.
+  void StartTlsRecords();
+  void SendNegotiation(const wire::NegotiatePB& message);
   void SendPendingCalls();
   void SendCall(std::shared_ptr<ClientCall> call);
   template <class Header>
   void QueueMessage(Header* header, const google::protobuf::MessageLite& body);
   void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame);
+  // Flush() with TLS records; false once the connection is shut down.
+  bool FlushRecords();
+  bool HasUnsentBytes() const {
+    return !outbound_.empty() || tls_wire_out_sent_ < tls_wire_out_.size();
+  }
   // Server: answers with a fatal error, then closes once it is sent.
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why);
   void UpdateEpollInterest();
@@ -143,6 +163,20 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // its worker (Reactor::TryRunHere) pays off only when no other call of
   // the connection could share its writev.
   std::atomic<size_t> server_calls_in_flight_{0};
+
+  // TLS: the session exists from the handshake on; records are used after
+  // it unless both sides chose TLS_AUTHENTICATION_ONLY.
+  TlsFeatures tls_agreed_;
+  std::unique_ptr<TlsSession> tls_;
+  bool tls_records_ = false;  // outbound frames are encrypted
+  bool tls_reading_ = false;  // inbound bytes are records
+  // Bytes for the socket once frames are encrypted: records, preceded at
+  // the switch by the last clear frames.
+  std::string tls_wire_out_;
+  size_t tls_wire_out_sent_ = 0;
+  std::string tls_plain_in_;
+  std::string tls_plain_out_;
+  std::vector<uint8_t> tls_read_buf_;
 
   TimerId negotiation_timer_;
   std::shared_ptr<std::atomic<int64_t>> open_counter_;

@@ -2,11 +2,18 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "osprey/base/monotime.h"
 #include "osprey/wire/frame.h"
 
 namespace osprey::transport {
+
+class TlsContext;
+
+// Kudu's --rpc_encryption. kOptional: TLS when both sides can do it.
+// kRequired: a peer without TLS is refused (FATAL_UNAUTHORIZED).
+enum class RpcEncryption { kDisabled, kOptional, kRequired };
 
 struct ConnectionOptions {
   size_t max_frame_size = wire::kDefaultMaxFrameSize;
@@ -19,6 +26,16 @@ struct ConnectionOptions {
   // Server connections open at once; the acceptor closes any beyond this at
   // once, so existing connections keep their file descriptors and memory.
   size_t max_server_connections = 50000;
+
+  RpcEncryption encryption = RpcEncryption::kDisabled;
+  // As Kudu: on a loopback connection both sides offer
+  // TLS_AUTHENTICATION_ONLY, and after the handshake the traffic stays in
+  // the clear, unless this is set.
+  bool encrypt_loopback = false;
+  // Set by MessengerBuilder::Build when encryption is not kDisabled.
+  // Immutable, shared by every connection of the Messenger.
+  std::shared_ptr<const TlsContext> tls_server;
+  std::shared_ptr<const TlsContext> tls_client;
 };
 
 }  // namespace osprey::transport

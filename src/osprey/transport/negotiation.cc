@@ -12,15 +12,20 @@ constexpr const char* kPlain = "PLAIN";
 std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 }  // namespace
 
-NegotiatePB ClientNegotiateRequest() {
+NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer) {
   NegotiatePB pb;
   pb.add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+  if (offer.tls) pb.add_supported_features(wire::TLS);
+  if (offer.tls && offer.authentication_only) {
+    pb.add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
+  }
   pb.set_step(NegotiatePB::NEGOTIATE);
   pb.add_authn_types()->mutable_sasl();
   return pb;
 }
 
-Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user, NegotiatePB* out) {
+Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offered,
+                            bool tls_required, TlsFeatures* agreed) {
   if (server.step() != NegotiatePB::NEGOTIATE) {
     return Status::NetworkError("negotiation: expected NEGOTIATE from server, got " +
                                 StepName(server));
@@ -38,11 +43,30 @@ Status ClientSaslInitiate(const NegotiatePB& server, const std::string& user, Ne
   if (!plain) {
     return Status::NotAuthorized("negotiation: server does not offer SASL mechanism PLAIN");
   }
-  out->Clear();
-  out->set_step(NegotiatePB::SASL_INITIATE);
-  out->add_sasl_mechanisms()->set_mechanism(kPlain);
-  out->set_token(wire::EncodeSaslPlain({"", user, ""}));
+  *agreed = TlsFeatures();
+  for (int f : server.supported_features()) {
+    if (f == wire::TLS) agreed->tls = true;
+    if (f == wire::TLS_AUTHENTICATION_ONLY) agreed->authentication_only = true;
+  }
+  if ((agreed->tls && !offered.tls) ||
+      (agreed->authentication_only && !offered.authentication_only)) {
+    return Status::NetworkError("negotiation: server chose a TLS feature this client did not offer");
+  }
+  if (!agreed->tls && tls_required) {
+    return Status::NotAuthorized(
+        "negotiation: server does not support TLS, which this client requires "
+        "(rpc_encryption=required)");
+  }
+  if (!agreed->tls) agreed->authentication_only = false;
   return Status::OK();
+}
+
+NegotiatePB ClientSaslInitiate(const std::string& user) {
+  NegotiatePB out;
+  out.set_step(NegotiatePB::SASL_INITIATE);
+  out.add_sasl_mechanisms()->set_mechanism(kPlain);
+  out.set_token(wire::EncodeSaslPlain({"", user, ""}));
+  return out;
 }
 
 Status ClientCheckSaslSuccess(const NegotiatePB& reply) {
@@ -62,7 +86,8 @@ wire::ConnectionContextPB ClientConnectionContext(const std::string& user) {
   return ctx;
 }
 
-Status ServerAnswerNegotiate(const NegotiatePB& client, NegotiatePB* answer) {
+Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& policy,
+                             NegotiatePB* answer, TlsFeatures* agreed) {
   if (client.step() != NegotiatePB::NEGOTIATE) {
     return Status::Corruption("negotiation: expected NEGOTIATE, got " + StepName(client));
   }
@@ -82,12 +107,24 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, NegotiatePB* answer) {
           "supports (only PLAIN)");
     }
   }
-  answer->Clear();
+  bool app_flags = false, tls = false, auth_only = false;
   for (int f : client.supported_features()) {
-    if (f == wire::APPLICATION_FEATURE_FLAGS) {
-      answer->add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
-    }
+    app_flags |= f == wire::APPLICATION_FEATURE_FLAGS;
+    tls |= f == wire::TLS;
+    auth_only |= f == wire::TLS_AUTHENTICATION_ONLY;
   }
+  if (policy.required && !tls) {
+    return Status::NotAuthorized(
+        "negotiation: client does not support TLS, which this server requires "
+        "(rpc_encryption=required)");
+  }
+  *agreed = TlsFeatures();
+  agreed->tls = tls && policy.available;
+  agreed->authentication_only = agreed->tls && auth_only && policy.allow_authentication_only;
+  answer->Clear();
+  if (app_flags) answer->add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+  if (agreed->tls) answer->add_supported_features(wire::TLS);
+  if (agreed->authentication_only) answer->add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
   answer->set_step(NegotiatePB::NEGOTIATE);
   answer->add_sasl_mechanisms()->set_mechanism(kPlain);
   if (client.authn_types_size() > 0) answer->add_authn_types()->mutable_sasl();

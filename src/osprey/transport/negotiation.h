@@ -11,15 +11,28 @@
 
 namespace osprey::transport {
 
-// Client: the first NEGOTIATE message. Lists APPLICATION_FEATURE_FLAGS and
-// the sasl authentication type, no mechanisms (as Kudu's client), no TLS.
-wire::NegotiatePB ClientNegotiateRequest();
+// What one side offers about TLS, or what both sides agreed on.
+struct TlsFeatures {
+  bool tls = false;
+  // TLS_AUTHENTICATION_ONLY: after the handshake, traffic stays in the clear.
+  bool authentication_only = false;
+};
 
-// Client: checks the server's NEGOTIATE answer and builds SASL_INITIATE
-// with PLAIN for `user`. NotAuthorized if the server offers no PLAIN or
-// chose an authentication type other than sasl.
-Status ClientSaslInitiate(const wire::NegotiatePB& server_negotiate, const std::string& user,
-                          wire::NegotiatePB* sasl_initiate);
+// Client: the first NEGOTIATE message. Lists APPLICATION_FEATURE_FLAGS, the
+// TLS features of `offer` and the sasl authentication type, no mechanisms
+// (as Kudu's client).
+wire::NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer);
+
+// Client: checks the server's NEGOTIATE answer: the sasl type (if one was
+// chosen), PLAIN among the mechanisms, and TLS. *agreed gets the TLS
+// features both sides listed. NotAuthorized if the server offers no PLAIN,
+// chose another authentication type, or lacks TLS while `tls_required`;
+// NetworkError if the server chose a TLS feature this client did not offer.
+Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const TlsFeatures& offered,
+                            bool tls_required, TlsFeatures* agreed);
+
+// Client: SASL_INITIATE with PLAIN for `user`.
+wire::NegotiatePB ClientSaslInitiate(const std::string& user);
 
 // Client: checks that the server accepted the SASL exchange.
 Status ClientCheckSaslSuccess(const wire::NegotiatePB& server_reply);
@@ -27,11 +40,22 @@ Status ClientCheckSaslSuccess(const wire::NegotiatePB& server_reply);
 // Client: the connection context sent with call id -3.
 wire::ConnectionContextPB ClientConnectionContext(const std::string& user);
 
-// Server: answers a client's NEGOTIATE. Features both sides support (TLS
-// left out, this server has none), mechanism PLAIN, and the sasl type when
-// the client listed authentication types. NotAuthorized when the client
-// offers no type this server accepts; Corruption for a wrong step.
-Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate, wire::NegotiatePB* answer);
+// What a server does about TLS on one connection.
+struct ServerTlsPolicy {
+  bool available = false;  // it has a TLS context
+  bool required = false;   // refuse a client that does not list TLS
+  // List TLS_AUTHENTICATION_ONLY when the client does (loopback peers).
+  bool allow_authentication_only = false;
+};
+
+// Server: answers a client's NEGOTIATE. Features both sides support and
+// the policy allows, mechanism PLAIN, and the sasl type when the client
+// listed authentication types; *agreed gets the TLS features chosen.
+// NotAuthorized when the client offers no type this server accepts, or no
+// TLS while the policy requires it; Corruption for a wrong step.
+Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate,
+                             const ServerTlsPolicy& policy, wire::NegotiatePB* answer,
+                             TlsFeatures* agreed);
 
 // Server: checks SASL_INITIATE with PLAIN, sets *user to the authcid and
 // builds the SASL_SUCCESS answer. NotAuthorized for another mechanism.

@@ -162,12 +162,22 @@ Status TlsContext::NewSession(std::unique_ptr<TlsSession>* out) const {
 
 TlsSession::~TlsSession() { SSL_free(ssl_); }
 
-Status TlsSession::DrainOutput(std::string* out) {
+void TlsSession::DrainOutput(std::string* out) {
   BIO* wbio = SSL_get_wbio(ssl_);
-  char buf[16384];
-  int n;
-  while ((n = BIO_read(wbio, buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
-  return Status::OK();
+  char* data;
+  long n = BIO_get_mem_data(wbio, &data);
+  if (n <= 0) return;
+  out->append(data, static_cast<size_t>(n));
+  (void)BIO_reset(wbio);
+}
+
+void TlsSession::TakeOutput(std::string* records) { DrainOutput(records); }
+
+void TlsSession::CloseNotify(std::string* records) {
+  ERR_clear_error();
+  if (handshake_done_) (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
+  DrainOutput(records);
 }
 
 Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
@@ -231,7 +241,7 @@ Status TlsSession::Decrypt(Slice records, std::string* plaintext) {
     }
     int err = SSL_get_error(ssl_, rc);
     if (err == SSL_ERROR_WANT_READ) return Status::OK();  // the rest of a record is still to come
-    if (err == SSL_ERROR_ZERO_RETURN) return Status::NetworkError("TLS: peer sent close_notify");
+    if (err == SSL_ERROR_ZERO_RETURN) return Status::Aborted("TLS: peer sent close_notify");
     return Status::NetworkError("TLS: bad record from peer: " + OpenSslErrors());
   }
 }

@@ -7,7 +7,6 @@
 // peers with); immutable once created, any thread. TlsSession is one
 // connection's TLS state; one thread at a time (its reactor).
 //
-// Not yet wired into Connection: see the closing note of the TLS issue.
 #pragma once
 
 #include <memory>
@@ -72,9 +71,15 @@ class TlsSession {
 
   // After the handshake: plaintext in, TLS records out (appended).
   Status Encrypt(Slice plaintext, std::string* records);
-  // Records in (any split), the plaintext they complete appended to *out.
-  // Garbage or a record that fails authentication is NetworkError.
+  // Records in (any split), the plaintext they complete appended to
+  // *plaintext, even when an error follows. Garbage or a record that fails
+  // authentication is NetworkError; the peer's close_notify is Aborted.
   Status Decrypt(Slice records, std::string* plaintext);
+  // Records OpenSSL made while reading (an alert, a KeyUpdate answer):
+  // appended to *records, to be sent after everything Encrypt made so far.
+  void TakeOutput(std::string* records);
+  // Appends a close_notify alert to *records: a clean end of the session.
+  void CloseNotify(std::string* records);
 
   // The peer certificate's subject, or empty.
   std::string PeerSubject() const;
@@ -82,7 +87,7 @@ class TlsSession {
  private:
   friend class TlsContext;
   explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
-  Status DrainOutput(std::string* out);
+  void DrainOutput(std::string* out);
   SSL* ssl_;
   bool handshake_done_ = false;
 };

@@ -88,10 +88,11 @@ uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
 }
 
 template <class Header>
-Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>* out) {
+Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>* out,
+                                     size_t max_frames) {
   if (!error_.ok()) return error_;
   end_ += n;
-  while (true) {
+  for (size_t taken = 0; taken < max_frames; ++taken) {
     size_t have = end_ - start_;
     if (pending_frame_size_ == 0) {
       if (have < 4) return Status::OK();
@@ -122,6 +123,14 @@ Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>
     start_ += pending_frame_size_;
     pending_frame_size_ = 0;
   }
+  return Status::OK();
+}
+
+template <class Header>
+void FrameDecoder<Header>::TakeUnparsed(std::string* out) {
+  if (end_ > start_) out->append(reinterpret_cast<const char*>(buf_.get() + start_), end_ - start_);
+  end_ = start_;
+  pending_frame_size_ = 0;
 }
 
 template <class Header>

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "osprey/base/slice.h"
@@ -30,10 +31,18 @@ class FrameDecoder {
 
   // Room to read into: never empty. Valid until the next call on the decoder.
   uint8_t* WriteSpace(size_t* len);
-  // `n` bytes were written at WriteSpace(); appends every frame now whole.
-  Status Consume(size_t n, std::vector<InboundFrame<Header>>* out);
+  // `n` bytes were written at WriteSpace(); appends every frame now whole,
+  // at most `max_frames` of them (the rest stay buffered: call again with
+  // n = 0). Negotiation takes one frame at a time because the bytes after
+  // the TLS handshake are records, not frames.
+  Status Consume(size_t n, std::vector<InboundFrame<Header>>* out,
+                 size_t max_frames = SIZE_MAX);
   // Copies `bytes` in and appends every frame now whole.
   Status Feed(Slice bytes, std::vector<InboundFrame<Header>>* out);
+
+  // Moves the buffered bytes not yet returned as frames to *out: they
+  // belong to another layer (TLS records after the handshake).
+  void TakeUnparsed(std::string* out);
 
   // Bytes received that do not yet make a whole frame.
   size_t buffered_bytes() const { return end_ - start_; }
