@@ -3,7 +3,8 @@
 #
 #   bash tests/rpc-bench-test.sh path/to/rpc-bench
 #
-# Checks the text report of both modes (Kudu's header lines, in order, with
+# Checks the text report of both modes, plain and with -enable_encryption
+# (Kudu's header lines, in order, with
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
 # count), -output=json, -payload_bytes, that bad flags exit 2 with one line
 # on stderr, and a client run against a separate -server_only process that
@@ -70,7 +71,9 @@ split_blocks() {
 
 NUM='[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?'
 
-# check_report FILE MODE PAYLOAD: FILE holds one mode's text report.
+# check_report FILE MODE PAYLOAD: FILE holds one mode's text report, of a
+# run with -enable_encryption=$ENC.
+ENC=0
 check_report() {
   local file="$1" mode="$2" payload="$3"
   local -a want
@@ -82,6 +85,7 @@ check_report() {
   fi
   want+=('^Worker threads:   1$'
          '^Server reactors:  1$'
+         "^Encryption:       ${ENC}\$"
          '^----------------------------------$'
          "^Reqs/sec:         ${NUM}\$"
          "^User CPU per req: ${NUM}us\$"
@@ -153,6 +157,14 @@ CHECK="text report, both modes"
 run text "${SMALL[@]}"
 check_text_run text 0
 
+# ------------------------------------------------------------ encryption
+# Kudu's flag: TLS on the loopback connections, and "Encryption: 1".
+CHECK="-enable_encryption, both modes"
+ENC=1
+run tls "${SMALL[@]}" -enable_encryption
+check_text_run tls 0
+ENC=0
+
 # ------------------------------------------------------------------ json
 CHECK="-output=json"
 run json "${SMALL[@]}" -output=json
@@ -163,7 +175,8 @@ lines = open(sys.argv[1]).read().splitlines()
 if len(lines) != 2:
     sys.exit(f"{len(lines)} lines, expected 2")
 want = {"client_threads": 2, "async_call_concurrency": 4, "worker_threads": 1,
-        "server_reactors": 1, "run_seconds": 1, "payload_bytes": 0, "errors": 0}
+        "server_reactors": 1, "run_seconds": 1, "payload_bytes": 0, "errors": 0,
+        "encryption": False}
 for mode, line in zip(["sync", "async"], lines):
     try:
         r = json.loads(line)
@@ -268,6 +281,12 @@ done
 CHECK="client against -server_only at $ADDR"
 run client -server_address "$ADDR" "${SMALL[@]}"
 check_text_run client 0
+
+CHECK="-enable_encryption client against a server without TLS"
+run tlsclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
+[[ $RC -ne 0 ]] || { show "$TMP/tlsclient.out" "$TMP/tlsclient.err"; fail "exit status 0"; }
+grep -q "server does not support TLS" "$TMP/tlsclient.err" ||
+  { show "$TMP/tlsclient.err"; fail "no 'server does not support TLS' on stderr"; }
 
 CHECK="-server_only shutdown on SIGTERM"
 kill -0 "$SERVER_PID" 2>/dev/null || { show "$TMP/server.err"; fail "server died during the client run"; }

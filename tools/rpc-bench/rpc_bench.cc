@@ -42,6 +42,9 @@ DEFINE_int32(payload_bytes, 0, "0: the Add call; N > 0: Echo of N bytes each way
 DEFINE_string(server_address, "",
               "HOST:PORT of a running server (ours or Kudu's); empty: "
               "run a server in this process");
+DEFINE_bool(enable_encryption, false,
+            "TLS on every connection, loopback included (rpc_encryption=required; the "
+            "server makes a self-signed certificate)");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
 DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
 DEFINE_string(output, "text", "report format: text or json");
@@ -184,9 +187,19 @@ struct CallSlot {
   }
 };
 
+// As Kudu's rpc-bench: -enable_encryption requires TLS and encrypts
+// loopback connections too, which would otherwise only authenticate.
+MessengerBuilder BenchMessengerBuilder(const std::string& name) {
+  MessengerBuilder b(name);
+  if (FLAGS_enable_encryption) {
+    b.set_rpc_encryption(transport::RpcEncryption::kRequired).set_rpc_encrypt_loopback(true);
+  }
+  return b;
+}
+
 std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
   std::shared_ptr<Messenger> m;
-  Status s = MessengerBuilder(name).set_num_reactors(1).Build(&m);
+  Status s = BenchMessengerBuilder(name).set_num_reactors(1).Build(&m);
   if (!s.ok()) BadFlag("cannot start a client messenger: " + s.ToString());
   return m;
 }
@@ -521,6 +534,7 @@ void PrintText(const Settings& cfg, const Results& r) {
   }
   o << "Worker threads:   " << FLAGS_worker_threads << "\n";
   o << "Server reactors:  " << FLAGS_server_reactors << "\n";
+  o << "Encryption:       " << (FLAGS_enable_encryption ? 1 : 0) << "\n";
   o << "----------------------------------\n";
   o << "Reqs/sec:         " << Num(std::round(static_cast<double>(r.calls) / wall)) << "\n";
   o << "User CPU per req: " << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls) << "us\n";
@@ -564,6 +578,7 @@ void PrintJson(const Settings& cfg, const Results& r) {
     << ",\"async_call_concurrency\":" << cfg.concurrency
     << ",\"worker_threads\":" << FLAGS_worker_threads
     << ",\"server_reactors\":" << FLAGS_server_reactors
+    << ",\"encryption\":" << (FLAGS_enable_encryption ? "true" : "false")
     << ",\"run_seconds\":" << Num(cfg.run_seconds)
     << ",\"warmup_seconds\":" << Num(cfg.warmup_seconds)
     << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
@@ -639,7 +654,7 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
   Status s = Sockaddr::Parse(FLAGS_listen, &addr);
   if (!s.ok()) BadFlag("-listen: " + s.message());
   std::shared_ptr<Messenger> server;
-  s = MessengerBuilder("bench-server").set_num_reactors(FLAGS_server_reactors).Build(&server);
+  s = BenchMessengerBuilder("bench-server").set_num_reactors(FLAGS_server_reactors).Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
   // Deep enough that the benchmark's own calls in flight never overflow it:
