@@ -11,6 +11,7 @@
 #include "osprey/base/socket.h"
 #include "osprey/base/user.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/transport/connection_options.h"
 #include "osprey/wire/connection_header.h"
 #include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/frame_encoder.h"
@@ -25,8 +26,8 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::string Golden(const std::string& name) {
-  return ReadFile(std::string(OSPREY_TESTDATA_DIR) + "/kudu-wire/plain/" + name);
+std::string Golden(const std::string& name, const std::string& capture = "plain") {
+  return ReadFile(std::string(OSPREY_TESTDATA_DIR) + "/kudu-wire/" + capture + "/" + name);
 }
 
 class KuduCalculator : public kudu::rpc_test::CalculatorServiceIf {
@@ -184,6 +185,92 @@ TEST(KuduInteropTest, OspreyClientSendsKuduFrames) {
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
   ASSERT_TRUE(ctl.status().ok()) << ctl.status().ToString();
   EXPECT_EQ(1000u, resp.result());
+}
+
+// The TLS capture: a Kudu client's NEGOTIATE and its real TLS 1.3
+// ClientHello, sent to an Osprey server with TLS on loopback. The server
+// answers NEGOTIATE with exactly Kudu's server bytes (TLS and
+// TLS_AUTHENTICATION_ONLY chosen), then takes the ClientHello and answers
+// with its own ServerHello flight, as Kudu's server did. (The client's
+// Finished cannot be replayed: it depends on the server's random key.)
+TEST(KuduTlsInteropTest, KuduClientHelloGetsAServerHello) {
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server")
+                  .set_num_reactors(1)
+                  .set_rpc_encryption(transport::RpcEncryption::kOptional)
+                  .Build(&server)
+                  .ok());
+  ASSERT_TRUE(server->RegisterService(std::make_unique<KuduCalculator>()).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+
+  std::string c2s = Golden("c2s.bin", "tls");
+  std::string s2c = Golden("s2c.bin", "tls");
+  // Header (7) + NEGOTIATE (29) + TLS_HANDSHAKE with the ClientHello (286).
+  Socket sock;
+  ASSERT_TRUE(sock.Init(addr).ok());
+  ASSERT_TRUE(sock.Connect(addr).ok());
+  ASSERT_TRUE(sock.WriteAll(reinterpret_cast<const uint8_t*>(c2s.data()), 7 + 29 + 286).ok());
+
+  std::string frame;
+  ASSERT_TRUE(ReadFrameBytes(&sock, &frame).ok());
+  EXPECT_EQ(Slice(s2c.substr(0, 38)).ToDebugString(), Slice(frame).ToDebugString());
+
+  ASSERT_TRUE(ReadFrameBytes(&sock, &frame).ok());
+  std::vector<wire::InboundResponseFrame> frames;
+  wire::ResponseFrameDecoder dec;
+  ASSERT_TRUE(dec.Feed(frame, &frames).ok());
+  ASSERT_EQ(1u, frames.size());
+  EXPECT_EQ(-33, frames[0].header.call_id());
+  ASSERT_FALSE(frames[0].header.is_error()) << frames[0].main_message.ToString();
+  wire::NegotiatePB answer;
+  ASSERT_TRUE(answer.ParseFromArray(frames[0].main_message.data(),
+                                    static_cast<int>(frames[0].main_message.size())));
+  EXPECT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, answer.step());
+  // A TLS handshake record (22), TLS 1.2 record version, holding a
+  // ServerHello (2): the start of Kudu's server's token too.
+  const std::string& token = answer.tls_handshake();
+  ASSERT_GT(token.size(), 6u);
+  EXPECT_EQ(std::string("\x16\x03\x03", 3), token.substr(0, 3));
+  EXPECT_EQ('\x02', token[5]);
+}
+
+// An Osprey client with TLS on loopback sends Kudu's client's NEGOTIATE,
+// byte for byte (c2s.bin frame 1 of the TLS capture).
+TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
+  Socket listener;
+  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Listen(1).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client")
+                  .set_num_reactors(1)
+                  .set_rpc_encryption(transport::RpcEncryption::kOptional)
+                  .Build(&client)
+                  .ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  kudu::rpc_test::AddRequestPB req;
+  req.set_x(1);
+  req.set_y(2);
+  kudu::rpc_test::AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(5));
+  CountDownLatch done(1);
+  proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+
+  Socket conn;
+  Sockaddr remote;
+  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+  std::string c2s = Golden("c2s.bin", "tls");
+  std::string got(7 + 29, '\0');
+  ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(got.data()), got.size()).ok());
+  EXPECT_EQ(Slice(c2s.substr(0, 36)).ToDebugString(), Slice(got).ToDebugString());
+  conn.Close();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_FALSE(ctl.status().ok());
 }
 
 }  // namespace
