@@ -1,12 +1,15 @@
 // Parses input as a NegotiatePB, as a server does with the body of every
 // call_id -33 frame, and exercises what server-side negotiation reads from
-// it. Must never crash; re-serialization must be stable.
+// it, and the server's and client's negotiation steps under every TLS
+// policy. Must never crash; re-serialization must be stable; the features
+// agreed must follow the policy.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "osprey/base/slice.h"
+#include "osprey/transport/negotiation.h"
 #include "osprey/wire/rpc_header.pb.h"
 #include "osprey/wire/sasl_plain.h"
 
@@ -34,6 +37,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   (void)plain;
+
+  // As the server's first step, under each policy.
+  using osprey::transport::ServerTlsPolicy;
+  using osprey::transport::TlsFeatures;
+  for (int bits = 0; bits < 8; ++bits) {
+    ServerTlsPolicy policy;
+    policy.available = bits & 1;
+    policy.required = policy.available && (bits & 2);
+    policy.allow_authentication_only = bits & 4;
+    NegotiatePB answer;
+    TlsFeatures agreed;
+    osprey::Status s = osprey::transport::ServerAnswerNegotiate(pb, policy, &answer, &agreed);
+    if (!s.ok()) {
+      if (!s.IsNotAuthorized() && !s.IsCorruption()) abort();
+      continue;
+    }
+    if (agreed.authentication_only && !agreed.tls) abort();
+    if (agreed.tls && !policy.available) abort();
+    if (policy.required && !agreed.tls) abort();
+    bool listed_tls = false;
+    for (int f : answer.supported_features()) listed_tls |= f == osprey::wire::TLS;
+    if (listed_tls != agreed.tls) abort();
+  }
+  // As a client reading a server's NEGOTIATE answer.
+  for (int bits = 0; bits < 8; ++bits) {
+    TlsFeatures offer{(bits & 1) != 0, (bits & 2) != 0};
+    TlsFeatures agreed;
+    osprey::Status s = osprey::transport::ClientCheckNegotiate(pb, offer, bits & 4, &agreed);
+    if (s.ok() && ((agreed.tls && !offer.tls) || ((bits & 4) && !agreed.tls))) abort();
+  }
 
   // Round trip: serialize, parse, serialize again; the two serializations
   // must agree (the input itself need not be canonical).

@@ -307,6 +307,33 @@ TEST(FrameDecoderTest, ThousandFramesInOneBuffer) {
   }
 }
 
+// Negotiation's view: frames one at a time, and whatever follows the last
+// one taken (TLS records, say) handed back untouched.
+TEST(FrameDecoderTest, OneFrameAtATimeThenTheRestUnparsed) {
+  std::string stream = Encode(AddCallHeader(-33), "first", {}) +
+                       Encode(AddCallHeader(-33), "second", {}) + "\x17\x03\x03 not a frame";
+  RequestFrameDecoder d;
+  size_t space;
+  uint8_t* dst = d.WriteSpace(&space);
+  ASSERT_GE(space, stream.size());
+  memcpy(dst, stream.data(), stream.size());
+  std::vector<InboundRequestFrame> frames;
+  ASSERT_TRUE(d.Consume(stream.size(), &frames, 1).ok());
+  ASSERT_EQ(1u, frames.size());
+  EXPECT_EQ("first", frames[0].main_message.ToString());
+  ASSERT_TRUE(d.Consume(0, &frames, 1).ok());
+  ASSERT_EQ(2u, frames.size());
+  EXPECT_EQ("second", frames[1].main_message.ToString());
+  std::string rest;
+  d.TakeUnparsed(&rest);
+  EXPECT_EQ("\x17\x03\x03 not a frame", rest);
+  EXPECT_EQ(0u, d.buffered_bytes());
+  // The decoder goes on with whatever is fed next.
+  ASSERT_TRUE(d.Feed(Encode(AddCallHeader(7), "third", {}), &frames).ok());
+  ASSERT_EQ(3u, frames.size());
+  EXPECT_EQ(7, frames[2].header.call_id());
+}
+
 TEST(FrameDecoderTest, LargeFrameInRandomPieces) {
   // A 1 MiB frame (much larger than the 64 KiB read chunk) between small
   // ones, read in random-sized pieces the way a socket delivers it.
