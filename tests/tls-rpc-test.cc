@@ -182,8 +182,8 @@ class TlsRpcTest : public ::testing::Test {
     client_id_ = MakeCert(dir_, "client");
     // One CA bundle that trusts both self-signed certificates.
     ca_bundle_ = {dir_.path() + "/ca.pem", ""};
-    std::ofstream(ca_bundle_.cert) << std::ifstream(server_id_.cert).rdbuf()
-                                   << std::ifstream(client_id_.cert).rdbuf();
+    std::ofstream(ca_bundle_.cert)
+        << std::ifstream(server_id_.cert).rdbuf() << std::ifstream(client_id_.cert).rdbuf();
   }
 
   // A server with its own certificate, trusting the bundle.
@@ -271,9 +271,9 @@ TEST_F(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
                                    static_cast<int>(frames[0].main_message.size())));
   EXPECT_EQ(wire::NegotiatePB::NEGOTIATE, first.step());
   std::vector<int> features(first.supported_features().begin(), first.supported_features().end());
-  EXPECT_EQ((std::vector<int>{wire::APPLICATION_FEATURE_FLAGS, wire::TLS,
-                              wire::TLS_AUTHENTICATION_ONLY}),
-            features);
+  EXPECT_EQ(
+      (std::vector<int>{wire::APPLICATION_FEATURE_FLAGS, wire::TLS, wire::TLS_AUTHENTICATION_ONLY}),
+      features);
   wire::NegotiatePB second;
   ASSERT_TRUE(second.ParseFromArray(frames[1].main_message.data(),
                                     static_cast<int>(frames[1].main_message.size())));
@@ -286,10 +286,10 @@ TEST_F(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
 TEST_F(TlsRpcTest, OptionalEncryptionWithASelfSignedServerCertificate) {
   // No files at all: the server makes its own certificate, the client does
   // not verify it.
-  ASSERT_TRUE(
-      server_.Start(1, ServicePoolOptions(), TlsBuilder("server", RpcEncryption::kOptional, nullptr,
-                                                        nullptr))
-          .ok());
+  ASSERT_TRUE(server_
+                  .Start(1, ServicePoolOptions(),
+                         TlsBuilder("server", RpcEncryption::kOptional, nullptr, nullptr))
+                  .ok());
   RecordingProxy wire(server_.address);
   Sockaddr via;
   ASSERT_TRUE(wire.Start(&via).ok());
@@ -340,8 +340,7 @@ TEST_F(TlsRpcTest, ServerWithCaRefusesAClientWithoutCertificate) {
   // the handshake after the client's last token, when the client already
   // speaks records; the client still reports the server's reason.
   StartServer(RpcEncryption::kRequired);
-  auto client =
-      MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, &ca_bundle_));
+  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, &ca_bundle_));
   Status s = CallEcho(client, server_.address, "x");
   ASSERT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "server rejected negotiation")) << s.ToString();
@@ -590,8 +589,8 @@ TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_FALSE(f.header.is_error()) << f.main_message.ToString();
     wire::NegotiatePB answer;
-    ASSERT_TRUE(answer.ParseFromArray(f.main_message.data(),
-                                      static_cast<int>(f.main_message.size())));
+    ASSERT_TRUE(
+        answer.ParseFromArray(f.main_message.data(), static_cast<int>(f.main_message.size())));
     ASSERT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, answer.step());
     BIO_write(rbio, answer.tls_handshake().data(), static_cast<int>(answer.tls_handshake().size()));
     ++server_tokens;

@@ -102,7 +102,8 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   return Status::OK();
 }
 
-Messenger::Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options)
+Messenger::Messenger(std::string name, int num_reactors,
+                     const transport::ConnectionOptions& options)
     : name_(std::move(name)) {
   for (int i = 0; i < num_reactors; ++i) {
     reactors_.push_back(std::make_unique<transport::Reactor>(

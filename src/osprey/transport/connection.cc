@@ -345,8 +345,8 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     TlsFeatures offer;
     offer.tls = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr;
     offer.authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
-    OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(pb, offer, o.encryption == RpcEncryption::kRequired,
-                                              &tls_agreed_));
+    OSPREY_RETURN_NOT_OK(
+        ClientCheckNegotiate(pb, offer, o.encryption == RpcEncryption::kRequired, &tls_agreed_));
     if (tls_agreed_.tls) {
       OSPREY_RETURN_NOT_OK(o.tls_client->NewSession(&tls_));
       state_ = State::kTlsHandshake;

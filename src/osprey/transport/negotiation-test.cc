@@ -80,9 +80,9 @@ TEST(NegotiationTest, ClientRefusesWhatItDidNotAskFor) {
   NegotiatePB answer;
   TlsFeatures agreed;
   ServerTlsPolicy optional{true, false, false};
-  ASSERT_TRUE(ServerAnswerNegotiate(ClientNegotiateRequest({true, false}), optional, &answer,
-                                    &agreed)
-                  .ok());
+  ASSERT_TRUE(
+      ServerAnswerNegotiate(ClientNegotiateRequest({true, false}), optional, &answer, &agreed)
+          .ok());
   // A server that chooses TLS for a client that did not offer it.
   Status s = ClientCheckNegotiate(answer, TlsFeatures(), false, &agreed);
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();

@@ -50,7 +50,8 @@ Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offere
   }
   if ((agreed->tls && !offered.tls) ||
       (agreed->authentication_only && !offered.authentication_only)) {
-    return Status::NetworkError("negotiation: server chose a TLS feature this client did not offer");
+    return Status::NetworkError(
+        "negotiation: server chose a TLS feature this client did not offer");
   }
   if (!agreed->tls && tls_required) {
     return Status::NotAuthorized(

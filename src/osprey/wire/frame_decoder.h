@@ -35,8 +35,7 @@ class FrameDecoder {
   // at most `max_frames` of them (the rest stay buffered: call again with
   // n = 0). Negotiation takes one frame at a time because the bytes after
   // the TLS handshake are records, not frames.
-  Status Consume(size_t n, std::vector<InboundFrame<Header>>* out,
-                 size_t max_frames = SIZE_MAX);
+  Status Consume(size_t n, std::vector<InboundFrame<Header>>* out, size_t max_frames = SIZE_MAX);
   // Copies `bytes` in and appends every frame now whole.
   Status Feed(Slice bytes, std::vector<InboundFrame<Header>>* out);
 
