@@ -9,9 +9,10 @@ packages=(
   libgflags-dev libgoogle-glog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
-# clang builds the sanitizer and fuzz targets in CI; it is optional elsewhere.
+# clang builds the sanitizer and fuzz targets and checks formatting in CI; it
+# is optional elsewhere.
 if [[ "${OSPREY_WITH_CLANG:-0}" == 1 ]]; then
-  packages+=(clang libclang-rt-14-dev)
+  packages+=(clang libclang-rt-14-dev clang-format-14)
 fi
 
 missing=()
