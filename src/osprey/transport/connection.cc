@@ -95,11 +95,15 @@ void Connection::OnConnected() {
   }
   state_ = State::kAwaitingNegotiate;
   QueueFrame(wire::OutboundFrame::FromBytes(wire::ConnectionHeaderBytes()));
+  SendNegotiation(ClientNegotiateRequest(ClientTlsOffer()));
+}
+
+TlsFeatures Connection::ClientTlsOffer() const {
   const ConnectionOptions& o = reactor_->options();
   TlsFeatures offer;
   offer.tls = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr;
   offer.authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
-  SendNegotiation(ClientNegotiateRequest(offer));
+  return offer;
 }
 
 void Connection::SendNegotiation(const NegotiatePB& message) {
@@ -342,11 +346,8 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
   }
   if (state_ == State::kAwaitingNegotiate) {
     const ConnectionOptions& o = reactor_->options();
-    TlsFeatures offer;
-    offer.tls = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr;
-    offer.authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
-    OSPREY_RETURN_NOT_OK(
-        ClientCheckNegotiate(pb, offer, o.encryption == RpcEncryption::kRequired, &tls_agreed_));
+    OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(
+        pb, ClientTlsOffer(), o.encryption == RpcEncryption::kRequired, &tls_agreed_));
     if (tls_agreed_.tls) {
       OSPREY_RETURN_NOT_OK(o.tls_client->NewSession(&tls_));
       state_ = State::kTlsHandshake;

@@ -109,6 +109,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   Status HandleRequestFrame(wire::InboundRequest frame);
   Status HandleClientNegotiation(const wire::InboundResponse& frame);
   Status HandleServerNegotiation(const wire::InboundRequest& frame);
+  TlsFeatures ClientTlsOffer() const;
   Status ContinueTlsHandshake(Slice peer_token);
   // From here on, bytes queued go out as TLS records.
   void StartTlsRecords();
