@@ -27,6 +27,8 @@ constexpr size_t kMaxFramesPerWritev = 128;
 // small enough that a large response does not hold a second copy of itself.
 constexpr size_t kTlsEncryptBatch = 256 * 1024;
 constexpr size_t kTlsReadChunk = 64 * 1024;
+// Pieces of a frame below this size are copied together before encryption.
+constexpr size_t kTlsGatherBelow = 4096;
 
 std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 }  // namespace
@@ -259,24 +261,23 @@ void Connection::DecodeFrames(size_t n) {
 }
 
 void Connection::DecryptAndDecode(Slice records) {
-  tls_plain_in_.clear();
-  Status ts = tls_->Decrypt(records, &tls_plain_in_);
-  size_t before = tls_wire_out_.size();
-  tls_->TakeOutput(&tls_wire_out_);
-  if (tls_wire_out_.size() != before && !flush_requested_) {
-    flush_requested_ = true;
-    reactor_->RequestFlush(this);
-  }
-  Slice plain(tls_plain_in_);
-  while (!plain.empty()) {
-    if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
-    size_t space;
+  // Plaintext goes straight into the frame decoder's buffer.
+  tls_->FeedRecords(records);
+  Status ts;
+  while (state_ != State::kClosed && state_ != State::kClosingAfterFlush) {
+    size_t space, n;
     uint8_t* dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
                                           : request_decoder_->WriteSpace(&space);
-    size_t k = std::min(space, plain.size());
-    memcpy(dst, plain.data(), k);
-    plain.remove_prefix(k);
-    DecodeFrames(k);
+    ts = tls_->ReadPlaintext(dst, space, &n);
+    if (n > 0) DecodeFrames(n);
+    if (!ts.ok() || n == 0) break;
+  }
+  // Whatever OpenSSL had to answer while reading (an alert, say).
+  size_t before = tls_wire_out_.size();
+  tls_->TakeOutput(&tls_wire_out_);
+  if (tls_wire_out_.size() != before && !flush_requested_ && state_ != State::kClosed) {
+    flush_requested_ = true;
+    reactor_->RequestFlush(this);
   }
   if (ts.ok() || state_ == State::kClosed) return;
   if (ts.IsAborted()) {
@@ -662,17 +663,29 @@ bool Connection::FlushRecords() {
       tls_wire_out_sent_ = 0;
     }
     if (outbound_.empty()) return true;
+    // Small pieces (headers, small messages) are gathered so that they
+    // share records; large ones (bodies, sidecars) are encrypted in place.
+    Status s;
+    size_t batch = 0;
     tls_plain_out_.clear();
-    while (!outbound_.empty() && tls_plain_out_.size() < kTlsEncryptBatch) {
+    while (s.ok() && !outbound_.empty() && batch < kTlsEncryptBatch) {
       iov_scratch_.clear();
       outbound_.front()->AppendIovecs(&iov_scratch_);
       for (const iovec& v : iov_scratch_) {
-        tls_plain_out_.append(static_cast<const char*>(v.iov_base), v.iov_len);
+        Slice piece(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+        if (piece.size() < kTlsGatherBelow) {
+          tls_plain_out_.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+          continue;
+        }
+        if (!tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
+        tls_plain_out_.clear();
+        if (s.ok()) s = tls_->Encrypt(piece, &tls_wire_out_);
       }
+      batch += outbound_.front()->bytes_remaining();
       outbound_bytes_ -= outbound_.front()->total_size();
       outbound_.pop_front();
     }
-    Status s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
+    if (s.ok() && !tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
     if (!s.ok()) {
       LOG(WARNING) << ToString() << ": " << s.ToString();
       Shutdown(s);

@@ -175,7 +175,6 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // the switch by the last clear frames.
   std::string tls_wire_out_;
   size_t tls_wire_out_sent_ = 0;
-  std::string tls_plain_in_;
   std::string tls_plain_out_;
   std::vector<uint8_t> tls_read_buf_;
 

@@ -7,6 +7,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <string.h>
+
+#include <mutex>
 
 namespace osprey::transport {
 namespace {
@@ -145,50 +148,99 @@ Status TlsContext::CreateClient(const TlsOptions& options, std::unique_ptr<TlsCo
   return Status::OK();
 }
 
+// The BIO under every session: reads take the caller's records in place,
+// writes append to the caller's buffer. Memory BIOs would copy each way and
+// clear every byte they grow into first.
+struct SessionBio {
+  static int Write(BIO* b, const char* data, int len) {
+    auto* s = static_cast<TlsSession*>(BIO_get_data(b));
+    s->out_->append(data, static_cast<size_t>(len));
+    return len;
+  }
+  static int Read(BIO* b, char* dst, int len) {
+    auto* s = static_cast<TlsSession*>(BIO_get_data(b));
+    BIO_clear_retry_flags(b);
+    if (s->in_.empty()) {
+      BIO_set_retry_read(b);
+      return -1;
+    }
+    size_t n = std::min(s->in_.size(), static_cast<size_t>(len));
+    memcpy(dst, s->in_.data(), n);
+    s->in_.remove_prefix(n);
+    return static_cast<int>(n);
+  }
+  static long Ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+  static int Create(BIO* b) {
+    BIO_set_init(b, 1);
+    return 1;
+  }
+
+  static const BIO_METHOD* Method() {
+    static const BIO_METHOD* method = [] {
+      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "osprey-session");
+      BIO_meth_set_write(m, Write);
+      BIO_meth_set_read(m, Read);
+      BIO_meth_set_ctrl(m, Ctrl);
+      BIO_meth_set_create(m, Create);
+      return m;
+    }();
+    return method;
+  }
+};
+
 Status TlsContext::NewSession(std::unique_ptr<TlsSession>* out) const {
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr) return Status::IllegalState("SSL_new: " + OpenSslErrors());
-  // Memory BIOs: the connection moves the bytes, OpenSSL never touches the
-  // socket.
-  SSL_set_bio(ssl, BIO_new(BIO_s_mem()), BIO_new(BIO_s_mem()));
+  std::unique_ptr<TlsSession> session(new TlsSession(ssl));
+  // The connection moves the bytes; OpenSSL never touches the socket.
+  BIO* bio = BIO_new(SessionBio::Method());
+  if (bio == nullptr) return Status::IllegalState("BIO_new: " + OpenSslErrors());
+  BIO_set_data(bio, session.get());
+  SSL_set_bio(ssl, bio, bio);  // one BIO both ways: SSL_free frees it once
   if (server_) {
     SSL_set_accept_state(ssl);
   } else {
     SSL_set_connect_state(ssl);
   }
-  out->reset(new TlsSession(ssl));
+  *out = std::move(session);
   return Status::OK();
 }
 
 TlsSession::~TlsSession() { SSL_free(ssl_); }
 
-void TlsSession::DrainOutput(std::string* out) {
-  BIO* wbio = SSL_get_wbio(ssl_);
-  char* data;
-  long n = BIO_get_mem_data(wbio, &data);
-  if (n <= 0) return;
-  out->append(data, static_cast<size_t>(n));
-  (void)BIO_reset(wbio);
-}
+namespace {
+// Points a session's output at `target` for one call.
+class OutputTo {
+ public:
+  OutputTo(std::string** out, std::string* target) : out_(out), saved_(*out) { *out = target; }
+  ~OutputTo() { *out_ = saved_; }
 
-void TlsSession::TakeOutput(std::string* records) { DrainOutput(records); }
+ private:
+  std::string** out_;
+  std::string* saved_;
+};
+}  // namespace
 
-void TlsSession::CloseNotify(std::string* records) {
-  ERR_clear_error();
-  if (handshake_done_) (void)SSL_shutdown(ssl_);
-  ERR_clear_error();
-  DrainOutput(records);
+void TlsSession::FeedRecords(Slice records) {
+  if (in_.empty()) {
+    in_ = records;
+    return;
+  }
+  // Unread bytes from before: keep the stream in order, in our own buffer.
+  if (in_.data() != reinterpret_cast<const uint8_t*>(unread_.data()) ||
+      in_.size() != unread_.size()) {
+    unread_.assign(reinterpret_cast<const char*>(in_.data()), in_.size());
+  }
+  unread_.append(reinterpret_cast<const char*>(records.data()), records.size());
+  in_ = Slice(unread_);
 }
 
 Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
-  if (!peer_token.empty() &&
-      BIO_write(SSL_get_rbio(ssl_), peer_token.data(), static_cast<int>(peer_token.size())) !=
-          static_cast<int>(peer_token.size())) {
-    return Status::IllegalState("TLS: cannot buffer the peer's handshake bytes");
-  }
+  OutputTo redirect(&out_, out);
+  FeedRecords(peer_token);
   ERR_clear_error();
   int rc = SSL_do_handshake(ssl_);
-  DrainOutput(out);
+  if (!in_.empty()) FeedRecords(Slice());  // the token's memory is the caller's
   if (rc == 1) {
     handshake_done_ = true;
     *done = true;
@@ -210,6 +262,8 @@ Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
 
 Status TlsSession::Encrypt(Slice plaintext, std::string* records) {
   if (!handshake_done_) return Status::IllegalState("TLS: encrypt before the handshake finished");
+  TakeOutput(records);
+  OutputTo redirect(&out_, records);
   size_t off = 0;
   while (off < plaintext.size()) {
     size_t written = 0;
@@ -218,32 +272,51 @@ Status TlsSession::Encrypt(Slice plaintext, std::string* records) {
       return Status::NetworkError("TLS write failed: " + OpenSslErrors());
     }
     off += written;
-    DrainOutput(records);
   }
   return Status::OK();
 }
 
-Status TlsSession::Decrypt(Slice records, std::string* plaintext) {
+Status TlsSession::ReadPlaintext(uint8_t* dst, size_t cap, size_t* n) {
+  *n = 0;
   if (!handshake_done_) return Status::IllegalState("TLS: decrypt before the handshake finished");
-  if (!records.empty() &&
-      BIO_write(SSL_get_rbio(ssl_), records.data(), static_cast<int>(records.size())) !=
-          static_cast<int>(records.size())) {
-    return Status::IllegalState("TLS: cannot buffer received records");
-  }
-  char buf[16384];
+  ERR_clear_error();
+  int rc = SSL_read_ex(ssl_, dst, cap, n);
+  if (rc == 1) return Status::OK();
+  *n = 0;
+  int err = SSL_get_error(ssl_, rc);
+  // OpenSSL keeps a partial record in its own buffer, so nothing the caller
+  // owns is left to read; if it ever were, keep a copy.
+  if (!in_.empty()) FeedRecords(Slice());
+  if (err == SSL_ERROR_WANT_READ) return Status::OK();
+  if (err == SSL_ERROR_ZERO_RETURN) return Status::Aborted("TLS: peer sent close_notify");
+  return Status::NetworkError("TLS: bad record from peer: " + OpenSslErrors());
+}
+
+Status TlsSession::Decrypt(Slice records, std::string* plaintext) {
+  FeedRecords(records);
   while (true) {
-    size_t n = 0;
-    ERR_clear_error();
-    int rc = SSL_read_ex(ssl_, buf, sizeof(buf), &n);
-    if (rc == 1) {
-      plaintext->append(buf, n);
-      continue;
-    }
-    int err = SSL_get_error(ssl_, rc);
-    if (err == SSL_ERROR_WANT_READ) return Status::OK();  // the rest of a record is still to come
-    if (err == SSL_ERROR_ZERO_RETURN) return Status::Aborted("TLS: peer sent close_notify");
-    return Status::NetworkError("TLS: bad record from peer: " + OpenSslErrors());
+    size_t old = plaintext->size();
+    plaintext->resize(old + 16384);
+    size_t n;
+    Status s = ReadPlaintext(reinterpret_cast<uint8_t*>(plaintext->data()) + old, 16384, &n);
+    plaintext->resize(old + n);
+    if (!s.ok() || n == 0) return s;
   }
+}
+
+void TlsSession::TakeOutput(std::string* records) {
+  if (pending_out_.empty()) return;
+  records->append(pending_out_);
+  pending_out_.clear();
+}
+
+void TlsSession::CloseNotify(std::string* records) {
+  TakeOutput(records);
+  OutputTo redirect(&out_, records);
+  in_ = Slice();
+  ERR_clear_error();
+  if (handshake_done_) (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
 }
 
 std::string TlsSession::PeerSubject() const {

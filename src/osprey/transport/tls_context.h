@@ -69,12 +69,20 @@ class TlsSession {
   Status Handshake(Slice peer_token, std::string* out, bool* done);
   bool handshake_done() const { return handshake_done_; }
 
-  // After the handshake: plaintext in, TLS records out (appended).
+  // After the handshake: plaintext in, TLS records appended to *records.
   Status Encrypt(Slice plaintext, std::string* records);
-  // Records in (any split), the plaintext they complete appended to
-  // *plaintext, even when an error follows. Garbage or a record that fails
+
+  // Records in (any split). OpenSSL reads them in place: `records` must
+  // stay valid until ReadPlaintext has returned *n == 0 or an error.
+  void FeedRecords(Slice records);
+  // Up to `cap` bytes of plaintext from the records fed so far; *n == 0
+  // when a record is still incomplete. Garbage or a record that fails
   // authentication is NetworkError; the peer's close_notify is Aborted.
+  Status ReadPlaintext(uint8_t* dst, size_t cap, size_t* n);
+  // FeedRecords and ReadPlaintext until done, appending to *plaintext
+  // (also what came before an error).
   Status Decrypt(Slice records, std::string* plaintext);
+
   // Records OpenSSL made while reading (an alert, a KeyUpdate answer):
   // appended to *records, to be sent after everything Encrypt made so far.
   void TakeOutput(std::string* records);
@@ -86,10 +94,18 @@ class TlsSession {
 
  private:
   friend class TlsContext;
+  friend struct SessionBio;
   explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
-  void DrainOutput(std::string* out);
   SSL* ssl_;
   bool handshake_done_ = false;
+  // What the session's BIO reads from: the caller's records, in place;
+  // `unread_` keeps what is left when the caller's buffer goes away.
+  Slice in_;
+  std::string unread_;
+  // Where the session's BIO appends records: the caller's buffer during
+  // Handshake, Encrypt and CloseNotify, else `pending_out_`.
+  std::string* out_ = &pending_out_;
+  std::string pending_out_;
 };
 
 }  // namespace osprey::transport
