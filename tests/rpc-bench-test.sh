@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # CTest: rpc-bench end to end, with small settings.
 #
-#   bash tests/rpc-bench-test.sh path/to/rpc-bench
+#   bash tests/rpc-bench-test.sh path/to/rpc-bench [path/to/wrong_sum_server]
 #
 # Checks the text report of both modes, plain and with -enable_encryption
 # (Kudu's header lines, in order, with
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
 # count), -output=json, -payload_bytes, that bad flags exit 2 with one line
 # on stderr, and a client run against a separate -server_only process that
-# must shut down cleanly on SIGTERM. Any failure names the check that failed.
+# must shut down cleanly on SIGTERM; given wrong_sum_server, that a wrong
+# answer mid-run is a fatal error naming the call. Any failure names the
+# check that failed.
 set -euo pipefail
 
-BENCH="${1:?usage: rpc-bench-test.sh PATH_TO_RPC_BENCH}"
+BENCH="${1:?usage: rpc-bench-test.sh PATH_TO_RPC_BENCH [PATH_TO_WRONG_SUM_SERVER]}"
+WRONG_SERVER="${2:-}"
 # Small settings: short, and light enough for a shared 2-core machine.
 SMALL=(-run_seconds 1 -client_threads 2 -async_call_concurrency 4 -server_reactors 1
        -worker_threads 1)
@@ -302,5 +305,28 @@ rc=$?
 set -e
 SERVER_PID=""
 [[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+
+# ---------------------------------------------------- wrong answers mid-run
+if [[ -n "$WRONG_SERVER" ]]; then
+  for mode in sync async; do
+    CHECK="wrong sums from the server after 100 calls, $mode"
+    "$WRONG_SERVER" >"$TMP/wrong.out" 2>"$TMP/wrong.err" </dev/null &
+    SERVER_PID=$!
+    ADDR=""
+    for _ in $(seq 1 100); do  # up to 10 s
+      ADDR="$(sed -n 's/^listening on \(.*\)$/\1/p' "$TMP/wrong.out")"
+      [[ -n "$ADDR" ]] && break
+      sleep 0.1
+    done
+    [[ -n "$ADDR" ]] || { show "$TMP/wrong.out" "$TMP/wrong.err"; fail "wrong_sum_server did not start"; }
+    run wrongrun -server_address "$ADDR" "${SMALL[@]}" -mode "$mode" -run_seconds 5
+    [[ $RC -eq 1 ]] || { show "$TMP/wrongrun.out" "$TMP/wrongrun.err"; fail "exit status $RC, expected 1"; }
+    grep -Eq '^rpc-bench: FATAL: wrong result: .*Add\([0-9]+, [0-9]+\) returned [0-9]+, expected [0-9]+$' \
+      "$TMP/wrongrun.err" || { show "$TMP/wrongrun.err"; fail "no FATAL line naming the call"; }
+    kill -KILL "$SERVER_PID"
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  done
+fi
 
 echo "rpc-bench-test: all checks passed"
