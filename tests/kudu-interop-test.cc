@@ -54,6 +54,14 @@ Status ReadFrameBytes(Socket* s, std::string* frame) {
   return s->ReadAll(reinterpret_cast<uint8_t*>(frame->data()) + 4, n);
 }
 
+// A listening socket on a free loopback port, to play a Kudu server.
+Status ListenOnLoopback(Socket* listener, Sockaddr* addr) {
+  OSPREY_RETURN_NOT_OK(listener->Init(Sockaddr::Loopback(0)));
+  OSPREY_RETURN_NOT_OK(listener->Bind(Sockaddr::Loopback(0)));
+  OSPREY_RETURN_NOT_OK(listener->Listen(1));
+  return listener->GetLocalAddress(addr);
+}
+
 // An Osprey server with Kudu's test CalculatorService on a loopback port.
 class KuduServerTest : public ::testing::Test {
  protected:
@@ -114,11 +122,8 @@ TEST_F(KuduServerTest, KuduClientBytesOneAtATime) {
 // each frame the client sends, built by hand from the spec's field numbers.
 TEST(KuduInteropTest, OspreyClientSendsKuduFrames) {
   Socket listener;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(1).ok());
   Sockaddr addr;
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
 
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
@@ -239,11 +244,8 @@ TEST(KuduTlsInteropTest, KuduClientHelloGetsAServerHello) {
 // byte for byte (c2s.bin frame 1 of the TLS capture).
 TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
   Socket listener;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(1).ok());
   Sockaddr addr;
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
 
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client")

@@ -195,6 +195,13 @@ class TlsRpcTest : public ::testing::Test {
                            TlsBuilder("server", policy, &server_id_, &ca_bundle_, encrypt_loopback))
                     .ok());
   }
+  // A server with its own certificate and no CA: any client may connect.
+  void StartServerTrustingNobody() {
+    ASSERT_TRUE(server_
+                    .Start(1, ServicePoolOptions(),
+                           TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
+                    .ok());
+  }
   std::shared_ptr<Messenger> TlsClient(RpcEncryption policy = RpcEncryption::kRequired,
                                        bool encrypt_loopback = true) {
     return MakeClient(1, TlsBuilder("client", policy, &client_id_, &ca_bundle_, encrypt_loopback));
@@ -464,10 +471,7 @@ class HandTlsClient {
 };
 
 TEST_F(TlsRpcTest, GarbageInPlaceOfRecordsClosesOnlyThatConnection) {
-  ASSERT_TRUE(server_
-                  .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
-                  .ok());
+  StartServerTrustingNobody();
   auto good = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
   ASSERT_TRUE(CallEcho(good, server_.address, "before").ok());
 
@@ -484,10 +488,7 @@ TEST_F(TlsRpcTest, GarbageInPlaceOfRecordsClosesOnlyThatConnection) {
 }
 
 TEST_F(TlsRpcTest, PeerClosingMidRecordClosesOnlyThatConnection) {
-  ASSERT_TRUE(server_
-                  .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
-                  .ok());
+  StartServerTrustingNobody();
   auto good = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
   ASSERT_TRUE(CallEcho(good, server_.address, "before").ok());
   int fds_before = CountOpenFds();
@@ -506,10 +507,7 @@ TEST_F(TlsRpcTest, PeerClosingMidRecordClosesOnlyThatConnection) {
 }
 
 TEST_F(TlsRpcTest, ServerShutdownEndsTheSessionWithCloseNotify) {
-  ASSERT_TRUE(server_
-                  .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
-                  .ok());
+  StartServerTrustingNobody();
   HandTlsClient client;
   ASSERT_TRUE(client.Handshake(server_.address).ok());
   ASSERT_TRUE(client.conn().Send(client.SaslAndContextRecords()).ok());
@@ -546,10 +544,7 @@ TEST_F(TlsRpcTest, ServerShutdownEndsTheSessionWithCloseNotify) {
 // two round trips and it is the server whose last token ends it, in the
 // clear, just before the records begin. Driven by hand with OpenSSL.
 TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
-  ASSERT_TRUE(server_
-                  .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
-                  .ok());
+  StartServerTrustingNobody();
   SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
   ASSERT_NE(nullptr, ctx);
   SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);

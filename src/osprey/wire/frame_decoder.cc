@@ -25,6 +25,18 @@ std::shared_ptr<uint8_t[]> Allocate(size_t n) {
   return std::shared_ptr<uint8_t[]>(new uint8_t[n]);
 }
 
+// True when no frame holds `buf` any more, so the decoder may write over
+// it. use_count() alone is a relaxed load: it shows the last frame was
+// dropped, not that the thread which dropped it (a worker) is ordered
+// before our writes. Taking and dropping a reference is an acquire-release
+// operation on the same count, which gives that order.
+bool SoleOwner(const std::shared_ptr<uint8_t[]>& buf) {
+  if (!buf || buf.use_count() != 1) return false;
+  std::shared_ptr<uint8_t[]> probe = buf;
+  probe.reset();
+  return true;
+}
+
 }  // namespace
 
 Status ReadVarint32(Slice* in, uint32_t* value) {
@@ -58,7 +70,7 @@ uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
     pending_frame_size_ = 0;
   }
   size_t have = end_ - start_;
-  if (buf_ && have == 0 && buf_.use_count() == 1) {
+  if (have == 0 && SoleOwner(buf_)) {
     // No frame refers to this buffer any more: start over at its beginning.
     start_ = end_ = 0;
     pending_frame_size_ = 0;
@@ -67,7 +79,7 @@ uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
   size_t need = pending_frame_size_ != 0 ? pending_frame_size_ : 4;
   if (!buf_ || start_ + need > cap_ || end_ == cap_) {
     size_t new_cap = std::max(chunk_size_, need);
-    if (buf_ && buf_.use_count() == 1 && new_cap <= cap_) {
+    if (new_cap <= cap_ && SoleOwner(buf_)) {
       std::memmove(buf_.get(), buf_.get() + start_, have);
     } else {
       auto fresh = Allocate(new_cap);
