@@ -5,6 +5,7 @@
 // would (garbage records, a record cut short).
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -621,6 +623,154 @@ TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
   EXPECT_EQ(wire::NegotiatePB::SASL_SUCCESS, success.step());
   SSL_free(ssl);
   SSL_CTX_free(ctx);
+}
+
+// The other side of TLS 1.2: a hand-driven server (as a Kudu server on an
+// older OpenSSL) whose last token ends the client's handshake without the
+// client having anything left to send; the client's SASL, context and call
+// must then follow as records.
+TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
+  Socket listener;
+  Sockaddr addr;
+  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Listen(1).ok());
+  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
+  CalculatorServiceProxy proxy(client, addr);
+  EchoRequestPB req;
+  req.set_data("over TLS 1.2");
+  EchoResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  CountDownLatch done(1);
+  proxy.EchoAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+
+  Socket conn;
+  Sockaddr remote;
+  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+  timeval tv{10, 0};  // no read below may hang the test
+  setsockopt(conn.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  uint8_t header[7];
+  ASSERT_TRUE(conn.ReadAll(header, sizeof(header)).ok());
+
+  std::string cert_pem, key_pem;
+  ASSERT_TRUE(TlsContext::MakeSelfSigned("old-server", &cert_pem, &key_pem).ok());
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  ASSERT_EQ(1, SSL_CTX_use_certificate(ctx, cert));
+  ASSERT_EQ(1, SSL_CTX_use_PrivateKey(ctx, key));
+  SSL* ssl = SSL_new(ctx);
+  BIO* rbio = BIO_new(BIO_s_mem());
+  BIO* wbio = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, rbio, wbio);
+  SSL_set_accept_state(ssl);
+  auto drain = [&] {
+    std::string out;
+    char* data;
+    long n = BIO_get_mem_data(wbio, &data);
+    if (n > 0) out.assign(data, static_cast<size_t>(n));
+    (void)BIO_reset(wbio);
+    return out;
+  };
+  auto send_response = [&](int32_t id, const google::protobuf::MessageLite& body, bool encrypt) {
+    wire::ResponseHeader h;
+    h.set_call_id(id);
+    std::unique_ptr<wire::OutboundFrame> f;
+    ASSERT_TRUE(wire::OutboundFrame::Encode(&h, body, {}, &f).ok());
+    std::string bytes = f->ToString();
+    if (encrypt) {
+      ASSERT_EQ(static_cast<int>(bytes.size()),
+                SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())));
+      bytes = drain();
+    }
+    ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).ok());
+  };
+  // The next request frame, from the clear stream or from the records.
+  wire::RequestFrameDecoder clear, inner;
+  std::deque<wire::InboundRequestFrame> pending;
+  auto next_frame = [&](bool records, wire::InboundRequestFrame* out) {
+    while (pending.empty()) {
+      char buf[16384];
+      ssize_t n = ::recv(conn.fd(), buf, sizeof(buf), 0);
+      ASSERT_GT(n, 0) << "client closed or went quiet";
+      std::vector<wire::InboundRequestFrame> got;
+      if (records) {
+        BIO_write(rbio, buf, static_cast<int>(n));
+        std::string plain;
+        int r;
+        while ((r = SSL_read(ssl, buf, sizeof(buf))) > 0) plain.append(buf, static_cast<size_t>(r));
+        ASSERT_TRUE(inner.Feed(plain, &got).ok());
+      } else {
+        ASSERT_TRUE(clear.Feed(Slice(buf, static_cast<size_t>(n)), &got).ok());
+      }
+      for (auto& f : got) pending.push_back(std::move(f));
+    }
+    *out = std::move(pending.front());
+    pending.pop_front();
+  };
+  auto parse = [](const wire::InboundRequestFrame& f, google::protobuf::MessageLite* pb) {
+    return pb->ParseFromArray(f.main_message.data(), static_cast<int>(f.main_message.size()));
+  };
+
+  wire::InboundRequestFrame f;
+  wire::NegotiatePB in, answer;
+  ASSERT_NO_FATAL_FAILURE(next_frame(false, &f));
+  ASSERT_TRUE(parse(f, &in));
+  transport::TlsFeatures agreed;
+  transport::ServerTlsPolicy policy;
+  policy.available = true;
+  ASSERT_TRUE(transport::ServerAnswerNegotiate(in, policy, &answer, &agreed).ok());
+  ASSERT_TRUE(agreed.tls);
+  ASSERT_NO_FATAL_FAILURE(send_response(-33, answer, false));
+  int server_tokens = 0;
+  while (true) {
+    ASSERT_NO_FATAL_FAILURE(next_frame(false, &f));
+    ASSERT_TRUE(parse(f, &in));
+    ASSERT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, in.step());
+    BIO_write(rbio, in.tls_handshake().data(), static_cast<int>(in.tls_handshake().size()));
+    int rc = SSL_do_handshake(ssl);
+    wire::NegotiatePB token;
+    token.set_step(wire::NegotiatePB::TLS_HANDSHAKE);
+    token.set_tls_handshake(drain());
+    ASSERT_FALSE(token.tls_handshake().empty());
+    ASSERT_NO_FATAL_FAILURE(send_response(-33, token, false));
+    ++server_tokens;
+    if (rc == 1) break;
+  }
+  EXPECT_EQ(2, server_tokens);
+  EXPECT_EQ(TLS1_2_VERSION, SSL_version(ssl));
+
+  // SASL, the context and the call, all as records.
+  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
+  ASSERT_TRUE(parse(f, &in));
+  ASSERT_EQ(wire::NegotiatePB::SASL_INITIATE, in.step());
+  wire::NegotiatePB success;
+  success.set_step(wire::NegotiatePB::SASL_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(send_response(-33, success, true));
+  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
+  EXPECT_EQ(-3, f.header.call_id());
+  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
+  EXPECT_EQ("Echo", f.header.remote_method().method_name());
+  EchoRequestPB call;
+  ASSERT_TRUE(parse(f, &call));
+  EchoResponsePB reply;
+  reply.set_data(call.data());
+  ASSERT_NO_FATAL_FAILURE(send_response(f.header.call_id(), reply, true));
+
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+  EXPECT_EQ("over TLS 1.2", resp.data());
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  BIO_free(cb);
+  BIO_free(kb);
 }
 
 TEST(TlsConfigTest, BadFilesAndContradictorySettingsAreClearErrors) {
