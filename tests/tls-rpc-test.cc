@@ -625,17 +625,174 @@ TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
   SSL_CTX_free(ctx);
 }
 
-// The other side of TLS 1.2: a hand-driven server (as a Kudu server on an
-// older OpenSSL) whose last token ends the client's handshake without the
-// client having anything left to send; the client's SASL, context and call
-// must then follow as records.
+// A server driven by hand with OpenSSL, to play peers a Messenger would not
+// be: a TLS 1.2 server, or one that answers the handshake with a clear
+// error frame sent in pieces. One connection; every read is bounded.
+class HandTlsServer {
+ public:
+  explicit HandTlsServer(int max_version) : max_version_(max_version) {}
+  ~HandTlsServer() {
+    SSL_free(ssl_);
+    SSL_CTX_free(ctx_);
+  }
+
+  Status Listen(Sockaddr* addr) {
+    OSPREY_RETURN_NOT_OK(listener_.Init(Sockaddr::Loopback(0)));
+    OSPREY_RETURN_NOT_OK(listener_.Bind(Sockaddr::Loopback(0)));
+    OSPREY_RETURN_NOT_OK(listener_.Listen(1));
+    return listener_.GetLocalAddress(addr);
+  }
+
+  // Accepts the client, reads its connection header and NEGOTIATE, answers
+  // with TLS, and runs the handshake; *tokens: how many it sent.
+  void AcceptAndHandshake(int* tokens) {
+    Sockaddr remote;
+    ASSERT_TRUE(listener_.Accept(&conn_, &remote, false).ok());
+    timeval tv{10, 0};
+    setsockopt(conn_.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    uint8_t header[7];
+    ASSERT_TRUE(conn_.ReadAll(header, sizeof(header)).ok());
+    ASSERT_NO_FATAL_FAILURE(MakeSsl());
+
+    wire::InboundRequestFrame f;
+    wire::NegotiatePB in, answer;
+    ASSERT_NO_FATAL_FAILURE(NextFrame(false, &f));
+    ASSERT_TRUE(Parse(f, &in));
+    transport::TlsFeatures agreed;
+    transport::ServerTlsPolicy policy;
+    policy.available = true;
+    ASSERT_TRUE(transport::ServerAnswerNegotiate(in, policy, &answer, &agreed).ok());
+    ASSERT_TRUE(agreed.tls);
+    ASSERT_NO_FATAL_FAILURE(Send(-33, answer, false));
+    *tokens = 0;
+    int rc = 0;
+    while (rc != 1) {
+      ASSERT_NO_FATAL_FAILURE(NextFrame(false, &f));
+      ASSERT_TRUE(Parse(f, &in));
+      ASSERT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, in.step());
+      BIO_write(rbio_, in.tls_handshake().data(), static_cast<int>(in.tls_handshake().size()));
+      rc = SSL_do_handshake(ssl_);
+      wire::NegotiatePB token;
+      token.set_step(wire::NegotiatePB::TLS_HANDSHAKE);
+      token.set_tls_handshake(Drain());
+      if (token.tls_handshake().empty()) continue;
+      ASSERT_NO_FATAL_FAILURE(Send(-33, token, false));
+      ++*tokens;
+    }
+  }
+
+  // The next request frame, from the clear stream or from the records.
+  void NextFrame(bool records, wire::InboundRequestFrame* out) {
+    while (pending_.empty()) {
+      std::vector<wire::InboundRequestFrame> got;
+      if (records) {
+        char buf[16384];
+        ssize_t n = ::recv(conn_.fd(), buf, sizeof(buf), 0);
+        ASSERT_GT(n, 0) << "client closed or went quiet";
+        BIO_write(rbio_, buf, static_cast<int>(n));
+        std::string plain;
+        int r;
+        while ((r = SSL_read(ssl_, buf, sizeof(buf))) > 0) {
+          plain.append(buf, static_cast<size_t>(r));
+        }
+        ASSERT_TRUE(inner_.Feed(plain, &got).ok());
+      } else {
+        // Exactly one frame: records may follow it on the socket.
+        uint8_t len[4];
+        ASSERT_TRUE(conn_.ReadAll(len, 4).ok());
+        std::string frame(reinterpret_cast<char*>(len), 4);
+        frame.resize(
+            4 + ((size_t{len[0]} << 24) | (size_t{len[1]} << 16) | (size_t{len[2]} << 8) | len[3]));
+        auto* body = reinterpret_cast<uint8_t*>(frame.data()) + 4;
+        ASSERT_TRUE(conn_.ReadAll(body, frame.size() - 4).ok());
+        ASSERT_TRUE(clear_.Feed(frame, &got).ok());
+      }
+      for (auto& f : got) pending_.push_back(std::move(f));
+    }
+    *out = std::move(pending_.front());
+    pending_.pop_front();
+  }
+
+  // A response frame, as records or in the clear; a clear one in pieces
+  // of `piece` bytes, 50 ms apart, if `piece` > 0.
+  void Send(int32_t id, const google::protobuf::MessageLite& body, bool encrypt,
+            bool is_error = false, size_t piece = 0) {
+    wire::ResponseHeader h;
+    h.set_call_id(id);
+    if (is_error) h.set_is_error(true);
+    std::unique_ptr<wire::OutboundFrame> f;
+    ASSERT_TRUE(wire::OutboundFrame::Encode(&h, body, {}, &f).ok());
+    std::string bytes = f->ToString();
+    if (encrypt) {
+      ASSERT_EQ(static_cast<int>(bytes.size()),
+                SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())));
+      bytes = Drain();
+    }
+    if (piece == 0) piece = bytes.size();
+    for (size_t off = 0; off < bytes.size(); off += piece) {
+      if (off > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      size_t n = std::min(piece, bytes.size() - off);
+      ASSERT_TRUE(conn_.WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()) + off, n).ok());
+    }
+  }
+
+  static bool Parse(const wire::InboundRequestFrame& f, google::protobuf::MessageLite* pb) {
+    return pb->ParseFromArray(f.main_message.data(), static_cast<int>(f.main_message.size()));
+  }
+  int version() const { return SSL_version(ssl_); }
+
+ private:
+  void MakeSsl() {
+    std::string cert_pem, key_pem;
+    ASSERT_TRUE(TlsContext::MakeSelfSigned("hand-server", &cert_pem, &key_pem).ok());
+    ctx_ = SSL_CTX_new(TLS_server_method());
+    SSL_CTX_set_max_proto_version(ctx_, max_version_);
+    SSL_CTX_set_num_tickets(ctx_, 0);
+    BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+    BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+    X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+    int cert_ok = SSL_CTX_use_certificate(ctx_, cert);
+    int key_ok = SSL_CTX_use_PrivateKey(ctx_, key);
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    BIO_free(cb);
+    BIO_free(kb);
+    ASSERT_EQ(1, cert_ok);
+    ASSERT_EQ(1, key_ok);
+    ssl_ = SSL_new(ctx_);
+    rbio_ = BIO_new(BIO_s_mem());
+    wbio_ = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl_, rbio_, wbio_);
+    SSL_set_accept_state(ssl_);
+  }
+  std::string Drain() {
+    std::string out;
+    char* data;
+    long n = BIO_get_mem_data(wbio_, &data);
+    if (n > 0) out.assign(data, static_cast<size_t>(n));
+    (void)BIO_reset(wbio_);
+    return out;
+  }
+
+  const int max_version_;
+  Socket listener_, conn_;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  BIO* rbio_ = nullptr;
+  BIO* wbio_ = nullptr;
+  wire::RequestFrameDecoder clear_, inner_;
+  std::deque<wire::InboundRequestFrame> pending_;
+};
+
+// The other side of TLS 1.2: a server (as a Kudu server on an older
+// OpenSSL) whose last token ends the client's handshake without the client
+// having anything left to send; SASL, the context and the call must then
+// follow as records.
 TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
-  Socket listener;
+  HandTlsServer server(TLS1_2_VERSION);
   Sockaddr addr;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(1).ok());
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  ASSERT_TRUE(server.Listen(&addr).ok());
   auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
   CalculatorServiceProxy proxy(client, addr);
   EchoRequestPB req;
@@ -646,131 +803,64 @@ TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
   CountDownLatch done(1);
   proxy.EchoAsync(req, &resp, &ctl, [&] { done.CountDown(); });
 
-  Socket conn;
-  Sockaddr remote;
-  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
-  timeval tv{10, 0};  // no read below may hang the test
-  setsockopt(conn.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  uint8_t header[7];
-  ASSERT_TRUE(conn.ReadAll(header, sizeof(header)).ok());
-
-  std::string cert_pem, key_pem;
-  ASSERT_TRUE(TlsContext::MakeSelfSigned("old-server", &cert_pem, &key_pem).ok());
-  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-  SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
-  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
-  BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
-  X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
-  ASSERT_EQ(1, SSL_CTX_use_certificate(ctx, cert));
-  ASSERT_EQ(1, SSL_CTX_use_PrivateKey(ctx, key));
-  SSL* ssl = SSL_new(ctx);
-  BIO* rbio = BIO_new(BIO_s_mem());
-  BIO* wbio = BIO_new(BIO_s_mem());
-  SSL_set_bio(ssl, rbio, wbio);
-  SSL_set_accept_state(ssl);
-  auto drain = [&] {
-    std::string out;
-    char* data;
-    long n = BIO_get_mem_data(wbio, &data);
-    if (n > 0) out.assign(data, static_cast<size_t>(n));
-    (void)BIO_reset(wbio);
-    return out;
-  };
-  auto send_response = [&](int32_t id, const google::protobuf::MessageLite& body, bool encrypt) {
-    wire::ResponseHeader h;
-    h.set_call_id(id);
-    std::unique_ptr<wire::OutboundFrame> f;
-    ASSERT_TRUE(wire::OutboundFrame::Encode(&h, body, {}, &f).ok());
-    std::string bytes = f->ToString();
-    if (encrypt) {
-      ASSERT_EQ(static_cast<int>(bytes.size()),
-                SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())));
-      bytes = drain();
-    }
-    ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).ok());
-  };
-  // The next request frame, from the clear stream or from the records.
-  wire::RequestFrameDecoder clear, inner;
-  std::deque<wire::InboundRequestFrame> pending;
-  auto next_frame = [&](bool records, wire::InboundRequestFrame* out) {
-    while (pending.empty()) {
-      char buf[16384];
-      ssize_t n = ::recv(conn.fd(), buf, sizeof(buf), 0);
-      ASSERT_GT(n, 0) << "client closed or went quiet";
-      std::vector<wire::InboundRequestFrame> got;
-      if (records) {
-        BIO_write(rbio, buf, static_cast<int>(n));
-        std::string plain;
-        int r;
-        while ((r = SSL_read(ssl, buf, sizeof(buf))) > 0) plain.append(buf, static_cast<size_t>(r));
-        ASSERT_TRUE(inner.Feed(plain, &got).ok());
-      } else {
-        ASSERT_TRUE(clear.Feed(Slice(buf, static_cast<size_t>(n)), &got).ok());
-      }
-      for (auto& f : got) pending.push_back(std::move(f));
-    }
-    *out = std::move(pending.front());
-    pending.pop_front();
-  };
-  auto parse = [](const wire::InboundRequestFrame& f, google::protobuf::MessageLite* pb) {
-    return pb->ParseFromArray(f.main_message.data(), static_cast<int>(f.main_message.size()));
-  };
+  int tokens;
+  ASSERT_NO_FATAL_FAILURE(server.AcceptAndHandshake(&tokens));
+  EXPECT_EQ(2, tokens);
+  EXPECT_EQ(TLS1_2_VERSION, server.version());
 
   wire::InboundRequestFrame f;
-  wire::NegotiatePB in, answer;
-  ASSERT_NO_FATAL_FAILURE(next_frame(false, &f));
-  ASSERT_TRUE(parse(f, &in));
-  transport::TlsFeatures agreed;
-  transport::ServerTlsPolicy policy;
-  policy.available = true;
-  ASSERT_TRUE(transport::ServerAnswerNegotiate(in, policy, &answer, &agreed).ok());
-  ASSERT_TRUE(agreed.tls);
-  ASSERT_NO_FATAL_FAILURE(send_response(-33, answer, false));
-  int server_tokens = 0;
-  while (true) {
-    ASSERT_NO_FATAL_FAILURE(next_frame(false, &f));
-    ASSERT_TRUE(parse(f, &in));
-    ASSERT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, in.step());
-    BIO_write(rbio, in.tls_handshake().data(), static_cast<int>(in.tls_handshake().size()));
-    int rc = SSL_do_handshake(ssl);
-    wire::NegotiatePB token;
-    token.set_step(wire::NegotiatePB::TLS_HANDSHAKE);
-    token.set_tls_handshake(drain());
-    ASSERT_FALSE(token.tls_handshake().empty());
-    ASSERT_NO_FATAL_FAILURE(send_response(-33, token, false));
-    ++server_tokens;
-    if (rc == 1) break;
-  }
-  EXPECT_EQ(2, server_tokens);
-  EXPECT_EQ(TLS1_2_VERSION, SSL_version(ssl));
-
-  // SASL, the context and the call, all as records.
-  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
-  ASSERT_TRUE(parse(f, &in));
+  wire::NegotiatePB in;
+  ASSERT_NO_FATAL_FAILURE(server.NextFrame(true, &f));
+  ASSERT_TRUE(HandTlsServer::Parse(f, &in));
   ASSERT_EQ(wire::NegotiatePB::SASL_INITIATE, in.step());
   wire::NegotiatePB success;
   success.set_step(wire::NegotiatePB::SASL_SUCCESS);
-  ASSERT_NO_FATAL_FAILURE(send_response(-33, success, true));
-  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
+  ASSERT_NO_FATAL_FAILURE(server.Send(-33, success, true));
+  ASSERT_NO_FATAL_FAILURE(server.NextFrame(true, &f));
   EXPECT_EQ(-3, f.header.call_id());
-  ASSERT_NO_FATAL_FAILURE(next_frame(true, &f));
+  ASSERT_NO_FATAL_FAILURE(server.NextFrame(true, &f));
   EXPECT_EQ("Echo", f.header.remote_method().method_name());
   EchoRequestPB call;
-  ASSERT_TRUE(parse(f, &call));
+  ASSERT_TRUE(HandTlsServer::Parse(f, &call));
   EchoResponsePB reply;
   reply.set_data(call.data());
-  ASSERT_NO_FATAL_FAILURE(send_response(f.header.call_id(), reply, true));
+  ASSERT_NO_FATAL_FAILURE(server.Send(f.header.call_id(), reply, true));
 
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
   EXPECT_TRUE(ctl.status().ok()) << ctl.status().ToString();
   EXPECT_EQ("over TLS 1.2", resp.data());
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  X509_free(cert);
-  EVP_PKEY_free(key);
-  BIO_free(cb);
-  BIO_free(kb);
+}
+
+// With TLS 1.3 a server rejects the client after the client's last token,
+// in the clear, while the client already reads records. Even when that
+// error frame arrives in pieces, the client reports the server's reason.
+TEST_F(TlsRpcTest, ClearErrorFrameInPiecesAfterTheHandshake) {
+  HandTlsServer server(TLS1_3_VERSION);
+  Sockaddr addr;
+  ASSERT_TRUE(server.Listen(&addr).ok());
+  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
+  CalculatorServiceProxy proxy(client, addr);
+  EchoRequestPB req;
+  req.set_data("x");
+  EchoResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  CountDownLatch done(1);
+  proxy.EchoAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+
+  int tokens;
+  ASSERT_NO_FATAL_FAILURE(server.AcceptAndHandshake(&tokens));
+  EXPECT_EQ(1, tokens);
+  wire::ErrorStatusPB err;
+  err.set_code(wire::ErrorStatusPB::FATAL_UNAUTHORIZED);
+  err.set_message("your certificate is not welcome here");
+  ASSERT_NO_FATAL_FAILURE(server.Send(-33, err, false, /*is_error=*/true, /*piece=*/3));
+
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  Status s = ctl.status();
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "server rejected negotiation: your certificate is not welcome"))
+      << s.ToString();
 }
 
 TEST(TlsConfigTest, BadFilesAndContradictorySettingsAreClearErrors) {

@@ -24,7 +24,7 @@ constexpr int32_t kConnectionErrorCallId = -1;
 constexpr int kMaxReadsPerEvent = 16;
 constexpr size_t kMaxFramesPerWritev = 128;
 // Plaintext encrypted at once: big enough for few records per syscall,
-// small enough that a large response does not hold a second copy of itself.
+// small enough that a large response is not held twice, whole.
 constexpr size_t kTlsEncryptBatch = 256 * 1024;
 constexpr size_t kTlsReadChunk = 64 * 1024;
 // Pieces of a frame below this size are copied together before encryption.
@@ -244,8 +244,9 @@ void Connection::DecodeFrames(size_t n) {
       }
     }
     n = 0;
-    if (tls_records_ && !tls_reading_) {
+    if (tls_switch_pending_) {
       // The handshake just ended: what follows it in the buffer is records.
+      tls_switch_pending_ = false;
       tls_reading_ = true;
       std::string rest;
       if (role_ == Role::kClient) {
@@ -261,6 +262,12 @@ void Connection::DecodeFrames(size_t n) {
 }
 
 void Connection::DecryptAndDecode(Slice records) {
+  if (role_ == Role::kClient && state_ != State::kOpen) {
+    // Kept until negotiation ends: see the clear error frame below.
+    tls_raw_in_.append(reinterpret_cast<const char*>(records.data()), records.size());
+  } else if (!tls_raw_in_.empty()) {
+    std::string().swap(tls_raw_in_);
+  }
   // Plaintext goes straight into the frame decoder's buffer.
   tls_->FeedRecords(records);
   Status ts;
@@ -272,6 +279,8 @@ void Connection::DecryptAndDecode(Slice records) {
     if (n > 0) DecodeFrames(n);
     if (!ts.ok() || n == 0) break;
   }
+  // Left early (closing): the session must not keep pointing at `records`.
+  tls_->FeedRecords(Slice());
   // Whatever OpenSSL had to answer while reading (an alert, say).
   size_t before = tls_wire_out_.size();
   tls_->TakeOutput(&tls_wire_out_);
@@ -285,16 +294,25 @@ void Connection::DecryptAndDecode(Slice records) {
     Shutdown(Status::NetworkError("peer ended the TLS session (close_notify)"));
     return;
   }
-  if (role_ == Role::kClient && state_ != State::kOpen) {
+  if (role_ == Role::kClient && state_ != State::kOpen && !tls_raw_in_.empty() &&
+      tls_raw_in_[0] == '\0') {
     // A server that rejects this client's certificate learns so only after
-    // the client has switched to records, and answers with a clear frame.
-    wire::ResponseDecoder clear(reactor_->options().max_frame_size);
-    std::vector<wire::InboundResponse> frames;
-    (void)clear.Feed(records, &frames);
-    if (!frames.empty() && frames[0].header.is_error()) {
-      Shutdown(HandleClientNegotiation(frames[0]));
-      return;
+    // the client has switched to records, and answers with a clear error
+    // frame (whose length starts with 0, never a TLS record type). Read the
+    // rest of the connection as clear frames, to report the server's reason.
+    tls_reading_ = false;
+    std::string raw;
+    raw.swap(tls_raw_in_);
+    Slice rest(raw);
+    while (!rest.empty() && state_ != State::kClosed) {
+      size_t space;
+      uint8_t* dst = response_decoder_->WriteSpace(&space);
+      size_t k = std::min(space, rest.size());
+      memcpy(dst, rest.data(), k);
+      rest.remove_prefix(k);
+      DecodeFrames(k);
     }
+    return;
   }
   LOG(WARNING) << ToString() << ": " << ts.ToString();
   Shutdown(ts);
@@ -413,6 +431,7 @@ void Connection::StartTlsRecords() {
   outbound_.clear();
   outbound_bytes_ = 0;
   tls_records_ = true;
+  tls_switch_pending_ = true;
 }
 
 void Connection::QueueCall(std::shared_ptr<ClientCall> call) {
@@ -663,27 +682,37 @@ bool Connection::FlushRecords() {
       tls_wire_out_sent_ = 0;
     }
     if (outbound_.empty()) return true;
-    // Small pieces (headers, small messages) are gathered so that they
-    // share records; large ones (bodies, sidecars) are encrypted in place.
+    // At most kTlsEncryptBatch bytes per pass, so that a large frame is
+    // never held twice, as itself and as records. Small pieces (headers,
+    // small messages) are gathered to share records; large ones (bodies,
+    // sidecars) are encrypted in place.
     Status s;
-    size_t batch = 0;
+    size_t budget = kTlsEncryptBatch;
     tls_plain_out_.clear();
-    while (s.ok() && !outbound_.empty() && batch < kTlsEncryptBatch) {
+    while (s.ok() && !outbound_.empty() && budget > 0) {
+      wire::OutboundFrame* frame = outbound_.front().get();
       iov_scratch_.clear();
-      outbound_.front()->AppendIovecs(&iov_scratch_);
+      frame->AppendIovecs(&iov_scratch_);
+      size_t took = 0;
       for (const iovec& v : iov_scratch_) {
-        Slice piece(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+        if (took == budget) break;
+        Slice piece(static_cast<const uint8_t*>(v.iov_base), std::min(v.iov_len, budget - took));
         if (piece.size() < kTlsGatherBelow) {
           tls_plain_out_.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-          continue;
+        } else {
+          if (!tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
+          tls_plain_out_.clear();
+          if (s.ok()) s = tls_->Encrypt(piece, &tls_wire_out_);
+          if (!s.ok()) break;
         }
-        if (!tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
-        tls_plain_out_.clear();
-        if (s.ok()) s = tls_->Encrypt(piece, &tls_wire_out_);
+        took += piece.size();
       }
-      batch += outbound_.front()->bytes_remaining();
-      outbound_bytes_ -= outbound_.front()->total_size();
-      outbound_.pop_front();
+      budget -= took;
+      frame->Advance(&took);
+      if (frame->done()) {
+        outbound_bytes_ -= frame->total_size();
+        outbound_.pop_front();
+      }
     }
     if (s.ok() && !tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
     if (!s.ok()) {

@@ -171,11 +171,17 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   std::unique_ptr<TlsSession> tls_;
   bool tls_records_ = false;  // outbound frames are encrypted
   bool tls_reading_ = false;  // inbound bytes are records
+  // The handshake ended while frames were being decoded: the rest of the
+  // decoder's buffer is records.
+  bool tls_switch_pending_ = false;
   // Bytes for the socket once frames are encrypted: records, preceded at
   // the switch by the last clear frames.
   std::string tls_wire_out_;
   size_t tls_wire_out_sent_ = 0;
   std::string tls_plain_out_;
+  // Client, until negotiation ends: the raw bytes read since the switch to
+  // records, in case they are the server's clear error frame instead.
+  std::string tls_raw_in_;
   std::vector<uint8_t> tls_read_buf_;
 
   TimerId negotiation_timer_;

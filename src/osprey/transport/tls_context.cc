@@ -61,6 +61,9 @@ SSL_CTX* NewCtx(bool server) {
   // Tickets would be post-handshake records: KRPC's handshake is a fixed
   // exchange of tokens, with nothing after the last one.
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+  // A renegotiation would need handshake messages in the middle of the
+  // records, which the reactor's I/O does not expect: refuse it.
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_num_tickets(ctx, 0);
   return ctx;
 }
