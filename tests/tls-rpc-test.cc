@@ -785,6 +785,24 @@ class HandTlsServer {
   std::deque<wire::InboundRequestFrame> pending_;
 };
 
+// An async Echo from a TLS client (no CA: it trusts any server) to `addr`,
+// started at construction; done counts down when it finishes.
+struct PendingEcho {
+  PendingEcho(const Sockaddr& addr, const std::string& data)
+      : client(MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr))),
+        proxy(client, addr) {
+    req.set_data(data);
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    proxy.EchoAsync(req, &resp, &ctl, [this] { done.CountDown(); });
+  }
+  std::shared_ptr<Messenger> client;
+  CalculatorServiceProxy proxy;
+  EchoRequestPB req;
+  EchoResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done{1};
+};
+
 // The other side of TLS 1.2: a server (as a Kudu server on an older
 // OpenSSL) whose last token ends the client's handshake without the client
 // having anything left to send; SASL, the context and the call must then
@@ -793,15 +811,7 @@ TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
   HandTlsServer server(TLS1_2_VERSION);
   Sockaddr addr;
   ASSERT_TRUE(server.Listen(&addr).ok());
-  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
-  CalculatorServiceProxy proxy(client, addr);
-  EchoRequestPB req;
-  req.set_data("over TLS 1.2");
-  EchoResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(10));
-  CountDownLatch done(1);
-  proxy.EchoAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  PendingEcho echo(addr, "over TLS 1.2");
 
   int tokens;
   ASSERT_NO_FATAL_FAILURE(server.AcceptAndHandshake(&tokens));
@@ -826,9 +836,9 @@ TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
   reply.set_data(call.data());
   ASSERT_NO_FATAL_FAILURE(server.Send(f.header.call_id(), reply, true));
 
-  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-  EXPECT_TRUE(ctl.status().ok()) << ctl.status().ToString();
-  EXPECT_EQ("over TLS 1.2", resp.data());
+  ASSERT_TRUE(echo.done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(echo.ctl.status().ok()) << echo.ctl.status().ToString();
+  EXPECT_EQ("over TLS 1.2", echo.resp.data());
 }
 
 // With TLS 1.3 a server rejects the client after the client's last token,
@@ -838,15 +848,7 @@ TEST_F(TlsRpcTest, ClearErrorFrameInPiecesAfterTheHandshake) {
   HandTlsServer server(TLS1_3_VERSION);
   Sockaddr addr;
   ASSERT_TRUE(server.Listen(&addr).ok());
-  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
-  CalculatorServiceProxy proxy(client, addr);
-  EchoRequestPB req;
-  req.set_data("x");
-  EchoResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(10));
-  CountDownLatch done(1);
-  proxy.EchoAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  PendingEcho echo(addr, "x");
 
   int tokens;
   ASSERT_NO_FATAL_FAILURE(server.AcceptAndHandshake(&tokens));
@@ -856,8 +858,8 @@ TEST_F(TlsRpcTest, ClearErrorFrameInPiecesAfterTheHandshake) {
   err.set_message("your certificate is not welcome here");
   ASSERT_NO_FATAL_FAILURE(server.Send(-33, err, false, /*is_error=*/true, /*piece=*/3));
 
-  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-  Status s = ctl.status();
+  ASSERT_TRUE(echo.done.WaitFor(MonoDelta::FromSeconds(10)));
+  Status s = echo.ctl.status();
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "server rejected negotiation: your certificate is not welcome"))
       << s.ToString();
