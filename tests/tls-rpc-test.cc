@@ -159,6 +159,15 @@ class RecordingProxy {
   std::string c2s_, s2c_;
 };
 
+// Everything a memory BIO holds, which is then emptied.
+std::string TakeAll(BIO* bio) {
+  char* data;
+  long n = BIO_get_mem_data(bio, &data);
+  std::string out(n > 0 ? data : "", n > 0 ? static_cast<size_t>(n) : 0);
+  (void)BIO_reset(bio);
+  return out;
+}
+
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -555,14 +564,7 @@ TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
   BIO* wbio = BIO_new(BIO_s_mem());
   SSL_set_bio(ssl, rbio, wbio);
   SSL_set_connect_state(ssl);
-  auto drain = [&] {
-    std::string out;
-    char* data;
-    long n = BIO_get_mem_data(wbio, &data);
-    if (n > 0) out.assign(data, static_cast<size_t>(n));
-    (void)BIO_reset(wbio);
-    return out;
-  };
+  auto drain = [&] { return TakeAll(wbio); };
 
   RawConn conn;
   ASSERT_TRUE(conn.Connect(server_.address).ok());
@@ -766,14 +768,7 @@ class HandTlsServer {
     SSL_set_bio(ssl_, rbio_, wbio_);
     SSL_set_accept_state(ssl_);
   }
-  std::string Drain() {
-    std::string out;
-    char* data;
-    long n = BIO_get_mem_data(wbio_, &data);
-    if (n > 0) out.assign(data, static_cast<size_t>(n));
-    (void)BIO_reset(wbio_);
-    return out;
-  }
+  std::string Drain() { return TakeAll(wbio_); }
 
   const int max_version_;
   Socket listener_, conn_;

@@ -30,7 +30,6 @@ constexpr size_t kTlsReadChunk = 64 * 1024;
 // Pieces of a frame below this size are copied together before encryption.
 constexpr size_t kTlsGatherBelow = 4096;
 
-std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 }  // namespace
 
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,

@@ -8,9 +8,9 @@ using wire::NegotiatePB;
 
 namespace {
 constexpr const char* kPlain = "PLAIN";
+}  // namespace
 
 std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
-}  // namespace
 
 NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer) {
   NegotiatePB pb;

@@ -11,6 +11,9 @@
 
 namespace osprey::transport {
 
+// The step's name, for error messages: "TLS_HANDSHAKE".
+std::string StepName(const wire::NegotiatePB& pb);
+
 // What one side offers about TLS, or what both sides agreed on.
 struct TlsFeatures {
   bool tls = false;
