@@ -256,7 +256,8 @@ TEST(PeerLossTest, ServerShutdownWithThousandQueuedCallsEveryCallbackOnce) {
 }
 
 // Client shutdown with a thousand calls in flight on a slow server: every
-// callback exactly once, all with Aborted or a network error.
+// callback exactly once, all with Aborted or a network error; a call made
+// after shutdown fails at once with Aborted.
 TEST(PeerLossTest, ClientShutdownWithThousandCallsInFlightEveryCallbackOnce) {
   TestServer server;
   ServicePoolOptions pool;
@@ -291,6 +292,13 @@ TEST(PeerLossTest, ClientShutdownWithThousandCallsInFlightEveryCallbackOnce) {
     }
   }
   EXPECT_LT(ok, kCalls);
+  // After shutdown a call fails at once, and its callback still runs once.
+  RpcController late;
+  std::atomic<int> late_count{0};
+  SleepResponsePB late_resp;
+  proxy.SleepAsync(req, &late_resp, &late, [&] { late_count++; });
+  EXPECT_EQ(1, late_count.load());
+  EXPECT_TRUE(late.status().IsAborted()) << late.status().ToString();
   // The server, left with calls whose client is gone, still shuts down cleanly.
   server.messenger->Shutdown();
   for (int i = 0; i < kCalls; ++i) ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
