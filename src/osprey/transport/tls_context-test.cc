@@ -82,7 +82,7 @@ TEST(TlsContextTest, SelfSignedServerUnverifiedClientExchangesRecords) {
   EXPECT_EQ("pong", plain);
 }
 
-// The shape of Kudu's TLS 1.3 exchange (shared/testdata/kudu-wire/tls):
+// The shape of Kudu's TLS 1.3 exchange (tests/testdata/kudu-wire/tls):
 // client token, server token, client token, then nothing more from the
 // server, which is done once it has read the client's second token.
 TEST(TlsContextTest, HandshakeIsThreeTokens) {

@@ -1,5 +1,5 @@
 // Golden bytes: whole connections captured between Apache Kudu's own client
-// and server (shared/testdata/kudu-wire). Every frame must decode to what the
+// and server (tests/testdata/kudu-wire, copied from shared/). Every frame must decode to what the
 // annotated .txt beside the capture says, and re-encode to the same bytes.
 #include <gtest/gtest.h>
 
