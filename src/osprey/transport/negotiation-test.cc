@@ -32,22 +32,29 @@ struct ServerCase {
   TlsFeatures client;
   ServerTlsPolicy policy;
   bool ok;
+  std::vector<int> listed;  // what the server's answer lists
   TlsFeatures agreed;
 };
 
-TEST(NegotiationTest, ServerAgreesOnWhatBothSidesAllow) {
+constexpr int kApp = wire::APPLICATION_FEATURE_FLAGS, kTls = wire::TLS,
+              kAuthOnly = wire::TLS_AUTHENTICATION_ONLY;
+
+TEST(NegotiationTest, ServerListsWhatItSupportsAndAgreesOnTheIntersection) {
   const ServerTlsPolicy none, optional{true, false, false}, required{true, true, false},
       optional_loopback{true, false, true};
   const std::vector<ServerCase> cases = {
-      {{false, false}, none, true, {false, false}},
-      {{true, true}, none, true, {false, false}},  // Kudu's client, server without TLS
-      {{false, false}, optional, true, {false, false}},
-      {{true, false}, optional, true, {true, false}},
-      {{true, true}, optional, true, {true, false}},  // not loopback: encrypt
-      {{true, true}, optional_loopback, true, {true, true}},
-      {{true, false}, optional_loopback, true, {true, false}},
-      {{false, false}, required, false, {}},
-      {{true, false}, required, true, {true, false}},
+      {{false, false}, none, true, {kApp}, {false, false}},
+      {{true, true}, none, true, {kApp}, {false, false}},  // Kudu's client, server without TLS
+      // A server with TLS lists it even to a client that did not.
+      {{false, false}, optional, true, {kApp, kTls}, {false, false}},
+      {{false, false}, optional_loopback, true, {kApp, kTls, kAuthOnly}, {false, false}},
+      {{true, false}, optional, true, {kApp, kTls}, {true, false}},
+      {{true, true}, optional, true, {kApp, kTls}, {true, false}},  // not loopback: encrypt
+      {{true, true}, optional_loopback, true, {kApp, kTls, kAuthOnly}, {true, true}},
+      // The client encrypts loopback: it lists TLS alone, so TLS is all.
+      {{true, false}, optional_loopback, true, {kApp, kTls, kAuthOnly}, {true, false}},
+      {{false, false}, required, false, {}, {}},
+      {{true, false}, required, true, {kApp, kTls}, {true, false}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const ServerCase& c = cases[i];
@@ -62,10 +69,7 @@ TEST(NegotiationTest, ServerAgreesOnWhatBothSidesAllow) {
     }
     EXPECT_EQ(c.agreed.tls, agreed.tls) << "case " << i;
     EXPECT_EQ(c.agreed.authentication_only, agreed.authentication_only) << "case " << i;
-    std::vector<int> want{wire::APPLICATION_FEATURE_FLAGS};
-    if (c.agreed.tls) want.push_back(wire::TLS);
-    if (c.agreed.authentication_only) want.push_back(wire::TLS_AUTHENTICATION_ONLY);
-    EXPECT_EQ(want, Features(answer)) << "case " << i;
+    EXPECT_EQ(c.listed, Features(answer)) << "case " << i;
 
     // The client reads the answer back to the same agreement.
     TlsFeatures client_agreed;
@@ -76,22 +80,62 @@ TEST(NegotiationTest, ServerAgreesOnWhatBothSidesAllow) {
   }
 }
 
-TEST(NegotiationTest, ClientRefusesWhatItDidNotAskFor) {
+// The server's answer as a Kudu server at its defaults sends it to every
+// client: APPLICATION_FEATURE_FLAGS, TLS and TLS_AUTHENTICATION_ONLY.
+NegotiatePB KuduServerNegotiate() {
+  NegotiatePB answer;
+  answer.set_step(NegotiatePB::NEGOTIATE);
+  answer.add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+  answer.add_supported_features(wire::TLS);
+  answer.add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
+  answer.add_sasl_mechanisms()->set_mechanism("PLAIN");
+  answer.add_authn_types()->mutable_sasl();
+  return answer;
+}
+
+TEST(NegotiationTest, ClientIgnoresFeaturesOnlyTheServerLists) {
+  NegotiatePB answer = KuduServerNegotiate();
+  TlsFeatures agreed{true, true};
+  // A client without TLS: in the clear.
+  Status s = ClientCheckNegotiate(answer, TlsFeatures(), false, &agreed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(agreed.tls);
+  EXPECT_FALSE(agreed.authentication_only);
+  // A client that encrypts loopback: TLS, fully encrypted.
+  s = ClientCheckNegotiate(answer, {true, false}, true, &agreed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(agreed.tls);
+  EXPECT_FALSE(agreed.authentication_only);
+  // A client at Kudu's loopback default: authentication only.
+  s = ClientCheckNegotiate(answer, {true, true}, false, &agreed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(agreed.tls);
+  EXPECT_TRUE(agreed.authentication_only);
+  // Authentication-only without TLS means nothing.
+  answer.clear_supported_features();
+  answer.add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
+  s = ClientCheckNegotiate(answer, {true, true}, false, &agreed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(agreed.tls);
+  EXPECT_FALSE(agreed.authentication_only);
+  // Feature numbers this build does not know are ignored too.
+  NegotiatePB with_unknown;
+  ASSERT_TRUE(with_unknown.ParseFromString(KuduServerNegotiate().SerializeAsString() +
+                                           std::string("\x08\x63", 2)));  // feature 99
+  with_unknown.add_supported_features(wire::UNKNOWN);
+  s = ClientCheckNegotiate(with_unknown, {true, true}, false, &agreed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(agreed.tls);
+  EXPECT_TRUE(agreed.authentication_only);
+}
+
+TEST(NegotiationTest, RequiredClientRefusesAServerWithoutTls) {
   NegotiatePB answer;
   TlsFeatures agreed;
-  ServerTlsPolicy optional{true, false, false};
-  ASSERT_TRUE(
-      ServerAnswerNegotiate(ClientNegotiateRequest({true, false}), optional, &answer, &agreed)
-          .ok());
-  // A server that chooses TLS for a client that did not offer it.
-  Status s = ClientCheckNegotiate(answer, TlsFeatures(), false, &agreed);
-  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
-
-  // A required client and a server without TLS.
   ASSERT_TRUE(ServerAnswerNegotiate(ClientNegotiateRequest({true, false}), ServerTlsPolicy(),
                                     &answer, &agreed)
                   .ok());
-  s = ClientCheckNegotiate(answer, {true, false}, /*tls_required=*/true, &agreed);
+  Status s = ClientCheckNegotiate(answer, {true, false}, /*tls_required=*/true, &agreed);
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_NE(std::string::npos, s.message().find("server does not support TLS")) << s.ToString();
 }

@@ -12,6 +12,15 @@ constexpr const char* kPlain = "PLAIN";
 
 std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 
+TlsFeatures ListedTlsFeatures(const NegotiatePB& pb) {
+  TlsFeatures listed;
+  for (int f : pb.supported_features()) {
+    listed.tls |= f == wire::TLS;
+    listed.authentication_only |= f == wire::TLS_AUTHENTICATION_ONLY;
+  }
+  return listed;
+}
+
 NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer) {
   NegotiatePB pb;
   pb.add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
@@ -43,22 +52,19 @@ Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offere
   if (!plain) {
     return Status::NotAuthorized("negotiation: server does not offer SASL mechanism PLAIN");
   }
+  // The server lists what it supports, not a choice made for this client:
+  // both sides act on the intersection, and a feature only the server
+  // lists is ignored (wire-protocol.md section 5; capture server-lists-tls).
+  TlsFeatures listed = ListedTlsFeatures(server);
   *agreed = TlsFeatures();
-  for (int f : server.supported_features()) {
-    if (f == wire::TLS) agreed->tls = true;
-    if (f == wire::TLS_AUTHENTICATION_ONLY) agreed->authentication_only = true;
-  }
-  if ((agreed->tls && !offered.tls) ||
-      (agreed->authentication_only && !offered.authentication_only)) {
-    return Status::NetworkError(
-        "negotiation: server chose a TLS feature this client did not offer");
-  }
+  agreed->tls = offered.tls && listed.tls;
+  agreed->authentication_only =
+      agreed->tls && offered.authentication_only && listed.authentication_only;
   if (!agreed->tls && tls_required) {
     return Status::NotAuthorized(
         "negotiation: server does not support TLS, which this client requires "
         "(rpc_encryption=required)");
   }
-  if (!agreed->tls) agreed->authentication_only = false;
   return Status::OK();
 }
 
@@ -108,24 +114,26 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& p
           "supports (only PLAIN)");
     }
   }
-  bool app_flags = false, tls = false, auth_only = false;
-  for (int f : client.supported_features()) {
-    app_flags |= f == wire::APPLICATION_FEATURE_FLAGS;
-    tls |= f == wire::TLS;
-    auth_only |= f == wire::TLS_AUTHENTICATION_ONLY;
-  }
-  if (policy.required && !tls) {
+  TlsFeatures client_listed = ListedTlsFeatures(client);
+  if (policy.required && !client_listed.tls) {
     return Status::NotAuthorized(
         "negotiation: client does not support TLS, which this server requires "
         "(rpc_encryption=required)");
   }
+  // As a Kudu server: the features this server supports, whatever the
+  // client listed, in ascending order; TLS_AUTHENTICATION_ONLY only where
+  // the policy allows it (a loopback connection not set to be encrypted).
+  TlsFeatures listed;
+  listed.tls = policy.available;
+  listed.authentication_only = policy.available && policy.allow_authentication_only;
   *agreed = TlsFeatures();
-  agreed->tls = tls && policy.available;
-  agreed->authentication_only = agreed->tls && auth_only && policy.allow_authentication_only;
+  agreed->tls = listed.tls && client_listed.tls;
+  agreed->authentication_only =
+      agreed->tls && listed.authentication_only && client_listed.authentication_only;
   answer->Clear();
-  if (app_flags) answer->add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
-  if (agreed->tls) answer->add_supported_features(wire::TLS);
-  if (agreed->authentication_only) answer->add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
+  answer->add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
+  if (listed.tls) answer->add_supported_features(wire::TLS);
+  if (listed.authentication_only) answer->add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
   answer->set_step(NegotiatePB::NEGOTIATE);
   answer->add_sasl_mechanisms()->set_mechanism(kPlain);
   if (client.authn_types_size() > 0) answer->add_authn_types()->mutable_sasl();

@@ -21,16 +21,20 @@ struct TlsFeatures {
   bool authentication_only = false;
 };
 
+// The TLS features a NEGOTIATE message lists; other features are ignored.
+TlsFeatures ListedTlsFeatures(const wire::NegotiatePB& pb);
+
 // Client: the first NEGOTIATE message. Lists APPLICATION_FEATURE_FLAGS, the
 // TLS features of `offer` and the sasl authentication type, no mechanisms
 // (as Kudu's client).
 wire::NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer);
 
 // Client: checks the server's NEGOTIATE answer: the sasl type (if one was
-// chosen), PLAIN among the mechanisms, and TLS. *agreed gets the TLS
-// features both sides listed. NotAuthorized if the server offers no PLAIN,
-// chose another authentication type, or lacks TLS while `tls_required`;
-// NetworkError if the server chose a TLS feature this client did not offer.
+// chosen), PLAIN among the mechanisms, and TLS. The server lists what it
+// supports; *agreed gets the intersection with `offered`, and a feature
+// only the server lists is ignored. NotAuthorized if the server offers no
+// PLAIN, chose another authentication type, or lacks TLS while
+// `tls_required`.
 Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const TlsFeatures& offered,
                             bool tls_required, TlsFeatures* agreed);
 
@@ -45,15 +49,17 @@ wire::ConnectionContextPB ClientConnectionContext(const std::string& user);
 
 // What a server does about TLS on one connection.
 struct ServerTlsPolicy {
-  bool available = false;  // it has a TLS context
+  bool available = false;  // it has a TLS context and encryption is not disabled
   bool required = false;   // refuse a client that does not list TLS
-  // List TLS_AUTHENTICATION_ONLY when the client does (loopback peers).
+  // List TLS_AUTHENTICATION_ONLY too (a loopback peer, loopback not encrypted).
   bool allow_authentication_only = false;
 };
 
-// Server: answers a client's NEGOTIATE. Features both sides support and
-// the policy allows, mechanism PLAIN, and the sasl type when the client
-// listed authentication types; *agreed gets the TLS features chosen.
+// Server: answers a client's NEGOTIATE as a Kudu server does. It lists the
+// features it supports whatever the client listed (APPLICATION_FEATURE_FLAGS
+// always; TLS when available; TLS_AUTHENTICATION_ONLY when also allowed),
+// mechanism PLAIN, and the sasl type when the client listed authentication
+// types; *agreed gets the TLS features both sides listed.
 // NotAuthorized when the client offers no type this server accepts, or no
 // TLS while the policy requires it; Corruption for a wrong step.
 Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate,
