@@ -25,6 +25,7 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/tls_context.h"
+#include "recording_proxy.h"
 #include "rpc_test_util.h"
 
 namespace osprey::rpc_test {
@@ -73,91 +74,6 @@ MessengerBuilder TlsBuilder(const std::string& name, RpcEncryption policy, const
   if (ca != nullptr) b.set_tls_ca_file(ca->cert);
   return b;
 }
-
-// Forwards loopback connections to `target`, keeping a copy of every byte
-// in each direction. One thread; stops when destroyed.
-class RecordingProxy {
- public:
-  explicit RecordingProxy(const Sockaddr& target) : target_(target) {}
-  ~RecordingProxy() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
-  Status Start(Sockaddr* addr) {
-    OSPREY_RETURN_NOT_OK(listener_.Init(Sockaddr::Loopback(0)));
-    OSPREY_RETURN_NOT_OK(listener_.Bind(Sockaddr::Loopback(0)));
-    OSPREY_RETURN_NOT_OK(listener_.Listen(16));
-    OSPREY_RETURN_NOT_OK(listener_.GetLocalAddress(addr));
-    thread_ = std::thread([this] { Run(); });
-    return Status::OK();
-  }
-
-  std::string client_to_server() {
-    std::lock_guard<std::mutex> l(mu_);
-    return c2s_;
-  }
-  std::string server_to_client() {
-    std::lock_guard<std::mutex> l(mu_);
-    return s2c_;
-  }
-
- private:
-  struct Pair {
-    Socket client, server;
-    bool open = true;
-  };
-
-  void Run() {
-    std::vector<std::unique_ptr<Pair>> pairs;
-    while (!stop_) {
-      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
-      for (auto& p : pairs) {
-        if (!p->open) continue;
-        fds.push_back({p->client.fd(), POLLIN, 0});
-        fds.push_back({p->server.fd(), POLLIN, 0});
-      }
-      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        auto p = std::make_unique<Pair>();
-        Sockaddr remote;
-        if (listener_.Accept(&p->client, &remote, false).ok() && p->server.Init(target_).ok() &&
-            p->server.Connect(target_).ok()) {
-          pairs.push_back(std::move(p));
-        }
-      }
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        for (auto& p : pairs) {
-          if (!p->open) continue;
-          bool from_client = fds[i].fd == p->client.fd();
-          if (!from_client && fds[i].fd != p->server.fd()) continue;
-          Socket& in = from_client ? p->client : p->server;
-          Socket& out = from_client ? p->server : p->client;
-          uint8_t buf[64 * 1024];
-          ssize_t n = ::recv(in.fd(), buf, sizeof(buf), MSG_DONTWAIT);
-          if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
-          if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) {
-            p->open = false;
-            p->client.Close();
-            p->server.Close();
-            break;
-          }
-          std::lock_guard<std::mutex> l(mu_);
-          (from_client ? c2s_ : s2c_).append(reinterpret_cast<char*>(buf), static_cast<size_t>(n));
-          break;
-        }
-      }
-    }
-  }
-
-  const Sockaddr target_;
-  Socket listener_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::string c2s_, s2c_;
-};
 
 // Everything a memory BIO holds, which is then emptied.
 std::string TakeAll(BIO* bio) {

@@ -189,6 +189,31 @@ void Messenger::Shutdown() {
   for (auto& r : reactors_) r->Shutdown();
 }
 
+Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {
+  out->clear();
+  if (transport::Reactor::OnAnyReactorThread()) {
+    return Status::IllegalState(
+        "DumpConnections waits for every reactor; it cannot run on a reactor thread");
+  }
+  // Each reactor fills its own part; the latch orders their writes before
+  // our reads.
+  std::vector<std::vector<ConnectionInfo>> parts(reactors_.size());
+  CountDownLatch done(static_cast<int>(reactors_.size()));
+  for (size_t i = 0; i < reactors_.size(); ++i) {
+    transport::Reactor* r = reactors_[i].get();
+    if (!r->Schedule([r, part = &parts[i], &done] {
+          r->CollectConnections(part);
+          done.CountDown();
+        })) {
+      done.CountDown();
+    }
+  }
+  done.Wait();
+  for (auto& part : parts) out->insert(out->end(), part.begin(), part.end());
+  if (closing_.load()) return Status::IllegalState("messenger " + name_ + " is shut down");
+  return Status::OK();
+}
+
 void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
                           std::shared_ptr<OutboundCall> call, bool sync) {
   transport::ConnectionKey key{remote, user};
@@ -232,6 +257,16 @@ void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& 
         Status::NotFound("service " + std::string(service_name) + " has no method " +
                          std::string(call->remote_method().method_name())));
     return;
+  }
+  if (!call->required_feature_flags().empty()) {
+    std::vector<uint32_t> unsupported;
+    for (uint32_t f : call->required_feature_flags()) {
+      if (!pool->service()->SupportsFeature(f)) unsupported.push_back(f);
+    }
+    if (!unsupported.empty()) {
+      call->RespondUnsupportedFeatures(unsupported);
+      return;
+    }
   }
   call->set_method(method);
   pool->QueueInboundCall(std::move(call));

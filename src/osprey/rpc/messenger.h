@@ -19,6 +19,7 @@
 #include "osprey/rpc/service_if.h"
 #include "osprey/rpc/service_pool.h"
 #include "osprey/transport/client_call.h"
+#include "osprey/transport/connection_info.h"
 #include "osprey/transport/connection_options.h"
 
 namespace osprey {
@@ -29,6 +30,10 @@ class Reactor;
 }  // namespace transport
 class Messenger;
 class OutboundCall;
+
+using transport::ConnectionInfo;
+using transport::ConnectionSecurity;
+using transport::ConnectionSecurityName;
 
 class MessengerBuilder {
  public:
@@ -79,6 +84,12 @@ class Messenger : public transport::InboundCallHandler {
   Status RegisterService(std::unique_ptr<ServiceIf> service,
                          const ServicePoolOptions& options = ServicePoolOptions());
   void Shutdown();
+
+  // A snapshot of this messenger's open connections, both directions, with
+  // what negotiation chose for each (clear, TLS authentication only, TLS
+  // encrypted). IllegalState from a reactor thread, where waiting for the
+  // reactors would deadlock, and once shut down.
+  Status DumpConnections(std::vector<ConnectionInfo>* out) const;
 
   const std::string& name() const { return name_; }
   int num_reactors() const { return static_cast<int>(reactors_.size()); }

@@ -765,6 +765,36 @@ bool Connection::IdleSince(MonoTime cutoff) const {
          !HasUnsentBytes() && last_activity_ < cutoff;
 }
 
+ConnectionInfo Connection::Info() const {
+  reactor_->AssertCurrentThread();
+  ConnectionInfo info;
+  info.remote = remote_;
+  info.inbound = role_ == Role::kServer;
+  info.user = user_;
+  info.negotiated = state_ == State::kOpen;
+  if (info.negotiated) {
+    info.security = tls_ == nullptr                 ? ConnectionSecurity::kClear
+                    : tls_agreed_.authentication_only ? ConnectionSecurity::kTlsAuthenticationOnly
+                                                      : ConnectionSecurity::kTlsEncrypted;
+  }
+  info.calls_in_flight = calls_in_flight();
+  return info;
+}
+
+const char* ConnectionSecurityName(ConnectionSecurity security) {
+  switch (security) {
+    case ConnectionSecurity::kNegotiating:
+      return "negotiating";
+    case ConnectionSecurity::kClear:
+      return "clear";
+    case ConnectionSecurity::kTlsAuthenticationOnly:
+      return "TLS (authentication only)";
+    case ConnectionSecurity::kTlsEncrypted:
+      return "TLS (encrypted)";
+  }
+  return "unknown";
+}
+
 void Connection::Shutdown(const Status& why) {
   reactor_->AssertCurrentThread();
   if (state_ == State::kClosed) return;

@@ -28,6 +28,7 @@
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/client_call.h"
+#include "osprey/transport/connection_info.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
@@ -81,6 +82,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void HandleEvents(uint32_t epoll_events) override;
   void Flush();
   bool IdleSince(MonoTime cutoff) const;
+  ConnectionInfo Info() const;
   size_t calls_in_flight() const {
     return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size();
   }

@@ -376,6 +376,13 @@ void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {
   if (!s.ok()) conn->Shutdown(s);
 }
 
+void Reactor::CollectConnections(std::vector<ConnectionInfo>* out) const {
+  AssertCurrentThread();
+  for (const auto& [ptr, conn] : all_conns_) {
+    if (!conn->is_shut_down()) out->push_back(conn->Info());
+  }
+}
+
 void Reactor::RemoveConnection(Connection* conn) {
   AssertCurrentThread();
   auto it = all_conns_.find(conn);

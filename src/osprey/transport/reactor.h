@@ -27,6 +27,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/base/task.h"
+#include "osprey/transport/connection_info.h"
 #include "osprey/transport/connection_options.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame_encoder.h"
@@ -136,6 +137,8 @@ class Reactor {
   void RequestFlush(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
+  // Appends a snapshot of every open connection.
+  void CollectConnections(std::vector<ConnectionInfo>* out) const;
 
  private:
   void Loop();

@@ -1,0 +1,115 @@
+// RecordingProxy: a man in the middle for tests, to see what crosses the
+// wire between a client and a server on loopback.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/socket.h"
+#include "osprey/base/status.h"
+
+namespace osprey::rpc_test {
+
+// Forwards loopback connections to `target`, keeping a copy of every byte
+// in each direction. It listens on the loopback address of `target`'s
+// family (127.0.0.1 or ::1), so the server still sees a loopback peer. One
+// thread; stops when destroyed.
+class RecordingProxy {
+ public:
+  explicit RecordingProxy(const Sockaddr& target) : target_(target) {}
+  ~RecordingProxy() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Status Start(Sockaddr* addr) {
+    Sockaddr local = target_;
+    local.set_port(0);
+    OSPREY_RETURN_NOT_OK(listener_.Init(local));
+    OSPREY_RETURN_NOT_OK(listener_.Bind(local));
+    OSPREY_RETURN_NOT_OK(listener_.Listen(16));
+    OSPREY_RETURN_NOT_OK(listener_.GetLocalAddress(addr));
+    thread_ = std::thread([this] { Run(); });
+    return Status::OK();
+  }
+
+  std::string client_to_server() {
+    std::lock_guard<std::mutex> l(mu_);
+    return c2s_;
+  }
+  std::string server_to_client() {
+    std::lock_guard<std::mutex> l(mu_);
+    return s2c_;
+  }
+
+ private:
+  struct Pair {
+    Socket client, server;
+    bool open = true;
+  };
+
+  void Run() {
+    std::vector<std::unique_ptr<Pair>> pairs;
+    while (!stop_) {
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      for (auto& p : pairs) {
+        if (!p->open) continue;
+        fds.push_back({p->client.fd(), POLLIN, 0});
+        fds.push_back({p->server.fd(), POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        auto p = std::make_unique<Pair>();
+        Sockaddr remote;
+        if (listener_.Accept(&p->client, &remote, false).ok() && p->server.Init(target_).ok() &&
+            p->server.Connect(target_).ok()) {
+          pairs.push_back(std::move(p));
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        for (auto& p : pairs) {
+          if (!p->open) continue;
+          bool from_client = fds[i].fd == p->client.fd();
+          if (!from_client && fds[i].fd != p->server.fd()) continue;
+          Socket& in = from_client ? p->client : p->server;
+          Socket& out = from_client ? p->server : p->client;
+          uint8_t buf[64 * 1024];
+          ssize_t n = ::recv(in.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+          if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+          if (n > 0) {
+            // Recorded before it is forwarded: whoever reacts to these
+            // bytes then finds them in the record.
+            std::lock_guard<std::mutex> l(mu_);
+            (from_client ? c2s_ : s2c_).append(reinterpret_cast<char*>(buf),
+                                               static_cast<size_t>(n));
+          }
+          if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) {
+            p->open = false;
+            p->client.Close();
+            p->server.Close();
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  const Sockaddr target_;
+  Socket listener_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::string c2s_, s2c_;
+};
+
+}  // namespace osprey::rpc_test
