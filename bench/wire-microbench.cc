@@ -28,7 +28,7 @@ void BM_EncodeRequestFrame(benchmark::State& state) {
   for (auto _ : state) {
     std::unique_ptr<wire::OutboundFrame> f;
     benchmark::DoNotOptimize(wire::OutboundFrame::EncodeRequest(id++, AddMethod().serialized_pb(),
-                                                                10000, kAddBody, {}, &f));
+                                                                10000, {}, kAddBody, {}, &f));
     benchmark::DoNotOptimize(f);
   }
 }
@@ -57,7 +57,7 @@ void BM_DecodeRequestFrames(benchmark::State& state) {
   std::string bytes;
   for (int i = 0; i < n; ++i) {
     std::unique_ptr<wire::OutboundFrame> f;
-    (void)wire::OutboundFrame::EncodeRequest(i, AddMethod().serialized_pb(), 10000, kAddBody, {},
+    (void)wire::OutboundFrame::EncodeRequest(i, AddMethod().serialized_pb(), 10000, {}, kAddBody, {},
                                              &f);
     bytes += f->ToString();
   }

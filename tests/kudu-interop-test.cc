@@ -30,6 +30,21 @@ std::string Golden(const std::string& name, const std::string& capture = "plain"
   return ReadFile(std::string(OSPREY_TESTDATA_DIR) + "/kudu-wire/" + capture + "/" + name);
 }
 
+// The frames of a capture's byte stream, each with its 4-byte length, after
+// the first `skip` bytes (7 for the client's connection header).
+std::vector<std::string> SplitFrames(const std::string& stream, size_t skip) {
+  std::vector<std::string> frames;
+  size_t at = skip;
+  while (at + 4 <= stream.size()) {
+    const auto* p = reinterpret_cast<const uint8_t*>(stream.data()) + at;
+    size_t n = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
+    if (at + 4 + n > stream.size()) break;  // TLS records, not frames, from here
+    frames.push_back(stream.substr(at, 4 + n));
+    at += 4 + n;
+  }
+  return frames;
+}
+
 class KuduCalculator : public kudu::rpc_test::CalculatorServiceIf {
  public:
   void Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::AddResponsePB* resp,
@@ -273,6 +288,210 @@ TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
   conn.Close();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
   EXPECT_FALSE(ctl.status().ok());
+}
+
+std::vector<uint32_t> Flags(const google::protobuf::RepeatedField<uint32_t>& r) {
+  return {r.begin(), r.end()};
+}
+
+Status WriteString(Socket* s, const std::string& bytes) {
+  return s->WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// A real Kudu server at its production defaults (rpc_encryption=optional)
+// lists TLS and TLS_AUTHENTICATION_ONLY even to a client that offered no
+// TLS. Its recorded answers (server-lists-tls/s2c.bin), played to an Osprey
+// client without TLS: the client ignores the features only the server
+// listed, sends exactly what the recorded Kudu client sent, negotiates in
+// the clear and gets both recorded sums.
+TEST(KuduReplayTest, ServerListingTlsToAClientWithoutTls) {
+  const std::vector<std::string> c2s = SplitFrames(Golden("c2s.bin", "server-lists-tls"), 7);
+  const std::vector<std::string> s2c = SplitFrames(Golden("s2c.bin", "server-lists-tls"), 0);
+  ASSERT_EQ(5u, c2s.size());
+  ASSERT_EQ(4u, s2c.size());
+  Socket listener;
+  Sockaddr addr;
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
+
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  proxy.set_user("root");  // as in the recording
+  kudu::rpc_test::AddRequestPB req[2];
+  kudu::rpc_test::AddResponsePB resp[2];
+  RpcController ctl[2];
+  CountDownLatch done(2);
+  for (int i = 0; i < 2; ++i) {
+    req[i].set_x(i);
+    req[i].set_y(1000 + i);
+    ctl[i].set_timeout(MonoDelta::FromSeconds(10));
+    proxy.AddAsync(req[i], &resp[i], &ctl[i], [&] { done.CountDown(); });
+  }
+
+  Socket conn;
+  Sockaddr remote;
+  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+  std::string header(7, '\0');
+  ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
+  EXPECT_EQ(std::string("hrpc\x09\x00\x00", 7), header);
+  std::string frame;
+  // NEGOTIATE, listing APPLICATION_FEATURE_FLAGS alone: Kudu's client's bytes.
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
+  EXPECT_EQ(Slice(c2s[0]).ToDebugString(), Slice(frame).ToDebugString());
+  // The server lists APPLICATION_FEATURE_FLAGS, TLS, TLS_AUTHENTICATION_ONLY.
+  ASSERT_TRUE(WriteString(&conn, s2c[0]).ok());
+  // No TLS_HANDSHAKE: SASL_INITIATE follows at once, as Kudu's client did.
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
+  EXPECT_EQ(Slice(c2s[1]).ToDebugString(), Slice(frame).ToDebugString());
+  ASSERT_TRUE(WriteString(&conn, s2c[1]).ok());
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
+  EXPECT_EQ(Slice(c2s[2]).ToDebugString(), Slice(frame).ToDebugString());
+
+  // The two calls, in the clear: Kudu's frames but for timeout_millis, which
+  // counts down from our own clock.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
+    std::vector<wire::InboundRequestFrame> got, recorded;
+    wire::RequestFrameDecoder got_dec, recorded_dec;
+    ASSERT_TRUE(got_dec.Feed(frame, &got).ok());
+    ASSERT_TRUE(recorded_dec.Feed(c2s[3 + i], &recorded).ok());
+    ASSERT_EQ(1u, got.size());
+    EXPECT_EQ(recorded[0].header.call_id(), got[0].header.call_id());
+    EXPECT_EQ(recorded[0].header.remote_method().SerializeAsString(),
+              got[0].header.remote_method().SerializeAsString());
+    EXPECT_GT(got[0].header.timeout_millis(), 9000u);
+    EXPECT_LE(got[0].header.timeout_millis(), 10000u);
+    EXPECT_EQ(recorded[0].main_message.ToString(), got[0].main_message.ToString());
+  }
+  ASSERT_TRUE(WriteString(&conn, s2c[2] + s2c[3]).ok());
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(ctl[i].status().ok()) << ctl[i].status().ToString();
+  EXPECT_EQ(1000u, resp[0].result());
+  EXPECT_EQ(1002u, resp[1].result());  // the recorded sums, 0 + 1000 and 1 + 1001
+
+  std::vector<ConnectionInfo> conns;
+  ASSERT_TRUE(client->DumpConnections(&conns).ok());
+  ASSERT_EQ(1u, conns.size());
+  EXPECT_EQ(ConnectionSecurity::kClear, conns[0].security);
+}
+
+// A Kudu client that encrypts loopback lists TLS alone; a Kudu server at
+// its defaults still lists TLS_AUTHENTICATION_ONLY too
+// (tls-encrypted-loopback). An Osprey client set the same way sends Kudu's
+// client's NEGOTIATE byte for byte and, given the recorded answer, goes on
+// to a TLS_HANDSHAKE step carrying a ClientHello, as Kudu's client did.
+TEST(KuduReplayTest, EncryptedLoopbackClientAnswersWithATlsHandshake) {
+  const std::vector<std::string> c2s =
+      SplitFrames(Golden("c2s.bin", "tls-encrypted-loopback"), 7);
+  const std::vector<std::string> s2c =
+      SplitFrames(Golden("s2c.bin", "tls-encrypted-loopback"), 0);
+  ASSERT_GE(c2s.size(), 3u);
+  ASSERT_GE(s2c.size(), 2u);
+  for (auto encryption : {transport::RpcEncryption::kOptional,
+                          transport::RpcEncryption::kRequired}) {
+    Socket listener;
+    Sockaddr addr;
+    ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
+    std::shared_ptr<Messenger> client;
+    ASSERT_TRUE(MessengerBuilder("client")
+                    .set_num_reactors(1)
+                    .set_rpc_encryption(encryption)
+                    .set_rpc_encrypt_loopback(true)
+                    .Build(&client)
+                    .ok());
+    kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+    kudu::rpc_test::AddRequestPB req;
+    req.set_x(0);
+    req.set_y(1000);
+    kudu::rpc_test::AddResponsePB resp;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    CountDownLatch done(1);
+    proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+
+    Socket conn;
+    Sockaddr remote;
+    ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+    std::string header(7, '\0');
+    ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
+    std::string frame;
+    ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
+    EXPECT_EQ(Slice(c2s[0]).ToDebugString(), Slice(frame).ToDebugString());
+    ASSERT_TRUE(WriteString(&conn, s2c[0]).ok());
+
+    ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());
+    std::vector<wire::InboundRequestFrame> frames;
+    wire::RequestFrameDecoder dec;
+    ASSERT_TRUE(dec.Feed(frame, &frames).ok());
+    ASSERT_EQ(1u, frames.size());
+    EXPECT_EQ(-33, frames[0].header.call_id());
+    wire::NegotiatePB step;
+    ASSERT_TRUE(step.ParseFromArray(frames[0].main_message.data(),
+                                    static_cast<int>(frames[0].main_message.size())));
+    EXPECT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, step.step());
+    // A handshake record (22) holding a ClientHello (1), as Kudu's was.
+    const std::string& token = step.tls_handshake();
+    ASSERT_GT(token.size(), 6u);
+    EXPECT_EQ('\x16', token[0]);
+    EXPECT_EQ('\x01', token[5]);
+    conn.Close();
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+    EXPECT_FALSE(ctl.status().ok());
+  }
+}
+
+// Kudu's client's recorded connection (plain), with its first Add call
+// made to require application feature flag 7, as Kudu's
+// RpcController::RequireServerFeature writes it (field 11, after
+// timeout_millis). The Osprey server, whose service supports no flags,
+// refuses that call as a Kudu server does (ERROR_INVALID_REQUEST, flag 7 in
+// unsupported_feature_flags) and answers the second call exactly as Kudu's
+// server did.
+TEST_F(KuduServerTest, KuduRequestRequiringAnUnsupportedFeatureFlag) {
+  std::string c2s = Golden("c2s.bin");
+  const std::vector<std::string> s2c = SplitFrames(Golden("s2c.bin"), 0);
+  std::vector<std::string> frames = SplitFrames(c2s, 7);
+  ASSERT_EQ(5u, frames.size());
+  ASSERT_EQ(4u, s2c.size());
+  // Frame 4: length, varint header length 45, header, varint body length, body.
+  std::string add = frames[3];
+  ASSERT_EQ(45, add[4]);
+  std::string header = add.substr(5, 45) + "\x58\x07";  // required_feature_flags: 7
+  std::string rest = add.substr(5 + 45);
+  std::string rebuilt = std::string(1, static_cast<char>(header.size())) + header + rest;
+  uint32_t n = static_cast<uint32_t>(rebuilt.size());
+  std::string len{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                  static_cast<char>(n >> 8), static_cast<char>(n)};
+  wire::RequestHeader parsed;
+  ASSERT_TRUE(parsed.ParseFromString(header));
+  ASSERT_EQ(std::vector<uint32_t>{7}, Flags(parsed.required_feature_flags()));
+
+  std::string stream = c2s.substr(0, 7) + frames[0] + frames[1] + frames[2] + len + rebuilt +
+                       frames[4];
+  Socket sock;
+  ASSERT_TRUE(sock.Init(addr).ok());
+  ASSERT_TRUE(sock.Connect(addr).ok());
+  ASSERT_TRUE(WriteString(&sock, stream).ok());
+  std::string got[4];
+  for (auto& f : got) ASSERT_TRUE(ReadFrameBytes(&sock, &f).ok());
+  EXPECT_EQ(s2c[0], got[0]);
+  EXPECT_EQ(s2c[1], got[1]);
+  // Responses may come in either order: the refusal is written on the
+  // reactor, the sum by a worker.
+  int refused = got[2] == s2c[3] ? 3 : 2;
+  EXPECT_EQ(s2c[3], got[5 - refused]);
+  std::vector<wire::InboundResponseFrame> resp;
+  wire::ResponseFrameDecoder dec;
+  ASSERT_TRUE(dec.Feed(got[refused], &resp).ok());
+  ASSERT_EQ(1u, resp.size());
+  EXPECT_EQ(0, resp[0].header.call_id());
+  ASSERT_TRUE(resp[0].header.is_error());
+  wire::ErrorStatusPB err;
+  ASSERT_TRUE(err.ParseFromArray(resp[0].main_message.data(),
+                                 static_cast<int>(resp[0].main_message.size())));
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_INVALID_REQUEST, err.code());
+  EXPECT_EQ(std::vector<uint32_t>{7}, Flags(err.unsupported_feature_flags()));
+  EXPECT_NE(std::string::npos, err.message().find("unsupported feature flags")) << err.message();
 }
 
 }  // namespace

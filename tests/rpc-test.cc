@@ -249,6 +249,66 @@ TEST_F(RpcTest, UnknownServiceAndMethod) {
   ASSERT_TRUE(proxy.Add(req, &resp, &ctl4).ok());
 }
 
+// RpcController::RequireServerFeature sends required_feature_flags; the
+// server refuses a call that needs a flag its service lacks, as Kudu's do,
+// without running the handler, and the client learns which flags.
+TEST_F(RpcTest, RequiredFeatureFlags) {
+  auto proxy = MakeProxy();
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(2);
+
+  // Supported: the call runs.
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.RequireServerFeature(1);
+  ctl.RequireServerFeature(2);
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(3u, resp.result());
+  EXPECT_EQ(1, server_.service->adds_run.load());
+
+  // One supported, two not: refused, naming the two, sync and async.
+  for (bool async : {false, true}) {
+    RpcController refused;
+    refused.RequireServerFeature(2);
+    refused.RequireServerFeature(7);
+    refused.RequireServerFeature(4000000000u);
+    if (async) {
+      CountDownLatch done(1);
+      proxy.AddAsync(req, &resp, &refused, [&] { done.CountDown(); });
+      ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+      s = refused.status();
+    } else {
+      s = proxy.Add(req, &resp, &refused);
+    }
+    ASSERT_TRUE(s.IsRemoteError()) << s.ToString();
+    EXPECT_NE(std::string::npos,
+              s.message().find("server does not support required feature flag(s) 7, 4000000000"))
+        << s.ToString();
+    EXPECT_NE(std::string::npos, s.message().find("ERROR_INVALID_REQUEST")) << s.ToString();
+    ASSERT_NE(nullptr, refused.error_response());
+    EXPECT_EQ(wire::ErrorStatusPB::ERROR_INVALID_REQUEST, refused.error_response()->code());
+    std::vector<uint32_t> unsupported(refused.error_response()->unsupported_feature_flags().begin(),
+                                      refused.error_response()->unsupported_feature_flags().end());
+    EXPECT_EQ((std::vector<uint32_t>{7, 4000000000u}), unsupported);
+  }
+  EXPECT_EQ(1, server_.service->adds_run.load());
+
+  // The flags stay on the controller until Reset(); then the call runs.
+  RpcController reused;
+  reused.RequireServerFeature(9);
+  reused.RequireServerFeature(9);
+  EXPECT_EQ(std::vector<uint32_t>{9}, reused.required_server_features());
+  EXPECT_FALSE(proxy.Add(req, &resp, &reused).ok());
+  EXPECT_FALSE(proxy.Add(req, &resp, &reused).ok());
+  reused.Reset();
+  EXPECT_TRUE(reused.required_server_features().empty());
+  s = proxy.Add(req, &resp, &reused);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(2, server_.service->adds_run.load());
+}
+
 TEST_F(RpcTest, ApplicationErrors) {
   auto proxy = MakeProxy();
   FailRequestPB req;

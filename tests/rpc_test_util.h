@@ -56,6 +56,15 @@ class CalculatorService : public CalculatorServiceIf {
     ctx->RespondSuccess();
   }
 
+  // Application feature flags this service supports: 1 and 2.
+  static constexpr uint32_t kSupportedFeatures[] = {1, 2};
+  bool SupportsFeature(uint32_t feature) const override {
+    for (uint32_t f : kSupportedFeatures) {
+      if (f == feature) return true;
+    }
+    return false;
+  }
+
   std::atomic<int> sleeps_started{0};
   std::atomic<int> adds_run{0};
 };

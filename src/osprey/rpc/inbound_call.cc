@@ -35,6 +35,17 @@ void InboundCall::RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const
   RespondError(err);
 }
 
+void InboundCall::RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupported) {
+  std::string list;
+  for (uint32_t f : unsupported) list += (list.empty() ? "" : ", ") + std::to_string(f);
+  wire::ErrorStatusPB err;
+  err.set_message("unsupported feature flags: service " + std::string(remote_method().service_name()) +
+                  " does not support " + list);
+  err.set_code(wire::ErrorStatusPB::ERROR_INVALID_REQUEST);
+  for (uint32_t f : unsupported) err.add_unsupported_feature_flags(f);
+  RespondError(err);
+}
+
 void InboundCall::RespondError(const wire::ErrorStatusPB& error) {
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = wire::OutboundFrame::EncodeResponse(call_id(), true, error, {}, &frame);

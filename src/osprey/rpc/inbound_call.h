@@ -31,6 +31,10 @@ class InboundCall {
   }
   Slice request_body() const { return frame_.main_message; }
   const std::vector<Slice>& sidecars() const { return frame_.sidecars; }
+  // The application feature flags the client requires the service to support.
+  const std::vector<uint32_t>& required_feature_flags() const {
+    return frame_.header.required_feature_flags();
+  }
   const Sockaddr& remote_address() const { return conn_->remote(); }
   const std::string& remote_user() const { return conn_->user(); }
   MonoTime received_at() const { return received_at_; }
@@ -45,6 +49,9 @@ class InboundCall {
                       std::vector<std::string> sidecars);
   void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status);
   void RespondError(const wire::ErrorStatusPB& error);
+  // ERROR_INVALID_REQUEST listing `unsupported` in unsupported_feature_flags,
+  // as a Kudu server answers a call that requires flags its service lacks.
+  void RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupported);
 
  private:
   std::shared_ptr<transport::Connection> conn_;

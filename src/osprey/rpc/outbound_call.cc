@@ -30,7 +30,8 @@ Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::Ou
     timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
   }
   Status s = wire::OutboundFrame::EncodeRequest(call_id, method_->serialized_pb(), timeout_ms,
-                                                serialized_request_, std::move(sidecars_), out);
+                                                required_features_, serialized_request_,
+                                                std::move(sidecars_), out);
   serialized_request_.clear();
   serialized_request_.shrink_to_fit();
   return s;
@@ -54,6 +55,14 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
       default:
         s = Status::RemoteError(err->message() + " (" +
                                 wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) + ")");
+    }
+    if (err->unsupported_feature_flags_size() > 0) {
+      std::string flags;
+      for (uint32_t f : err->unsupported_feature_flags()) {
+        flags += (flags.empty() ? "" : ", ") + std::to_string(f);
+      }
+      s = s.CloneAndPrepend(Describe() + ": server does not support required feature flag(s) " +
+                            flags);
     }
     Complete(s, std::move(err), nullptr, {});
     return;

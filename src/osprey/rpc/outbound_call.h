@@ -34,6 +34,9 @@ class OutboundCall final : public transport::ClientCall {
   std::string Describe() const override;
 
   void set_sidecars(std::vector<std::string> sidecars) { sidecars_ = std::move(sidecars); }
+  void set_required_features(std::vector<uint32_t> features) {
+    required_features_ = std::move(features);
+  }
   // Any thread, once it was queued: asks its reactor to abort it.
   void set_reactor_for_cancel(transport::Reactor* reactor) { cancel_reactor_.store(reactor); }
   void Cancel();
@@ -46,6 +49,7 @@ class OutboundCall final : public transport::ClientCall {
   const RemoteMethod* const method_;
   std::string serialized_request_;
   std::vector<std::string> sidecars_;
+  std::vector<uint32_t> required_features_;
   google::protobuf::Message* const response_;
   RpcController* const controller_;
   ResponseCallback callback_;

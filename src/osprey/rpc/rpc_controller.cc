@@ -79,6 +79,7 @@ void RpcController::Reset() {
   timeout_ = MonoDelta();
   deadline_ = MonoTime::Max();
   outbound_sidecars_.clear();
+  required_server_features_.clear();
   finished_ = false;
   status_ = Status::OK();
   error_.reset();
@@ -100,7 +101,21 @@ std::vector<std::string> RpcController::StartCall(const std::shared_ptr<Outbound
   } else if (timeout_ > MonoDelta()) {
     call->set_deadline(MonoTime::Now() + timeout_);
   }
+  if (!required_server_features_.empty()) call->set_required_features(required_server_features_);
   return std::move(outbound_sidecars_);
+}
+
+void RpcController::RequireServerFeature(uint32_t feature) {
+  MutexLock l(mu_);
+  for (uint32_t f : required_server_features_) {
+    if (f == feature) return;
+  }
+  required_server_features_.push_back(feature);
+}
+
+std::vector<uint32_t> RpcController::required_server_features() const {
+  MutexLock l(mu_);
+  return required_server_features_;
 }
 
 void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,

@@ -38,6 +38,14 @@ class RpcController {
   // Adds a request sidecar; *idx is its index on the server.
   Status AddOutboundSidecar(std::string data, int* idx);
 
+  // The call requires the server's service to support application feature
+  // flag `feature` (sent as required_feature_flags, as Kudu's
+  // RequireServerFeature). A service without it refuses the call: status()
+  // is then a RemoteError naming the flags, and error_response() lists them
+  // in unsupported_feature_flags. Kept until Reset().
+  void RequireServerFeature(uint32_t feature);
+  std::vector<uint32_t> required_server_features() const;
+
   // Completes the call with Aborted unless it already finished. The server
   // may still run it.
   void Cancel();
@@ -72,6 +80,7 @@ class RpcController {
   MonoDelta timeout_ GUARDED_BY(mu_);
   MonoTime deadline_ GUARDED_BY(mu_) = MonoTime::Max();
   std::vector<std::string> outbound_sidecars_ GUARDED_BY(mu_);
+  std::vector<uint32_t> required_server_features_ GUARDED_BY(mu_);
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);

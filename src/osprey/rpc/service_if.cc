@@ -12,6 +12,8 @@ const ServiceMethod* ServiceIf::FindMethod(std::string_view name) const {
   return it == methods_.end() ? nullptr : &it->second;
 }
 
+bool ServiceIf::SupportsFeature(uint32_t /*feature*/) const { return false; }
+
 void ServiceIf::RegisterMethod(ServiceMethod method) {
   std::string name = method.name;
   methods_.insert_or_assign(std::move(name), std::move(method));

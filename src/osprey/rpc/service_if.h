@@ -6,6 +6,7 @@
 
 #include <google/protobuf/message.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,13 @@ class ServiceIf {
   virtual const std::string& service_name() const = 0;
 
   const ServiceMethod* FindMethod(std::string_view name) const;
+
+  // Whether this service supports the application feature flag `feature`
+  // (a number the service's users agree on). A call whose request header
+  // requires a flag the service does not support is refused with
+  // ERROR_INVALID_REQUEST listing the flags, as Kudu's servers do; the
+  // handler never runs. None by default. Any thread: must not block.
+  virtual bool SupportsFeature(uint32_t feature) const;
 
   // Parses the request and runs the handler on the calling thread. The
   // handler owns the call through its RpcContext from then on.

@@ -122,6 +122,28 @@ TEST(FrameEncoderTest, EncodeFromMessageMatchesEncodeSerialized) {
   EXPECT_EQ(h1.sidecar_offsets(0), body.size());
 }
 
+// The hand-written request header is what protobuf writes for the same
+// fields, required_feature_flags included (unpacked, in field order).
+TEST(FrameEncoderTest, FastRequestHeaderMatchesProtobuf) {
+  const std::vector<std::vector<uint32_t>> flag_sets = {{}, {1}, {7, 300, UINT32_MAX}};
+  for (uint32_t timeout : {0u, 10000u, UINT32_MAX}) {
+    for (const auto& flags : flag_sets) {
+      for (int32_t call_id : {0, 5, -3, INT32_MAX}) {
+        RequestHeader h = AddCallHeader(call_id);
+        if (timeout != 0) h.set_timeout_millis(timeout);
+        for (uint32_t f : flags) h.add_required_feature_flags(f);
+        std::string method = h.remote_method().SerializeAsString();
+        std::unique_ptr<OutboundFrame> fast;
+        ASSERT_TRUE(OutboundFrame::EncodeRequest(call_id, Slice(method), timeout, flags,
+                                                 Slice(kAddBody), {"car"}, &fast)
+                        .ok());
+        EXPECT_EQ(Hex(Encode(h, kAddBody, {"car"})), Hex(fast->ToString()))
+            << "timeout " << timeout << ", " << flags.size() << " flags, call id " << call_id;
+      }
+    }
+  }
+}
+
 TEST(FrameEncoderTest, PartialWritesViaIovecs) {
   RequestHeader h = AddCallHeader(7);
   std::unique_ptr<OutboundFrame> f;

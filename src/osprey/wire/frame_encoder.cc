@@ -104,6 +104,7 @@ void PutInt32Field(uint32_t tag, int32_t v, std::string* out) {
 constexpr uint32_t kRequestCallIdTag = (3 << 3) | 0;
 constexpr uint32_t kRequestRemoteMethodTag = (6 << 3) | 2;
 constexpr uint32_t kRequestTimeoutTag = (10 << 3) | 0;
+constexpr uint32_t kRequestFeatureFlagsTag = (11 << 3) | 0;
 constexpr uint32_t kRequestSidecarOffsetsTag = (16 << 3) | 0;
 constexpr uint32_t kResponseCallIdTag = (1 << 3) | 0;
 constexpr uint32_t kResponseIsErrorTag = (2 << 3) | 0;
@@ -131,12 +132,13 @@ Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_
 }
 
 Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
-                                    uint32_t timeout_millis, Slice main,
-                                    std::vector<std::string> sidecars,
+                                    uint32_t timeout_millis,
+                                    const std::vector<uint32_t>& required_feature_flags,
+                                    Slice main, std::vector<std::string> sidecars,
                                     std::unique_ptr<OutboundFrame>* out) {
-  // At most 11 + 1 + 5 + name bytes + 1 + 5: on the stack unless the
-  // service name is unusually long.
-  size_t max_len = remote_method_pb.size() + 23;
+  // At most 11 + 1 + 5 + name bytes + 1 + 5, and 1 + 5 per feature flag: on
+  // the stack unless the service name is unusually long.
+  size_t max_len = remote_method_pb.size() + 23 + 6 * required_feature_flags.size();
   uint8_t stack_buf[256];
   std::unique_ptr<uint8_t[]> heap_buf;
   uint8_t* start = stack_buf;
@@ -155,6 +157,10 @@ Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
   if (timeout_millis != 0) {
     p = WriteVarint32(kRequestTimeoutTag, p);
     p = WriteVarint32(timeout_millis, p);
+  }
+  for (uint32_t flag : required_feature_flags) {
+    p = WriteVarint32(kRequestFeatureFlagsTag, p);
+    p = WriteVarint32(flag, p);
   }
   std::string_view header(reinterpret_cast<const char*>(start), static_cast<size_t>(p - start));
   uint8_t* dst;

@@ -30,11 +30,13 @@ class OutboundFrame {
 
   // Fast paths for the per-call frames, with the header written by hand:
   // the same bytes protobuf writes for a RequestHeader with call_id,
-  // remote_method (given pre-serialized) and timeout_millis (0: none), or a
+  // remote_method (given pre-serialized), timeout_millis (0: none) and
+  // required_feature_flags (unpacked, as Kudu's proto2 field), or a
   // ResponseHeader with call_id and is_error. Sidecar offsets are added as
   // in Encode().
   static Status EncodeRequest(int32_t call_id, Slice remote_method_pb, uint32_t timeout_millis,
-                              Slice main, std::vector<std::string> sidecars,
+                              const std::vector<uint32_t>& required_feature_flags, Slice main,
+                              std::vector<std::string> sidecars,
                               std::unique_ptr<OutboundFrame>* out);
   static Status EncodeResponse(int32_t call_id, bool is_error,
                                const google::protobuf::MessageLite& main,
