@@ -3,8 +3,9 @@
 #
 #   bash tests/rpc-bench-test.sh path/to/rpc-bench [path/to/wrong_sum_server]
 #
-# Checks the text report of both modes, plain and with -enable_encryption
-# (Kudu's header lines, in order, with
+# Checks the text report of both modes, plain, with -enable_encryption and
+# with Kudu's --rpc_encryption flags, whose Encryption: line must say what
+# the connections negotiated (Kudu's header lines, in order, with
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
 # count), -output=json, -payload_bytes, that bad flags exit 2 with one line
 # on stderr, and a client run against a separate -server_only process that
@@ -74,9 +75,10 @@ split_blocks() {
 
 NUM='[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?'
 
-# check_report FILE MODE PAYLOAD: FILE holds one mode's text report, of a
-# run with -enable_encryption=$ENC.
-ENC=0
+# check_report FILE MODE PAYLOAD: FILE holds one mode's text report, whose
+# Encryption: line must be exactly "Encryption:       $ENC".
+ENC_CLEAR='0 (negotiated clear; rpc_encryption=disabled)'
+ENC="$ENC_CLEAR"
 check_report() {
   local file="$1" mode="$2" payload="$3"
   local -a want
@@ -88,7 +90,7 @@ check_report() {
   fi
   want+=('^Worker threads:   1$'
          '^Server reactors:  1$'
-         "^Encryption:       ${ENC}\$"
+         "^Encryption:       $(printf '%s' "$ENC" | sed 's/[][().*^$]/\\&/g')\$"
          '^----------------------------------$'
          "^Reqs/sec:         ${NUM}\$"
          "^User CPU per req: ${NUM}us\$"
@@ -161,12 +163,24 @@ run text "${SMALL[@]}"
 check_text_run text 0
 
 # ------------------------------------------------------------ encryption
-# Kudu's flag: TLS on the loopback connections, and "Encryption: 1".
+# Kudu's rpc-bench flag: TLS on the loopback connections, and "Encryption: 1".
 CHECK="-enable_encryption, both modes"
-ENC=1
+ENC='1 (negotiated TLS (encrypted); rpc_encryption=required, loopback encrypted)'
 run tls "${SMALL[@]}" -enable_encryption
 check_text_run tls 0
-ENC=0
+
+# Kudu's server and client flags: the same, spelt as Kudu's daemons take them.
+CHECK="--rpc_encryption=required --rpc_encrypt_loopback_connections"
+run tlsflags "${SMALL[@]}" --rpc_encryption=required --rpc_encrypt_loopback_connections
+check_text_run tlsflags 0
+
+# Kudu's production default on loopback: TLS authenticates, the calls stay
+# in the clear, so the report says 0 and why.
+CHECK="--rpc_encryption=optional on loopback"
+ENC='0 (negotiated TLS (authentication only); rpc_encryption=optional)'
+run authonly "${SMALL[@]}" --rpc_encryption=optional
+check_text_run authonly 0
+ENC="$ENC_CLEAR"
 
 # ------------------------------------------------------------------ json
 CHECK="-output=json"
@@ -179,7 +193,8 @@ if len(lines) != 2:
     sys.exit(f"{len(lines)} lines, expected 2")
 want = {"client_threads": 2, "async_call_concurrency": 4, "worker_threads": 1,
         "server_reactors": 1, "run_seconds": 1, "payload_bytes": 0, "errors": 0,
-        "encryption": False}
+        "encryption": False, "negotiated": "clear", "rpc_encryption": "disabled",
+        "rpc_encrypt_loopback_connections": False}
 for mode, line in zip(["sync", "async"], lines):
     try:
         r = json.loads(line)
@@ -254,7 +269,9 @@ fi
 # ------------------------------------------------------------- bad flags
 for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogus" \
            "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \
-           "-payload_bytes=-5"; do
+           "-payload_bytes=-5" "--rpc_encryption=bogus" \
+           "-enable_encryption --rpc_encryption=optional" \
+           "-enable_encryption -norpc_encrypt_loopback_connections"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -267,19 +284,25 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
 done
 
 # ----------------------------------------------- client against a server
+# start_server ARGS...: a -server_only process with ARGS; sets SERVER_PID
+# and ADDR once it listens.
+start_server() {
+  "$BENCH" -server_only -listen 127.0.0.1:0 "$@" >"$TMP/server.out" 2>"$TMP/server.err" </dev/null &
+  SERVER_PID=$!
+  ADDR=""
+  for _ in $(seq 1 100); do  # up to 10 s
+    ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$TMP/server.out")"
+    [[ -n "$ADDR" ]] && break
+    kill -0 "$SERVER_PID" 2>/dev/null ||
+      { show "$TMP/server.out" "$TMP/server.err"; fail "server exited before listening"; }
+    sleep 0.1
+  done
+  [[ -n "$ADDR" ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "no 'Listening on' line in 10 s"; }
+  [[ "$ADDR" =~ ^[^:]+:[0-9]+$ && "${ADDR##*:}" -gt 0 ]] || fail "bad address in 'Listening on $ADDR'"
+}
+
 CHECK="-server_only server start"
-"$BENCH" -server_only -listen 127.0.0.1:0 >"$TMP/server.out" 2>"$TMP/server.err" </dev/null &
-SERVER_PID=$!
-ADDR=""
-for _ in $(seq 1 100); do  # up to 10 s
-  ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$TMP/server.out")"
-  [[ -n "$ADDR" ]] && break
-  kill -0 "$SERVER_PID" 2>/dev/null ||
-    { show "$TMP/server.out" "$TMP/server.err"; fail "server exited before listening"; }
-  sleep 0.1
-done
-[[ -n "$ADDR" ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "no 'Listening on' line in 10 s"; }
-[[ "$ADDR" =~ ^[^:]+:[0-9]+$ && "${ADDR##*:}" -gt 0 ]] || fail "bad address in 'Listening on $ADDR'"
+start_server
 
 CHECK="client against -server_only at $ADDR"
 run client -server_address "$ADDR" "${SMALL[@]}"
@@ -291,6 +314,13 @@ run tlsclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
 grep -q "server does not support TLS" "$TMP/tlsclient.err" ||
   { show "$TMP/tlsclient.err"; fail "no 'server does not support TLS' on stderr"; }
 
+# An optional client against a server without TLS: clear, and it says so.
+CHECK="--rpc_encryption=optional client against a server without TLS"
+ENC='0 (negotiated clear; rpc_encryption=optional)'
+run optclient -server_address "$ADDR" "${SMALL[@]}" --rpc_encryption=optional
+check_text_run optclient 0
+ENC="$ENC_CLEAR"
+
 CHECK="-server_only shutdown on SIGTERM"
 kill -0 "$SERVER_PID" 2>/dev/null || { show "$TMP/server.err"; fail "server died during the client run"; }
 kill -TERM "$SERVER_PID"
@@ -299,6 +329,33 @@ for _ in $(seq 1 100); do  # up to 10 s
   sleep 0.1
 done
 kill -0 "$SERVER_PID" 2>/dev/null && { show "$TMP/server.err"; fail "server still running 10 s after SIGTERM"; }
+set +e
+wait "$SERVER_PID"
+rc=$?
+set -e
+SERVER_PID=""
+[[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+
+# A -server_only server at --rpc_encryption=required (Kudu's server flag):
+# a client without TLS is refused with the server's reason; an optional
+# client on loopback authenticates with TLS; -enable_encryption encrypts.
+CHECK="-server_only --rpc_encryption=required start"
+start_server --rpc_encryption=required
+CHECK="client without TLS against a server requiring it"
+run plainclient -server_address "$ADDR" "${SMALL[@]}"
+[[ $RC -ne 0 ]] || { show "$TMP/plainclient.out" "$TMP/plainclient.err"; fail "exit status 0"; }
+grep -q "client does not support TLS, which this server requires" "$TMP/plainclient.err" ||
+  { show "$TMP/plainclient.err"; fail "no 'client does not support TLS' on stderr"; }
+CHECK="--rpc_encryption=optional client against a server requiring TLS"
+ENC='0 (negotiated TLS (authentication only); rpc_encryption=optional)'
+run optclient2 -server_address "$ADDR" "${SMALL[@]}" --rpc_encryption=optional
+check_text_run optclient2 0
+CHECK="-enable_encryption client against a server requiring TLS"
+ENC='1 (negotiated TLS (encrypted); rpc_encryption=required, loopback encrypted)'
+run encclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
+check_text_run encclient 0
+ENC="$ENC_CLEAR"
+kill -TERM "$SERVER_PID"
 set +e
 wait "$SERVER_PID"
 rc=$?

@@ -22,6 +22,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,9 +43,17 @@ DEFINE_int32(payload_bytes, 0, "0: the Add call; N > 0: Echo of N bytes each way
 DEFINE_string(server_address, "",
               "HOST:PORT of a running server (ours or Kudu's); empty: "
               "run a server in this process");
+DEFINE_string(rpc_encryption, "disabled",
+              "Kudu's --rpc_encryption, for the client and the in-process or -server_only "
+              "server: disabled, optional (TLS when the peer can) or required (a peer "
+              "without TLS is refused). A server makes a self-signed certificate. Default "
+              "disabled, as Kudu's rpc-bench runs without -enable_encryption");
+DEFINE_bool(rpc_encrypt_loopback_connections, false,
+            "Kudu's flag: encrypt loopback connections too; otherwise TLS on loopback "
+            "only authenticates and the calls stay in the clear");
 DEFINE_bool(enable_encryption, false,
-            "TLS on every connection, loopback included (rpc_encryption=required; the "
-            "server makes a self-signed certificate)");
+            "Kudu's rpc-bench flag: the same as --rpc_encryption=required "
+            "--rpc_encrypt_loopback_connections");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
 DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
 DEFINE_string(output, "text", "report format: text or json");
@@ -62,6 +71,7 @@ using kudu::rpc_test::CalculatorServiceIf;
 using kudu::rpc_test::CalculatorServiceProxy;
 using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
+using transport::RpcEncryption;
 
 constexpr int kExitBadFlags = 2;
 // Open loop: calls in flight beyond this are not started (counted as
@@ -102,6 +112,10 @@ struct Results {
   CpuTimes cpu;
   Histogram latency;  // nanoseconds
   std::string first_error;
+  // What the client connections negotiated ("TLS (encrypted)"; several
+  // joined with " and " if they differed), and whether all were encrypted.
+  std::string negotiated;
+  bool encrypted = false;
 };
 
 // Shared by every client thread or loop of one mode's run.
@@ -113,11 +127,32 @@ struct RunState {
   std::string first_error;
   std::atomic<uint64_t> errors{0};
 
+  std::set<ConnectionSecurity> securities;  // guarded by error_mu
+
   // Errors during warm-up count too: any error fails the run.
   void RecordError(const std::string& what) {
     errors++;
     std::lock_guard<std::mutex> l(error_mu);
     if (first_error.empty()) first_error = what;
+  }
+
+  // What `client`'s connections negotiated; called once per client
+  // messenger after its calls end.
+  void RecordSecurity(const Messenger& client) {
+    std::vector<ConnectionInfo> conns;
+    if (!client.DumpConnections(&conns).ok()) return;
+    std::lock_guard<std::mutex> l(error_mu);
+    for (const auto& c : conns) {
+      if (!c.inbound && c.negotiated) securities.insert(c.security);
+    }
+  }
+  void TakeSecurity(Results* r) {
+    std::lock_guard<std::mutex> l(error_mu);
+    for (ConnectionSecurity s : securities) {
+      r->negotiated += (r->negotiated.empty() ? "" : " and ") + std::string(ConnectionSecurityName(s));
+    }
+    if (r->negotiated.empty()) r->negotiated = "no connection";
+    r->encrypted = securities == std::set<ConnectionSecurity>{ConnectionSecurity::kTlsEncrypted};
   }
 };
 
@@ -187,14 +222,21 @@ struct CallSlot {
   }
 };
 
-// As Kudu's rpc-bench: -enable_encryption requires TLS and encrypts
-// loopback connections too, which would otherwise only authenticate.
+// --rpc_encryption, parsed by ValidateFlags.
+RpcEncryption g_encryption = RpcEncryption::kDisabled;
+
 MessengerBuilder BenchMessengerBuilder(const std::string& name) {
   MessengerBuilder b(name);
-  if (FLAGS_enable_encryption) {
-    b.set_rpc_encryption(transport::RpcEncryption::kRequired).set_rpc_encrypt_loopback(true);
-  }
+  b.set_rpc_encryption(g_encryption)
+      .set_rpc_encrypt_loopback(FLAGS_rpc_encrypt_loopback_connections);
   return b;
+}
+
+// What was asked, for the report: "rpc_encryption=required, loopback encrypted".
+std::string AskedEncryption() {
+  std::string s = "rpc_encryption=" + FLAGS_rpc_encryption;
+  if (FLAGS_rpc_encrypt_loopback_connections) s += ", loopback encrypted";
+  return s;
 }
 
 std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
@@ -244,6 +286,7 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
       state->progress_calls.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  state->RecordSecurity(*messenger);
   messenger->Shutdown();
 }
 
@@ -388,6 +431,7 @@ Results Measure(const Settings& cfg, RunState* state, const std::function<void()
   collect(&r);
   r.errors = state->errors.load();
   r.first_error = state->first_error;
+  state->TakeSecurity(&r);
   return r;
 }
 
@@ -420,6 +464,9 @@ Results RunAsync(const Settings& cfg) {
     messengers.push_back(NewClientMessenger("bench-client-" + std::to_string(i)));
     proxies.push_back(std::make_unique<CalculatorServiceProxy>(messengers.back(), cfg.server));
   }
+  auto record_security = [&] {
+    for (auto& m : messengers) state.RecordSecurity(*m);
+  };
   auto shutdown_all = [&] {
     for (auto& m : messengers) m->Shutdown();
   };
@@ -436,6 +483,7 @@ Results RunAsync(const Settings& cfg) {
           state.stop.store(true);
           for (auto& t : threads) t.join();
           for (auto& is : issuers) is->WaitIdle();
+          record_security();
         },
         [&](Results* r) {
           for (auto& is : issuers) {
@@ -462,6 +510,7 @@ Results RunAsync(const Settings& cfg) {
       [&] {
         state.stop.store(true);
         finished.Wait();
+        record_security();
       },
       [&](Results* r) {
         for (auto& t : tallies) {
@@ -534,7 +583,10 @@ void PrintText(const Settings& cfg, const Results& r) {
   }
   o << "Worker threads:   " << FLAGS_worker_threads << "\n";
   o << "Server reactors:  " << FLAGS_server_reactors << "\n";
-  o << "Encryption:       " << (FLAGS_enable_encryption ? 1 : 0) << "\n";
+  // Kudu's 1 or 0 first (1: the calls travelled encrypted), then what the
+  // connections negotiated and what was asked.
+  o << "Encryption:       " << (r.encrypted ? 1 : 0) << " (negotiated " << r.negotiated << "; "
+    << AskedEncryption() << ")\n";
   o << "----------------------------------\n";
   o << "Reqs/sec:         " << Num(std::round(static_cast<double>(r.calls) / wall)) << "\n";
   o << "User CPU per req: " << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls) << "us\n";
@@ -578,7 +630,11 @@ void PrintJson(const Settings& cfg, const Results& r) {
     << ",\"async_call_concurrency\":" << cfg.concurrency
     << ",\"worker_threads\":" << FLAGS_worker_threads
     << ",\"server_reactors\":" << FLAGS_server_reactors
-    << ",\"encryption\":" << (FLAGS_enable_encryption ? "true" : "false")
+    << ",\"encryption\":" << (r.encrypted ? "true" : "false")
+    << ",\"negotiated\":" << JsonString(r.negotiated)
+    << ",\"rpc_encryption\":" << JsonString(FLAGS_rpc_encryption)
+    << ",\"rpc_encrypt_loopback_connections\":"
+    << (FLAGS_rpc_encrypt_loopback_connections ? "true" : "false")
     << ",\"run_seconds\":" << Num(cfg.run_seconds)
     << ",\"warmup_seconds\":" << Num(cfg.warmup_seconds)
     << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
@@ -633,6 +689,31 @@ void ValidateFlags() {
   }
   if (FLAGS_server_only && !FLAGS_server_address.empty()) {
     BadFlag("-server_only serves on -listen; it takes no -server_address");
+  }
+  if (FLAGS_enable_encryption) {
+    // Kudu's rpc-bench spelling; a contradiction is an error, not a guess.
+    if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encryption").is_default &&
+        FLAGS_rpc_encryption != "required") {
+      BadFlag("-enable_encryption means --rpc_encryption=required; it contradicts "
+              "--rpc_encryption=" + FLAGS_rpc_encryption);
+    }
+    if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encrypt_loopback_connections").is_default &&
+        !FLAGS_rpc_encrypt_loopback_connections) {
+      BadFlag("-enable_encryption encrypts loopback; it contradicts "
+              "--rpc_encrypt_loopback_connections=false");
+    }
+    FLAGS_rpc_encryption = "required";
+    FLAGS_rpc_encrypt_loopback_connections = true;
+  }
+  if (FLAGS_rpc_encryption == "disabled") {
+    g_encryption = RpcEncryption::kDisabled;
+  } else if (FLAGS_rpc_encryption == "optional") {
+    g_encryption = RpcEncryption::kOptional;
+  } else if (FLAGS_rpc_encryption == "required") {
+    g_encryption = RpcEncryption::kRequired;
+  } else {
+    BadFlag("--rpc_encryption must be disabled, optional or required, got '" +
+            FLAGS_rpc_encryption + "'");
   }
 }
 
