@@ -1,8 +1,8 @@
 // Parses input as a NegotiatePB, as a server does with the body of every
 // call_id -33 frame, and exercises what server-side negotiation reads from
 // it, and the server's and client's negotiation steps under every TLS
-// policy. Must never crash; re-serialization must be stable; the features
-// agreed must follow the policy.
+// policy. Must never crash; re-serialization must be stable; each side
+// must agree on the intersection of the two lists, as the policy allows.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -56,16 +56,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (agreed.authentication_only && !agreed.tls) abort();
     if (agreed.tls && !policy.available) abort();
     if (policy.required && !agreed.tls) abort();
-    bool listed_tls = false;
-    for (int f : answer.supported_features()) listed_tls |= f == osprey::wire::TLS;
-    if (listed_tls != agreed.tls) abort();
+    // The server lists what it supports, whatever the client listed, and
+    // agrees on the intersection.
+    osprey::transport::TlsFeatures listed = osprey::transport::ListedTlsFeatures(answer);
+    osprey::transport::TlsFeatures client = osprey::transport::ListedTlsFeatures(pb);
+    if (listed.tls != policy.available) abort();
+    if (listed.authentication_only != (policy.available && policy.allow_authentication_only)) {
+      abort();
+    }
+    if (agreed.tls != (listed.tls && client.tls)) abort();
+    if (agreed.authentication_only !=
+        (agreed.tls && listed.authentication_only && client.authentication_only)) {
+      abort();
+    }
   }
   // As a client reading a server's NEGOTIATE answer.
   for (int bits = 0; bits < 8; ++bits) {
     TlsFeatures offer{(bits & 1) != 0, (bits & 2) != 0};
     TlsFeatures agreed;
     osprey::Status s = osprey::transport::ClientCheckNegotiate(pb, offer, bits & 4, &agreed);
-    if (s.ok() && ((agreed.tls && !offer.tls) || ((bits & 4) && !agreed.tls))) abort();
+    if (!s.ok()) continue;
+    // The intersection of the offer and the server's list, never more.
+    TlsFeatures listed = osprey::transport::ListedTlsFeatures(pb);
+    if (agreed.tls != (offer.tls && listed.tls)) abort();
+    if (agreed.authentication_only !=
+        (agreed.tls && offer.authentication_only && listed.authentication_only)) {
+      abort();
+    }
+    if ((bits & 4) && !agreed.tls) abort();
   }
 
   // Round trip: serialize, parse, serialize again; the two serializations
