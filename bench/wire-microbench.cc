@@ -57,8 +57,8 @@ void BM_DecodeRequestFrames(benchmark::State& state) {
   std::string bytes;
   for (int i = 0; i < n; ++i) {
     std::unique_ptr<wire::OutboundFrame> f;
-    (void)wire::OutboundFrame::EncodeRequest(i, AddMethod().serialized_pb(), 10000, {}, kAddBody, {},
-                                             &f);
+    (void)wire::OutboundFrame::EncodeRequest(i, AddMethod().serialized_pb(), 10000, {}, kAddBody,
+                                             {}, &f);
     bytes += f->ToString();
   }
   wire::FrameDecoder<Header> decoder;

@@ -156,8 +156,8 @@ testing::AssertionResult OnlyConnection(const std::shared_ptr<Messenger>& m, boo
     }
   }
   if (found != 1) {
-    return testing::AssertionFailure() << found << " " << (inbound ? "inbound" : "outbound")
-                                       << " connections, expected 1";
+    return testing::AssertionFailure()
+           << found << " " << (inbound ? "inbound" : "outbound") << " connections, expected 1";
   }
   return testing::AssertionSuccess();
 }
@@ -228,8 +228,7 @@ TEST_P(EncryptionMatrixTest, OutcomeFollowsKudusRules) {
   EXPECT_EQ(wire::NegotiatePB::NEGOTIATE, client_negotiate.step());
   EXPECT_EQ(KuduListedFeatures(client_side), Features(client_negotiate));
   bool server_refused = false;
-  ASSERT_TRUE(
-      FirstNegotiate<wire::ResponseHeader>(s2c, 0, &server_negotiate, &server_refused));
+  ASSERT_TRUE(FirstNegotiate<wire::ResponseHeader>(s2c, 0, &server_negotiate, &server_refused));
   EXPECT_EQ(want == Outcome::kRefusedByServer, server_refused);
   if (!server_refused) {
     EXPECT_EQ(wire::NegotiatePB::NEGOTIATE, server_negotiate.step());
@@ -286,16 +285,15 @@ std::string ParamName(const testing::TestParamInfo<MatrixParam>& info) {
          (ipv6 ? "_IPv6" : "_IPv4");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllSettings, EncryptionMatrixTest,
-                         testing::Combine(testing::Values(RpcEncryption::kDisabled,
-                                                          RpcEncryption::kOptional,
-                                                          RpcEncryption::kRequired),
-                                          testing::Bool(),
-                                          testing::Values(RpcEncryption::kDisabled,
-                                                          RpcEncryption::kOptional,
-                                                          RpcEncryption::kRequired),
-                                          testing::Bool(), testing::Bool()),
-                         ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    AllSettings, EncryptionMatrixTest,
+    testing::Combine(testing::Values(RpcEncryption::kDisabled, RpcEncryption::kOptional,
+                                     RpcEncryption::kRequired),
+                     testing::Bool(),
+                     testing::Values(RpcEncryption::kDisabled, RpcEncryption::kOptional,
+                                     RpcEncryption::kRequired),
+                     testing::Bool(), testing::Bool()),
+    ParamName);
 
 }  // namespace
 }  // namespace osprey::rpc_test

@@ -381,14 +381,12 @@ TEST(KuduReplayTest, ServerListingTlsToAClientWithoutTls) {
 // client's NEGOTIATE byte for byte and, given the recorded answer, goes on
 // to a TLS_HANDSHAKE step carrying a ClientHello, as Kudu's client did.
 TEST(KuduReplayTest, EncryptedLoopbackClientAnswersWithATlsHandshake) {
-  const std::vector<std::string> c2s =
-      SplitFrames(Golden("c2s.bin", "tls-encrypted-loopback"), 7);
-  const std::vector<std::string> s2c =
-      SplitFrames(Golden("s2c.bin", "tls-encrypted-loopback"), 0);
+  const std::vector<std::string> c2s = SplitFrames(Golden("c2s.bin", "tls-encrypted-loopback"), 7);
+  const std::vector<std::string> s2c = SplitFrames(Golden("s2c.bin", "tls-encrypted-loopback"), 0);
   ASSERT_GE(c2s.size(), 3u);
   ASSERT_GE(s2c.size(), 2u);
-  for (auto encryption : {transport::RpcEncryption::kOptional,
-                          transport::RpcEncryption::kRequired}) {
+  for (auto encryption :
+       {transport::RpcEncryption::kOptional, transport::RpcEncryption::kRequired}) {
     Socket listener;
     Sockaddr addr;
     ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
@@ -460,14 +458,14 @@ TEST_F(KuduServerTest, KuduRequestRequiringAnUnsupportedFeatureFlag) {
   std::string rest = add.substr(5 + 45);
   std::string rebuilt = std::string(1, static_cast<char>(header.size())) + header + rest;
   uint32_t n = static_cast<uint32_t>(rebuilt.size());
-  std::string len{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                  static_cast<char>(n >> 8), static_cast<char>(n)};
+  std::string len{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                  static_cast<char>(n)};
   wire::RequestHeader parsed;
   ASSERT_TRUE(parsed.ParseFromString(header));
   ASSERT_EQ(std::vector<uint32_t>{7}, Flags(parsed.required_feature_flags()));
 
-  std::string stream = c2s.substr(0, 7) + frames[0] + frames[1] + frames[2] + len + rebuilt +
-                       frames[4];
+  std::string stream =
+      c2s.substr(0, 7) + frames[0] + frames[1] + frames[2] + len + rebuilt + frames[4];
   Socket sock;
   ASSERT_TRUE(sock.Init(addr).ok());
   ASSERT_TRUE(sock.Connect(addr).ok());

@@ -90,8 +90,8 @@ class RecordingProxy {
             // Recorded before it is forwarded: whoever reacts to these
             // bytes then finds them in the record.
             std::lock_guard<std::mutex> l(mu_);
-            (from_client ? c2s_ : s2c_).append(reinterpret_cast<char*>(buf),
-                                               static_cast<size_t>(n));
+            (from_client ? c2s_ : s2c_)
+                .append(reinterpret_cast<char*>(buf), static_cast<size_t>(n));
           }
           if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) {
             p->open = false;

@@ -149,7 +149,8 @@ struct RunState {
   void TakeSecurity(Results* r) {
     std::lock_guard<std::mutex> l(error_mu);
     for (ConnectionSecurity s : securities) {
-      r->negotiated += (r->negotiated.empty() ? "" : " and ") + std::string(ConnectionSecurityName(s));
+      r->negotiated +=
+          (r->negotiated.empty() ? "" : " and ") + std::string(ConnectionSecurityName(s));
     }
     if (r->negotiated.empty()) r->negotiated = "no connection";
     r->encrypted = securities == std::set<ConnectionSecurity>{ConnectionSecurity::kTlsEncrypted};
@@ -694,13 +695,16 @@ void ValidateFlags() {
     // Kudu's rpc-bench spelling; a contradiction is an error, not a guess.
     if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encryption").is_default &&
         FLAGS_rpc_encryption != "required") {
-      BadFlag("-enable_encryption means --rpc_encryption=required; it contradicts "
-              "--rpc_encryption=" + FLAGS_rpc_encryption);
+      BadFlag(
+          "-enable_encryption means --rpc_encryption=required; it contradicts "
+          "--rpc_encryption=" +
+          FLAGS_rpc_encryption);
     }
     if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encrypt_loopback_connections").is_default &&
         !FLAGS_rpc_encrypt_loopback_connections) {
-      BadFlag("-enable_encryption encrypts loopback; it contradicts "
-              "--rpc_encrypt_loopback_connections=false");
+      BadFlag(
+          "-enable_encryption encrypts loopback; it contradicts "
+          "--rpc_encrypt_loopback_connections=false");
     }
     FLAGS_rpc_encryption = "required";
     FLAGS_rpc_encrypt_loopback_connections = true;

@@ -39,8 +39,8 @@ void InboundCall::RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupp
   std::string list;
   for (uint32_t f : unsupported) list += (list.empty() ? "" : ", ") + std::to_string(f);
   wire::ErrorStatusPB err;
-  err.set_message("unsupported feature flags: service " + std::string(remote_method().service_name()) +
-                  " does not support " + list);
+  err.set_message("unsupported feature flags: service " +
+                  std::string(remote_method().service_name()) + " does not support " + list);
   err.set_code(wire::ErrorStatusPB::ERROR_INVALID_REQUEST);
   for (uint32_t f : unsupported) err.add_unsupported_feature_flags(f);
   RespondError(err);

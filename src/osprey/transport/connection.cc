@@ -773,7 +773,7 @@ ConnectionInfo Connection::Info() const {
   info.user = user_;
   info.negotiated = state_ == State::kOpen;
   if (info.negotiated) {
-    info.security = tls_ == nullptr                 ? ConnectionSecurity::kClear
+    info.security = tls_ == nullptr                   ? ConnectionSecurity::kClear
                     : tls_agreed_.authentication_only ? ConnectionSecurity::kTlsAuthenticationOnly
                                                       : ConnectionSecurity::kTlsEncrypted;
   }

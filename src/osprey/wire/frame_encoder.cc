@@ -133,8 +133,8 @@ Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_
 
 Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
                                     uint32_t timeout_millis,
-                                    const std::vector<uint32_t>& required_feature_flags,
-                                    Slice main, std::vector<std::string> sidecars,
+                                    const std::vector<uint32_t>& required_feature_flags, Slice main,
+                                    std::vector<std::string> sidecars,
                                     std::unique_ptr<OutboundFrame>* out) {
   // At most 11 + 1 + 5 + name bytes + 1 + 5, and 1 + 5 per feature flag: on
   // the stack unless the service name is unusually long.
