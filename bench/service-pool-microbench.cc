@@ -35,7 +35,9 @@ class CountingCalculator : public kudu::rpc_test::CalculatorServiceIf {
 
 void BM_ServiceQueueHandoff(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
-  transport::Reactor reactor("bench", transport::ConnectionOptions(), nullptr);
+  auto reactor_ptr =
+      std::make_shared<transport::Reactor>("bench", transport::ConnectionOptions(), nullptr);
+  transport::Reactor& reactor = *reactor_ptr;
   if (!reactor.Start().ok()) {
     state.SkipWithError("reactor did not start");
     return;

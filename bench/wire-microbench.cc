@@ -95,7 +95,9 @@ BENCHMARK(BM_CallIdLookup);
 // Hand-off to a reactor: tasks scheduled from this thread, run on the
 // reactor, in batches of `range(0)` before waiting for the last.
 void BM_ReactorHandoff(benchmark::State& state) {
-  transport::Reactor reactor("bench", transport::ConnectionOptions(), nullptr);
+  auto reactor_ptr =
+      std::make_shared<transport::Reactor>("bench", transport::ConnectionOptions(), nullptr);
+  transport::Reactor& reactor = *reactor_ptr;
   if (!reactor.Start().ok()) {
     state.SkipWithError("reactor did not start");
     return;

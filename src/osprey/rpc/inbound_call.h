@@ -36,6 +36,8 @@ class InboundCall {
     return frame_.header.required_feature_flags();
   }
   const Sockaddr& remote_address() const { return conn_->remote(); }
+  // Any thread: the client's connection closed, so no answer can reach it.
+  bool connection_closed() const { return conn_->closed_any_thread(); }
   const std::string& remote_user() const { return conn_->user(); }
   MonoTime received_at() const { return received_at_; }
   // The client's deadline (arrival + timeout_millis), or MonoTime::Max().

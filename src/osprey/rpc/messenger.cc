@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <thread>
+
 #include "osprey/base/countdown_latch.h"
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/outbound_call.h"
@@ -97,21 +99,56 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     options.tls_client = std::move(client);
   }
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, options));
+  m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
-  *out = std::move(m);
+  Messenger* raw = m.get();
+  // Users hold references of their own, whose last drop shuts down and
+  // frees the messenger wherever it happens (Kudu's retain_self_).
+  struct Release {
+    std::shared_ptr<Messenger> owner;
+    void operator()(Messenger*) { Messenger::LastExternalReferenceDropped(std::move(owner)); }
+  };
+  *out = std::shared_ptr<Messenger>(raw, Release{std::move(m)});
   return Status::OK();
+}
+
+void Messenger::LastExternalReferenceDropped(std::shared_ptr<Messenger> self) {
+  if (self->OnOwnThread()) {
+    // Joining our own thread is impossible: a thread of its own does it.
+    std::thread([m = std::move(self)]() mutable {
+      m->Shutdown();
+      m.reset();
+    }).detach();
+    return;
+  }
+  self->Shutdown();
+}
+
+bool Messenger::OnOwnThread() {
+  for (const auto& r : reactors_) {
+    if (r->IsCurrentThread()) return true;
+  }
+  MutexLock l(mu_);
+  for (const auto& [name, pool] : services_) {
+    if (pool->OnWorkerThread()) return true;
+  }
+  return false;
 }
 
 Messenger::Messenger(std::string name, int num_reactors,
                      const transport::ConnectionOptions& options)
     : name_(std::move(name)) {
   for (int i = 0; i < num_reactors; ++i) {
-    reactors_.push_back(std::make_unique<transport::Reactor>(
+    reactors_.push_back(std::make_shared<transport::Reactor>(
         name_ + "-reactor-" + std::to_string(i), options, this));
   }
 }
 
-Messenger::~Messenger() { Shutdown(); }
+Messenger::~Messenger() {
+  // The last owning reference drops on an ordinary thread (see
+  // LastExternalReferenceDropped), so this never waits for itself.
+  Shutdown();
+}
 
 Status Messenger::Start() {
   for (auto& r : reactors_) OSPREY_RETURN_NOT_OK(r->Start());
@@ -124,6 +161,9 @@ transport::Reactor* Messenger::NextServerReactor() {
 }
 
 Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
+  if (transport::Reactor::OnAnyReactorThread()) {
+    return Status::IllegalState("Listen waits for a reactor; it cannot run on a reactor thread");
+  }
   MutexLock l(mu_);
   if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   if (acceptor_) return Status::IllegalState("messenger " + name_ + " is already listening");
@@ -165,16 +205,39 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
 }
 
 void Messenger::Shutdown() {
+  const bool own_thread = OnOwnThread();
   std::shared_ptr<transport::Acceptor> acceptor;
   ServiceMap services;
   {
     MutexLock l(mu_);
-    if (shut_down_) return;
+    if (shut_down_) {
+      // A second caller waits for the first, unless it is one of the
+      // threads the first waits for.
+      while (!shutdown_done_ && !own_thread) shutdown_done_cv_.Wait();
+      return;
+    }
     shut_down_ = true;
     closing_.store(true);
     acceptor = std::move(acceptor_);
     services = services_;  // keep them registered so late calls find them shutting down
   }
+  if (own_thread) {
+    // From a callback or a handler: the caller's thread is one that the
+    // shutdown waits for, so another thread finishes it. The owning
+    // reference keeps the messenger alive until then; it exists, since
+    // whoever called us holds a reference.
+    std::shared_ptr<Messenger> keep = self_.lock();
+    CHECK(keep) << "Shutdown() of messenger " << name_ << " from its own thread during destruction";
+    std::thread([keep = std::move(keep), acceptor = std::move(acceptor),
+                 services = std::move(services)]() mutable {
+      keep->FinishShutdown(std::move(acceptor), std::move(services));
+    }).detach();
+    return;
+  }
+  FinishShutdown(std::move(acceptor), std::move(services));
+}
+
+void Messenger::FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services) {
   if (acceptor) {
     CountDownLatch stopped(1);
     if (reactors_[0]->Schedule([&] {
@@ -187,6 +250,9 @@ void Messenger::Shutdown() {
   // Services first, so the answers to queued calls still go out.
   for (auto& [name, pool] : services) pool->Shutdown();
   for (auto& r : reactors_) r->Shutdown();
+  MutexLock l(mu_);
+  shutdown_done_ = true;
+  shutdown_done_cv_.Broadcast();
 }
 
 Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {

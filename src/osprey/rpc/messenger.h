@@ -2,8 +2,24 @@
 // the acceptor of a server, the registered services with their pools and,
 // through its reactors, the pool of client connections keyed by (address,
 // user). Build one with MessengerBuilder; share it (std::shared_ptr) among
-// proxies. Every public method is thread-safe; Shutdown() is idempotent and
-// also runs on destruction.
+// proxies.
+//
+// Threads. Every public method may be called from any thread, callbacks
+// and handlers included, or fails with a clear error:
+// - Completion callbacks run on a reactor thread of this messenger, except
+//   for a call refused before any reactor took it (the messenger is shut
+//   down, the request lacks required fields), whose callback runs on the
+//   calling thread before the call returns.
+// - Shutdown() is idempotent and also runs when the last reference is
+//   dropped. From an ordinary thread it returns once every reactor and
+//   worker has stopped; a second caller waits for the first. From one of
+//   this messenger's own reactor or worker threads (a callback, a handler)
+//   it begins the shutdown and lets a thread of its own finish it, since
+//   that thread cannot wait for itself.
+// - The last reference may be dropped anywhere, callbacks and handlers
+//   included: the messenger then shuts down and is freed on a thread of
+//   its own.
+// - Listen() from a reactor thread is IllegalState (it must wait for one).
 #pragma once
 
 #include <atomic>
@@ -108,10 +124,17 @@ class Messenger : public transport::InboundCallHandler {
   friend class MessengerBuilder;
   Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options);
   Status Start();
+  // The deleter of the references Build hands out: shuts the messenger
+  // down and frees it, on a thread of its own when called on one of ours.
+  static void LastExternalReferenceDropped(std::shared_ptr<Messenger> self);
+  // A thread that Shutdown() would have to wait for: one of our reactors
+  // or service-pool workers.
+  bool OnOwnThread();
+
   transport::Reactor* NextServerReactor();
 
   const std::string name_;
-  std::vector<std::unique_ptr<transport::Reactor>> reactors_;
+  std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};
   std::atomic<bool> closing_{false};
   const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
@@ -128,7 +151,14 @@ class Messenger : public transport::InboundCallHandler {
   using ServiceMap =
       std::unordered_map<std::string, std::shared_ptr<ServicePool>, NameHash, std::equal_to<>>;
   ServiceMap services_ GUARDED_BY(mu_);
-  bool shut_down_ GUARDED_BY(mu_) = false;
+  // The waiting half of Shutdown(): stops pools and reactors.
+  void FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services);
+  bool shut_down_ GUARDED_BY(mu_) = false;  // Shutdown() began
+  bool shutdown_done_ GUARDED_BY(mu_) = false;
+  CondVar shutdown_done_cv_{&mu_};
+  // The owning reference that MessengerBuilder::Build made; what users hold
+  // are references whose deleter releases it.
+  std::weak_ptr<Messenger> self_;
 };
 
 }  // namespace osprey

@@ -89,6 +89,9 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
 }
 
 void OutboundCall::Cancel() {
+  // Either this load sees the reactor, or the reactor's AssignCall, which
+  // comes after the reactor was stored, sees the request (both seq_cst).
+  RequestCancel();
   transport::Reactor* r = cancel_reactor_.load();
   if (r == nullptr) return;
   r->AbortCall(shared_from_this(), Status::Aborted(Describe() + " cancelled"));

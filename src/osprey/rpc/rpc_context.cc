@@ -1,5 +1,6 @@
 #include "osprey/rpc/rpc_context.h"
 
+#include <glog/logging.h>
 #include <google/protobuf/unknown_field_set.h>
 
 #include "osprey/rpc/inbound_call.h"
@@ -13,7 +14,35 @@ RpcContext::RpcContext(std::unique_ptr<InboundCall> call,
 
 RpcContext::~RpcContext() = default;
 
+bool RpcContext::BeginResponse(const char* which) {
+  if (!responded_.exchange(true, std::memory_order_acq_rel)) return true;
+  LOG(ERROR) << "second response (" << which << ") to call " << call_->call_id() << " of "
+             << call_->remote_method().service_name() << "." << call_->remote_method().method_name()
+             << " ignored";
+  DCHECK(false) << "RpcContext answered twice";
+  return false;
+}
+
+void RpcContext::Release() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void RpcContext::HandlerDone(const char* exception) {
+  if (exception != nullptr) {
+    std::string what = std::string(call_->remote_method().service_name()) + "." +
+                       std::string(call_->remote_method().method_name()) +
+                       " handler threw an exception: " + exception;
+    LOG(ERROR) << what;
+    if (BeginResponse("after the exception")) {
+      call_->RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION, Status::IllegalState(what));
+      Release();
+    }
+  }
+  Release();
+}
+
 void RpcContext::RespondSuccess() {
+  if (!BeginResponse("RespondSuccess")) return;
   if (!response_->IsInitialized()) {
     call_->RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION,
                           Status::IllegalState("handler's response lacks required fields: " +
@@ -21,7 +50,7 @@ void RpcContext::RespondSuccess() {
   } else {
     call_->RespondSuccess(*response_, std::move(outbound_sidecars_));
   }
-  delete this;
+  Release();
 }
 
 void RpcContext::RespondFailure(const Status& status) {
@@ -29,12 +58,14 @@ void RpcContext::RespondFailure(const Status& status) {
 }
 
 void RpcContext::RespondRpcFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) {
+  if (!BeginResponse("RespondRpcFailure")) return;
   call_->RespondFailure(code, status);
-  delete this;
+  Release();
 }
 
 void RpcContext::RespondApplicationError(int error_ext_id, const std::string& message,
                                          const google::protobuf::MessageLite& app_error) {
+  if (!BeginResponse("RespondApplicationError")) return;
   wire::ErrorStatusPB err;
   err.set_message(message);
   err.set_code(wire::ErrorStatusPB::ERROR_APPLICATION);
@@ -43,7 +74,7 @@ void RpcContext::RespondApplicationError(int error_ext_id, const std::string& me
   err.GetReflection()->MutableUnknownFields(&err)->AddLengthDelimited(
       error_ext_id, app_error.SerializeAsString());
   call_->RespondError(err);
-  delete this;
+  Release();
 }
 
 Status RpcContext::AddOutboundSidecar(std::string data, int* idx) {

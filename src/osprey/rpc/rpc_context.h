@@ -1,11 +1,17 @@
 // RpcContext: the server-side handle of one call, given to a service
-// method's handler. It owns the request and response messages. Exactly one
+// method's handler. It owns the request and response messages. One
 // Respond* call completes it, from any thread, before or after the handler
-// returns; that call deletes the context, so touch nothing of it after.
+// returns. The context lives until both the handler has returned and the
+// call was answered: a second Respond* while the handler still runs is
+// ignored and logged (a DCHECK in assertion builds), and a handler that
+// throws has its call answered with a RemoteError naming the exception.
+// Once the handler has returned, the one response frees the context: touch
+// nothing of it after.
 #pragma once
 
 #include <google/protobuf/message.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +58,16 @@ class RpcContext {
   google::protobuf::Message* response_pb() { return response_.get(); }
 
  private:
+  friend class ServiceIf;
+  // True for the first response only; logs the others.
+  bool BeginResponse(const char* which);
+  // Drops one of the two references (the handler's, the response's).
+  void Release();
+  // The handler returned or threw (`exception`: its what(), or null).
+  void HandlerDone(const char* exception);
+
+  std::atomic<bool> responded_{false};
+  std::atomic<int> refs_{2};
   std::unique_ptr<InboundCall> call_;
   std::unique_ptr<google::protobuf::Message> request_;
   std::unique_ptr<google::protobuf::Message> response_;

@@ -1,5 +1,7 @@
 #include "osprey/rpc/service_if.h"
 
+#include <exception>
+
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/rpc_context.h"
 
@@ -38,7 +40,18 @@ void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
   }
   std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());
   auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
-  m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
+  // The server keeps serving whatever a handler throws: its call is
+  // answered with the exception's text, unless the handler answered first.
+  try {
+    m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
+  } catch (const std::exception& e) {
+    ctx->HandlerDone(e.what());
+    return;
+  } catch (...) {
+    ctx->HandlerDone("an exception not derived from std::exception");
+    return;
+  }
+  ctx->HandlerDone(nullptr);
 }
 
 }  // namespace osprey

@@ -6,6 +6,12 @@
 
 namespace osprey {
 
+namespace {
+thread_local const ServicePool* tls_worker_of = nullptr;
+}  // namespace
+
+bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
+
 ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options)
     : service_(std::move(service)), options_(options), not_empty_(&mu_) {}
 
@@ -86,6 +92,7 @@ bool ServicePool::ShouldWakeWorker() {
 }
 
 void ServicePool::RunWorker() {
+  tls_worker_of = this;
   mu_.Lock();
   bool watchdog = false;  // this worker is the pool's watchdog (see below)
   while (true) {
@@ -142,6 +149,13 @@ void ServicePool::RunWorker() {
 }
 
 void ServicePool::RunCall(std::unique_ptr<InboundCall> call) {
+  if (call->connection_closed()) {
+    // The client vanished while the call waited: nobody can read the
+    // answer, and running it would keep live clients waiting.
+    dropped_calls_of_closed_connections_.fetch_add(1, std::memory_order_relaxed);
+    VLOG(1) << "dropping call " << call->call_id() << " whose client connection closed";
+    return;
+  }
   if (call->deadline() <= MonoTime::Now()) {
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";

@@ -5,6 +5,7 @@
 // Messenger's caller.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -40,6 +41,14 @@ class ServicePool {
   void QueueInboundCall(std::unique_ptr<InboundCall> call);
 
   ServiceIf* service() const { return service_.get(); }
+  // True on one of this pool's worker threads (where Shutdown would wait
+  // for itself).
+  bool OnWorkerThread() const;
+  // Queued calls dropped unrun because their client's connection had
+  // closed by the time a worker reached them.
+  uint64_t dropped_calls_of_closed_connections() const {
+    return dropped_calls_of_closed_connections_.load(std::memory_order_relaxed);
+  }
 
  private:
   void RunWorker();
@@ -68,6 +77,7 @@ class ServicePool {
   static constexpr int kCallsPerRunner = 4;
   static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
   std::vector<std::thread> workers_;
+  std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
 };
 
 }  // namespace osprey

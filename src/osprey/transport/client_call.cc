@@ -5,7 +5,11 @@
 namespace osprey::transport {
 
 void ClientCall::ReleaseTransportState() {
-  if (timer_id_ && reactor_ != nullptr) reactor_->CancelTimer(timer_id_);
+  // A call no reactor took has no transport state; the reactor's own
+  // fields are its thread's alone.
+  if (reactor_ == nullptr) return;
+  reactor_->AssertCurrentThread();
+  if (timer_id_) reactor_->CancelTimer(timer_id_);
   timer_id_ = {};
   conn_ = nullptr;
 }
@@ -15,17 +19,27 @@ MonoTime ClientCall::LoopTime() const {
 }
 
 bool ClientCall::Finish(const Status& status) {
-  if (finished_) return false;
-  finished_ = true;
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
   ReleaseTransportState();
+  if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
+    // The reactor is awake after the borrow ends: EndBorrow wakes it for
+    // what was scheduled, and it cannot stop while we hold its loop.
+    reactor_->Schedule([self = shared_from_this(), status] { self->OnFailure(status); });
+    return true;
+  }
   OnFailure(status);
   return true;
 }
 
 bool ClientCall::FinishWithResponse(wire::InboundResponse frame) {
-  if (finished_) return false;
-  finished_ = true;
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
   ReleaseTransportState();
+  if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
+    reactor_->Schedule([self = shared_from_this(), f = std::move(frame)]() mutable {
+      self->OnResponse(std::move(f));
+    });
+    return true;
+  }
   OnResponse(std::move(frame));
   return true;
 }

@@ -6,6 +6,7 @@
 // its deadline, a cancel, or the failure of its connection.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -35,12 +36,19 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   MonoTime deadline() const { return deadline_; }
   void set_deadline(MonoTime d) { deadline_ = d; }
 
-  // --- state the transport keeps; reactor thread only ---
-  bool finished() const { return finished_; }
+  // Any thread. True once the call completed (or began to): exactly one of
+  // Finish and FinishWithResponse wins, by an atomic exchange.
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
 
-  // For a call no reactor took (the messenger is shut down): completes it
-  // on the calling thread.
+  // For a call no reactor took (the messenger is shut down, the request is
+  // invalid): completes it on the calling thread.
   void FailUnsent(const Status& status) { Finish(status); }
+
+  // Any thread: the caller asked to cancel. Sticky, so that a reactor that
+  // receives the call after a Cancel() whose abort found no reactor yet
+  // still aborts it (AssignCall checks it).
+  void RequestCancel() { cancel_requested_.store(true); }
+  bool cancel_requested() const { return cancel_requested_.load(); }
 
  protected:
   // The owning reactor's loop time (reactor thread), or the clock.
@@ -50,13 +58,18 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   friend class Connection;
   friend class Reactor;
 
-  // Marks the call done and runs its completion. False if it already was.
+  // Marks the call done and runs its completion, exactly once: false if it
+  // already was. On a thread that borrows the reactor (TryRunHere) the
+  // completion, and so the user's callback, is handed to the reactor
+  // thread instead: the borrower holds the loop lock, and a callback that
+  // blocked on the reactor there would deadlock it.
   bool Finish(const Status& status);
   bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
 
   MonoTime deadline_ = MonoTime::Max();
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> cancel_requested_{false};
   Reactor* reactor_ = nullptr;
   Connection* conn_ = nullptr;  // the connection it waits on, if any
   int32_t call_id_ = -1;

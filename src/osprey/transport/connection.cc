@@ -35,6 +35,7 @@ constexpr size_t kTlsGatherBelow = 4096;
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
                        std::string user)
     : reactor_(reactor),
+      reactor_keepalive_(reactor->shared_from_this()),
       role_(role),
       socket_(std::move(socket)),
       remote_(remote),
@@ -463,6 +464,23 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
   } while (client_calls_.count(id) != 0);
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = call->BuildRequestFrame(id, &frame);
+  if (s.ok()) {
+    // A request too large to send fails alone, before it is queued: the
+    // connection and its other calls go on.
+    const ConnectionOptions& o = reactor_->options();
+    size_t frame_len = frame->total_size() - 4;  // as the length prefix counts it
+    if (frame_len > o.max_frame_size) {
+      s = Status::InvalidArgument(call->Describe() + ": request frame of " +
+                                  std::to_string(frame_len) +
+                                  " bytes exceeds the maximum frame size of " +
+                                  std::to_string(o.max_frame_size) + " bytes");
+    } else if (frame->total_size() > o.max_outbound_queue_bytes) {
+      s = Status::InvalidArgument(call->Describe() + ": request of " +
+                                  std::to_string(frame->total_size()) +
+                                  " bytes exceeds the outbound queue limit of " +
+                                  std::to_string(o.max_outbound_queue_bytes) + " bytes");
+    }
+  }
   if (!s.ok()) {
     call->Finish(s);
     return;
@@ -778,6 +796,7 @@ ConnectionInfo Connection::Info() const {
                                                       : ConnectionSecurity::kTlsEncrypted;
   }
   info.calls_in_flight = calls_in_flight();
+  info.outbound_queued_bytes = outbound_bytes_ + (tls_wire_out_.size() - tls_wire_out_sent_);
   return info;
 }
 
@@ -800,6 +819,7 @@ void Connection::Shutdown(const Status& why) {
   if (state_ == State::kClosed) return;
   auto self = shared_from_this();
   state_ = State::kClosed;
+  closed_.store(true, std::memory_order_release);
   close_reason_ = why;
   if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
   negotiation_timer_ = {};
@@ -824,7 +844,9 @@ void Connection::Shutdown(const Status& why) {
   if (!(why.IsNetworkError() || why.IsAborted() || why.IsNotAuthorized())) {
     call_status = Status::NetworkError(why.message());
   }
-  call_status = call_status.CloneAndPrepend(ToString());
+  // Name the connection once: some reasons already start with it.
+  const std::string where = ToString();
+  if (call_status.message().rfind(where, 0) != 0) call_status = call_status.CloneAndPrepend(where);
   auto pending = std::move(pending_calls_);
   auto in_flight = std::move(client_calls_);
   pending_calls_.clear();

@@ -77,6 +77,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // `why` (exactly once each). Idempotent.
   void Shutdown(const Status& why);
   bool is_shut_down() const { return state_ == State::kClosed; }
+  // Any thread: whether the connection has closed. A server call queued for
+  // a closed connection cannot be answered, so it need not run.
+  bool closed_any_thread() const { return closed_.load(std::memory_order_acquire); }
 
   // Reactor thread.
   void HandleEvents(uint32_t epoll_events) override;
@@ -133,11 +136,16 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   std::string ToString() const;
 
   Reactor* const reactor_;
+  // Keeps the reactor's memory, not its thread: a response queued from a
+  // user's thread after the Messenger is gone is refused, not a use after
+  // free.
+  const std::shared_ptr<Reactor> reactor_keepalive_;
   const Role role_;
   Socket socket_;
   const Sockaddr remote_;
   std::string user_;
   State state_;
+  std::atomic<bool> closed_{false};
   Status close_reason_;
 
   // Inbound side.

@@ -30,6 +30,8 @@ struct ConnectionInfo {
   bool negotiated = false;
   ConnectionSecurity security = ConnectionSecurity::kNegotiating;
   size_t calls_in_flight = 0;
+  // Bytes queued to send that the socket has not taken yet.
+  size_t outbound_queued_bytes = 0;
 };
 
 }  // namespace osprey::transport

@@ -137,6 +137,7 @@ bool Reactor::Post(F&& add) {
 }
 
 void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {
+  call->RequestCancel();
   Schedule([call = std::move(call), why]() {
     if (call->finished()) return;
     if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());
@@ -318,6 +319,11 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
   call->reactor_ = this;
   if (closing()) {
     call->Finish(Status::Aborted("messenger " + name_ + " is shutting down"));
+    return;
+  }
+  if (call->cancel_requested()) {
+    // Cancel() ran before the call had a reactor to abort it on.
+    call->Finish(Status::Aborted(call->Describe() + " cancelled"));
     return;
   }
   MonoTime now = loop_time_;

@@ -57,7 +57,10 @@ struct ConnectionKeyHash {
   }
 };
 
-class Reactor {
+// Owned by its Messenger through a shared_ptr, and shared by every
+// Connection it made: a server call answered after its Messenger was
+// destroyed finds the reactor stopped (Schedule refuses), not freed.
+class Reactor : public std::enable_shared_from_this<Reactor> {
  public:
   Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler);
   ~Reactor();
@@ -104,6 +107,8 @@ class Reactor {
     return true;
   }
 
+  // A thread inside TryRunHere() for this reactor (not the reactor's own).
+  bool OnBorrowingThread() const { return BorrowedHere(); }
   // The reactor's thread, or a thread inside TryRunHere() for it.
   bool IsCurrentThread() const {
     return std::this_thread::get_id() == thread_id_.load() || BorrowedHere();
