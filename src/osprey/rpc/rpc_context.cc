@@ -33,7 +33,8 @@ void RpcContext::HandlerDone(const char* exception) {
                        std::string(call_->remote_method().method_name()) +
                        " handler threw an exception: " + exception;
     LOG(ERROR) << what;
-    if (BeginResponse("after the exception")) {
+    // Answered already, the answer stands; if not, the exception is it.
+    if (!responded_.exchange(true, std::memory_order_acq_rel)) {
       call_->RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION, Status::IllegalState(what));
       Release();
     }
