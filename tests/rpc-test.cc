@@ -630,7 +630,7 @@ class DeferredEcho : public CalculatorService {
   }
   void Echo(const EchoRequestPB* req, EchoResponsePB* resp, RpcContext* ctx) override {
     resp->set_data(req->data());
-    ctx->AddOutboundSidecar("late", nullptr);
+    ASSERT_TRUE(ctx->AddOutboundSidecar("late", nullptr).ok());
     std::lock_guard<std::mutex> l(mu_);
     threads_.emplace_back([this, ctx] {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

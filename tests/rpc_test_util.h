@@ -33,7 +33,7 @@ class CalculatorService : public CalculatorServiceIf {
       for (int i = 0; i < ctx->num_inbound_sidecars(); ++i) {
         Slice s;
         ASSERT_TRUE(ctx->GetInboundSidecar(i, &s).ok());
-        ctx->AddOutboundSidecar(s.ToString(), nullptr);
+        ASSERT_TRUE(ctx->AddOutboundSidecar(s.ToString(), nullptr).ok());
       }
     }
     ctx->RespondSuccess();

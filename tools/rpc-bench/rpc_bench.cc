@@ -279,7 +279,7 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
       start = NowNanos();
     }
     slot.Prepare(cfg.payload, seq++);
-    slot.IssueSync(&proxy, cfg.payload);
+    (void)slot.IssueSync(&proxy, cfg.payload);  // Check reads the outcome
     bool ok = slot.Check(cfg.payload, state, "sync thread", index);
     if (ok && state->measuring.load(std::memory_order_relaxed)) {
       tally->calls++;

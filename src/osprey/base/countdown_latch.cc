@@ -11,13 +11,13 @@ void CountDownLatch::CountDown(int64_t n) {
 
 void CountDownLatch::Wait() {
   MutexLock l(mu_);
-  while (count_ > 0) cond_.Wait();
+  while (count_ > 0) cond_.Wait(&mu_);
 }
 
 bool CountDownLatch::WaitUntil(MonoTime deadline) {
   MutexLock l(mu_);
   while (count_ > 0) {
-    if (!cond_.WaitUntil(deadline) && count_ > 0 && MonoTime::Now() >= deadline) return false;
+    if (!cond_.WaitUntil(&mu_, deadline) && count_ > 0 && MonoTime::Now() >= deadline) return false;
   }
   return true;
 }

@@ -11,7 +11,7 @@ namespace osprey {
 
 class CountDownLatch {
  public:
-  explicit CountDownLatch(int64_t count) : count_(count), cond_(&mu_) {}
+  explicit CountDownLatch(int64_t count) : count_(count) {}
 
   void CountDown(int64_t n = 1);
   void Wait();

@@ -39,23 +39,23 @@ class SCOPED_CAPABILITY MutexLock {
   Mutex& mu_;
 };
 
-// A condition variable tied to one Mutex, which callers must hold.
-//
-// Wait and WaitUntil carry no REQUIRES annotation: the analysis would see the
-// capability as "cond.mu_", which it cannot match with the Mutex the caller
-// actually locked (e.g. "mu_" of the owning class), so every call site would
-// fail to compile under clang -Werror=thread-safety.
+// A condition variable. Each wait names the Mutex the caller holds, so
+// the analysis checks it (REQUIRES) at every call site; one CondVar must
+// always be used with the same Mutex.
 class CondVar {
  public:
-  explicit CondVar(Mutex* mu) : mu_(mu) {}
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  CondVar() = default;
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
+
+  void Wait(Mutex* mu) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
   // Returns false if the deadline passed before a signal.
-  bool WaitUntil(MonoTime deadline) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  bool WaitUntil(Mutex* mu, MonoTime deadline) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool signalled = cv_.wait_until(lock, deadline.time_point()) == std::cv_status::no_timeout;
     lock.release();
     return signalled;
@@ -64,7 +64,6 @@ class CondVar {
   void Broadcast() { cv_.notify_all(); }
 
  private:
-  Mutex* const mu_;
   std::condition_variable cv_;
 };
 

@@ -25,11 +25,11 @@ int Socket::Release() {
   return fd;
 }
 
-Status Socket::Close() {
-  if (fd_ < 0) return Status::OK();
-  int fd = Release();
-  if (::close(fd) != 0) return Status::NetworkError("close", errno);
-  return Status::OK();
+void Socket::Close() {
+  if (fd_ < 0) return;
+  // The descriptor is released whatever close() says (Linux frees it even
+  // on EINTR), so there is nothing for a caller to retry or undo.
+  (void)::close(Release());
 }
 
 Status Socket::Init(const Sockaddr& for_addr) {

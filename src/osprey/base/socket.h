@@ -28,7 +28,9 @@ class Socket {
   int fd() const { return fd_; }
   bool is_open() const { return fd_ >= 0; }
   int Release();
-  Status Close();
+  // Idempotent. Never fails in a way a caller could act on: the
+  // descriptor is gone either way.
+  void Close();
 
   Status SetNonBlocking(bool enabled);
   Status SetNoDelay(bool enabled);

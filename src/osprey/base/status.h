@@ -8,7 +8,7 @@
 
 namespace osprey {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code : int {
     kOk = 0,

@@ -19,3 +19,4 @@
 #define RELEASE(...) OSPREY_TSA(release_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) OSPREY_TSA(try_acquire_capability(__VA_ARGS__))
 #define NO_THREAD_SAFETY_ANALYSIS OSPREY_TSA(no_thread_safety_analysis)
+#define ASSERT_CAPABILITY(x) OSPREY_TSA(assert_capability(x))

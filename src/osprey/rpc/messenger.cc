@@ -213,7 +213,7 @@ void Messenger::Shutdown() {
     if (shut_down_) {
       // A second caller waits for the first, unless it is one of the
       // threads the first waits for.
-      while (!shutdown_done_ && !own_thread) shutdown_done_cv_.Wait();
+      while (!shutdown_done_ && !own_thread) shutdown_done_cv_.Wait(&mu_);
       return;
     }
     shut_down_ = true;

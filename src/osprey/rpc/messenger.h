@@ -155,7 +155,7 @@ class Messenger : public transport::InboundCallHandler {
   void FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services);
   bool shut_down_ GUARDED_BY(mu_) = false;  // Shutdown() began
   bool shutdown_done_ GUARDED_BY(mu_) = false;
-  CondVar shutdown_done_cv_{&mu_};
+  CondVar shutdown_done_cv_;
   // The owning reference that MessengerBuilder::Build made; what users hold
   // are references whose deleter releases it.
   std::weak_ptr<Messenger> self_;

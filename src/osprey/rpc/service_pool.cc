@@ -13,7 +13,7 @@ thread_local const ServicePool* tls_worker_of = nullptr;
 bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
 
 ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options)
-    : service_(std::move(service)), options_(options), not_empty_(&mu_) {}
+    : service_(std::move(service)), options_(options) {}
 
 ServicePool::~ServicePool() { Shutdown(); }
 
@@ -100,9 +100,9 @@ void ServicePool::RunWorker() {
       if (shutting_down_) break;
       sleeping_++;
       if (watchdog) {
-        not_empty_.WaitUntil(MonoTime::Now() + kWatchdogPeriod);
+        not_empty_.WaitUntil(&mu_, MonoTime::Now() + kWatchdogPeriod);
       } else {
-        not_empty_.Wait();
+        not_empty_.Wait(&mu_);
       }
       sleeping_--;
       if (pending_wakes_ > 0) pending_wakes_--;

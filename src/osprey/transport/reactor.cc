@@ -79,7 +79,6 @@ Status Reactor::Start() {
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
     return Status::NetworkError("epoll_ctl(eventfd)", errno);
   }
-  next_idle_check_ = MonoTime::Now() + MonoDelta::FromSeconds(1);
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
@@ -244,6 +243,7 @@ void Reactor::Loop() {
   tls_on_reactor = true;
   std::vector<epoll_event> events(256);
   loop_mu_.Lock();
+  next_idle_check_ = MonoTime::Now() + MonoDelta::FromSeconds(1);
   while (true) {
     int timeout = NextTimeoutMillis();
     bool shutdown = false;

@@ -113,7 +113,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   bool IsCurrentThread() const {
     return std::this_thread::get_id() == thread_id_.load() || BorrowedHere();
   }
-  void AssertCurrentThread() const;
+  // Checks (in assertion builds) that this is the reactor's thread or its
+  // borrower, and tells the analysis what that means: such a thread holds
+  // the loop lock, which guards every reactor-thread-only field.
+  void AssertCurrentThread() const ASSERT_CAPABILITY(loop_mu_);
   const std::string& name() const { return name_; }
   const ConnectionOptions& options() const { return options_; }
   InboundCallHandler* inbound_handler() const { return handler_; }
@@ -124,7 +127,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // When this loop iteration began: a clock read once per loop instead of
   // several times per call, for activity stamps and per-call bookkeeping
   // where a loop iteration's staleness does not matter.
-  MonoTime loop_time() const { return loop_time_; }
+  MonoTime loop_time() const {
+    AssertCurrentThread();
+    return loop_time_;
+  }
 
   Status AddFd(int fd, uint32_t events, EventHandler* handler);
   Status ModifyFd(int fd, uint32_t events, EventHandler* handler);
@@ -147,19 +153,19 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
 
  private:
   void Loop();
-  void RunTasks();
-  void RunTimers();
-  void CheckIdleConnections();
-  int NextTimeoutMillis() const;
+  void RunTasks() REQUIRES(loop_mu_);
+  void RunTimers() REQUIRES(loop_mu_);
+  void CheckIdleConnections() REQUIRES(loop_mu_);
+  int NextTimeoutMillis() const REQUIRES(loop_mu_);
   void Wake();
   bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
   void EndBorrow() RELEASE(loop_mu_);
   bool BorrowedHere() const;
-  void FlushRequested();
+  void FlushRequested() REQUIRES(loop_mu_);
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
   template <class F>
   bool Post(F&& add);
-  void CloseAllConnections(const Status& why);
+  void CloseAllConnections(const Status& why) REQUIRES(loop_mu_);
 
   const std::string name_;
   const ConnectionOptions options_;
@@ -191,7 +197,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   };
   Mutex task_mu_;
   Inbox inbox_ GUARDED_BY(task_mu_);
-  Inbox draining_;  // reactor thread only
+  Inbox draining_ GUARDED_BY(loop_mu_);
   bool shutdown_requested_ GUARDED_BY(task_mu_) = false;
   bool stopped_ GUARDED_BY(task_mu_) = false;
   // True from just before the reactor's last look at the task queue until
@@ -202,18 +208,20 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   Mutex loop_mu_;
   // When the sleeping reactor will wake by itself: a borrower that adds an
   // earlier timer must wake it.
-  MonoTime planned_wake_;
+  MonoTime planned_wake_ GUARDED_BY(loop_mu_);
   Mutex shutdown_mu_;  // serializes Shutdown() callers
 
-  // Reactor thread only.
-  std::map<TimerId, std::function<void()>> timers_;
-  uint64_t next_timer_seq_ = 1;
-  std::unordered_map<ConnectionKey, std::shared_ptr<Connection>, ConnectionKeyHash> client_conns_;
-  std::unordered_map<Connection*, std::shared_ptr<Connection>> all_conns_;
-  std::vector<Connection*> flush_list_;
-  std::vector<std::shared_ptr<Connection>> closed_conns_;
-  MonoTime next_idle_check_;
-  MonoTime loop_time_ = MonoTime::Now();
+  // Reactor thread only: guarded by the loop lock, which that thread (or
+  // its borrower) holds whenever it touches them.
+  std::map<TimerId, std::function<void()>> timers_ GUARDED_BY(loop_mu_);
+  uint64_t next_timer_seq_ GUARDED_BY(loop_mu_) = 1;
+  std::unordered_map<ConnectionKey, std::shared_ptr<Connection>, ConnectionKeyHash> client_conns_
+      GUARDED_BY(loop_mu_);
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> all_conns_ GUARDED_BY(loop_mu_);
+  std::vector<Connection*> flush_list_ GUARDED_BY(loop_mu_);
+  std::vector<std::shared_ptr<Connection>> closed_conns_ GUARDED_BY(loop_mu_);
+  MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
+  MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
 };
 
 }  // namespace osprey::transport
