@@ -505,10 +505,25 @@ TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
   AddResponsePB resp;
   RpcController ctl;
   ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Both ends show the connection, then the server closes it as idle, and
+  // the client sees it go (bounded wait: at most 10 s).
+  auto count = [](const std::shared_ptr<Messenger>& m) {
+    std::vector<ConnectionInfo> conns;
+    EXPECT_TRUE(m->DumpConnections(&conns).ok());
+    return conns.size();
+  };
+  EXPECT_EQ(1u, count(client));
+  EXPECT_EQ(1u, count(server.messenger));
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
+  while ((count(server.messenger) > 0 || count(client) > 0) && MonoTime::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(0u, count(server.messenger)) << "the server did not close the idle connection";
+  EXPECT_EQ(0u, count(client)) << "the client did not see the connection close";
   ctl.Reset();
   Status s = proxy.Add(req, &resp, &ctl);
   ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(1u, count(client));  // a new connection
 }
 
 }  // namespace

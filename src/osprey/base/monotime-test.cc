@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <thread>
@@ -102,6 +103,22 @@ TEST(DeadlineTest, AtMinIsExpiredWithNothingRemaining) {
   Deadline d = Deadline::At(MonoTime::Min());
   EXPECT_TRUE(d.Expired());
   EXPECT_EQ(d.Remaining(), MonoDelta());
+}
+
+TEST(MonoDeltaTest, FactoriesSaturateInsteadOfWrapping) {
+  EXPECT_EQ(MonoDelta::Max(), MonoDelta::FromMilliseconds(INT64_MAX));
+  EXPECT_EQ(MonoDelta::Max(), MonoDelta::FromMicroseconds(INT64_MAX / 10));
+  EXPECT_EQ(MonoDelta::Min(), MonoDelta::FromMilliseconds(INT64_MIN / 2));
+  EXPECT_EQ(MonoDelta::Max(), MonoDelta::FromSeconds(1e300));
+  EXPECT_EQ(MonoDelta::Min(), MonoDelta::FromSeconds(-1e300));
+  EXPECT_EQ(MonoDelta(), MonoDelta::FromSeconds(std::nan("")));
+  EXPECT_EQ(MonoDelta::Max(), MonoDelta::Max() + MonoDelta::FromSeconds(1));
+  EXPECT_EQ(MonoDelta::Min(), MonoDelta::Min() - MonoDelta::FromSeconds(1));
+  // In range, exact.
+  EXPECT_EQ(1500000000, MonoDelta::FromMilliseconds(1500).ToNanoseconds());
+  EXPECT_EQ(-2000, MonoDelta::FromMicroseconds(-2).ToNanoseconds());
+  // A huge timeout is a far deadline, not one in the past.
+  EXPECT_GT(MonoTime::Now() + MonoDelta::FromMilliseconds(INT64_MAX), MonoTime::Now());
 }
 
 }  // namespace

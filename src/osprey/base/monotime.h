@@ -11,12 +11,20 @@ namespace osprey {
 class MonoDelta {
  public:
   constexpr MonoDelta() = default;
+  // The factories saturate: a value too large for int64 nanoseconds (about
+  // 292 years) becomes the largest (or, negative, the smallest) delta, never
+  // a wrapped one. NaN is zero.
   static constexpr MonoDelta FromNanoseconds(int64_t ns) { return MonoDelta(ns); }
-  static constexpr MonoDelta FromMicroseconds(int64_t us) { return MonoDelta(us * 1000); }
-  static constexpr MonoDelta FromMilliseconds(int64_t ms) { return MonoDelta(ms * 1000000); }
+  static constexpr MonoDelta FromMicroseconds(int64_t us) { return Scaled(us, 1000); }
+  static constexpr MonoDelta FromMilliseconds(int64_t ms) { return Scaled(ms, 1000000); }
   static constexpr MonoDelta FromSeconds(double s) {
+    if (!(s == s)) return MonoDelta();  // NaN
+    if (s >= 9.2e9) return Max();
+    if (s <= -9.2e9) return Min();
     return MonoDelta(static_cast<int64_t>(s * 1e9));
   }
+  static constexpr MonoDelta Max() { return MonoDelta(INT64_MAX); }
+  static constexpr MonoDelta Min() { return MonoDelta(INT64_MIN); }
 
   constexpr int64_t ToNanoseconds() const { return ns_; }
   constexpr int64_t ToMicroseconds() const { return ns_ / 1000; }
@@ -24,12 +32,26 @@ class MonoDelta {
   constexpr double ToSeconds() const { return static_cast<double>(ns_) / 1e9; }
   std::string ToString() const;
 
-  constexpr MonoDelta operator+(MonoDelta o) const { return MonoDelta(ns_ + o.ns_); }
-  constexpr MonoDelta operator-(MonoDelta o) const { return MonoDelta(ns_ - o.ns_); }
+  // Saturating, like the factories.
+  constexpr MonoDelta operator+(MonoDelta o) const {
+    int64_t r = 0;
+    if (__builtin_add_overflow(ns_, o.ns_, &r)) return o.ns_ > 0 ? Max() : Min();
+    return MonoDelta(r);
+  }
+  constexpr MonoDelta operator-(MonoDelta o) const {
+    int64_t r = 0;
+    if (__builtin_sub_overflow(ns_, o.ns_, &r)) return o.ns_ < 0 ? Max() : Min();
+    return MonoDelta(r);
+  }
   constexpr auto operator<=>(const MonoDelta&) const = default;
 
  private:
   constexpr explicit MonoDelta(int64_t ns) : ns_(ns) {}
+  static constexpr MonoDelta Scaled(int64_t v, int64_t unit) {
+    int64_t r = 0;
+    if (__builtin_mul_overflow(v, unit, &r)) return v > 0 ? Max() : Min();
+    return MonoDelta(r);
+  }
   int64_t ns_ = 0;
 };
 
