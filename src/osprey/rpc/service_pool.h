@@ -1,8 +1,8 @@
 // ServicePool: runs one service's calls on a set of worker threads fed by a
-// bounded queue. A full queue answers ERROR_SERVER_TOO_BUSY at once; with
+// ServiceQueue. A full queue answers ERROR_SERVER_TOO_BUSY at once; with
 // zero workers, calls run on the reactor thread that received them.
 // QueueInboundCall runs on reactor threads; Start and Shutdown on the
-// Messenger's caller.
+// Messenger's caller (or its shutdown thread).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/service_if.h"
+#include "osprey/rpc/service_queue.h"
 
 namespace osprey {
 
@@ -53,30 +54,12 @@ class ServicePool {
  private:
   void RunWorker();
   void RunCall(std::unique_ptr<InboundCall> call);
-  // Whether a just-queued call should wake a sleeping worker; counts the
-  // wake-up as pending if so.
-  bool ShouldWakeWorker() REQUIRES(mu_);
 
   const std::unique_ptr<ServiceIf> service_;
   const ServicePoolOptions options_;
-  Mutex mu_;
-  CondVar not_empty_;
-  std::deque<std::unique_ptr<InboundCall>> queue_ GUARDED_BY(mu_);
-  bool shutting_down_ GUARDED_BY(mu_) = false;
-  // Wake-up bookkeeping: workers asleep in not_empty_, signals sent but not
-  // yet taken, workers running a handler, and the handlers' average time.
-  int sleeping_ GUARDED_BY(mu_) = 0;
-  int pending_wakes_ GUARDED_BY(mu_) = 0;
-  int running_ GUARDED_BY(mu_) = 0;
-  int64_t avg_run_ns_ GUARDED_BY(mu_) = 0;
-  // A watchdog exists (or was just appointed: the next woken worker takes
-  // the role).
-  bool watchdog_ GUARDED_BY(mu_) = false;
-  bool appoint_watchdog_ GUARDED_BY(mu_) = false;
-  static constexpr int64_t kFastHandlerNanos = 20000;
-  static constexpr int kCallsPerRunner = 4;
-  static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
-  std::vector<std::thread> workers_;
+  ServiceQueue<InboundCall> queue_;
+  Mutex shutdown_mu_;  // one Shutdown() joins the workers; the next waits
+  std::vector<std::thread> workers_ GUARDED_BY(shutdown_mu_);
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
 };
 

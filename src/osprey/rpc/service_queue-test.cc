@@ -1,0 +1,127 @@
+// ServiceQueue on its own, with calls of the test's making: bounds, order,
+// shutdown, and the wake-up policy that keeps a blocked worker from
+// starving the calls queued behind it.
+#include "osprey/rpc/service_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "osprey/base/countdown_latch.h"
+
+namespace osprey {
+namespace {
+
+struct TestCall {
+  explicit TestCall(int id) : id(id) {}
+  int id;
+};
+using Queue = ServiceQueue<TestCall>;
+
+TEST(ServiceQueueTest, BoundedFifo) {
+  Queue q(3);
+  for (int i = 0; i < 3; ++i) {
+    auto c = std::make_unique<TestCall>(i);
+    EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+    EXPECT_EQ(nullptr, c);  // taken
+  }
+  auto extra = std::make_unique<TestCall>(99);
+  EXPECT_EQ(Queue::PutResult::kFull, q.Put(&extra));
+  ASSERT_NE(nullptr, extra);  // left with the caller to refuse
+  EXPECT_EQ(99, extra->id);
+  EXPECT_EQ(3u, q.size());
+  std::unique_ptr<TestCall> got;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(q.Take(&got, i == 0 ? -1 : 1000));
+    EXPECT_EQ(i, got->id);
+  }
+  // Room again.
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&extra));
+}
+
+TEST(ServiceQueueTest, ShutdownHandsBackTheQueueAndStopsWorkers) {
+  Queue q(10);
+  for (int i = 0; i < 4; ++i) {
+    auto c = std::make_unique<TestCall>(i);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, -1));  // one running
+  // Two idle workers block in Take until the shutdown.
+  Queue idle(1);
+  std::atomic<int> exited{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.emplace_back([&] {
+      std::unique_ptr<TestCall> c;
+      while (idle.Take(&c, -1)) {
+      }
+      exited++;
+    });
+  }
+  auto left = q.Shutdown();
+  ASSERT_EQ(3u, left.size());
+  EXPECT_EQ(1, left.front()->id);
+  auto late = std::make_unique<TestCall>(7);
+  EXPECT_EQ(Queue::PutResult::kShuttingDown, q.Put(&late));
+  EXPECT_NE(nullptr, late);
+  EXPECT_FALSE(q.Take(&got, 1000));
+  EXPECT_TRUE(q.Shutdown().empty());  // idempotent
+  (void)idle.Shutdown();
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(2, exited.load());
+}
+
+TEST(ServiceQueueTest, PutWakesASleepingWorker) {
+  Queue q(10);
+  CountDownLatch got(1);
+  std::thread worker([&] {
+    std::unique_ptr<TestCall> c;
+    if (q.Take(&c, -1) && c->id == 5) got.CountDown();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it sleep
+  auto c = std::make_unique<TestCall>(5);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  EXPECT_TRUE(got.WaitFor(MonoDelta::FromSeconds(10)));
+  (void)q.Shutdown();
+  worker.join();
+}
+
+// Handlers look fast, so a queued call is left to the running worker
+// rather than waking another; but that worker's handler blocks. The
+// watchdog, a worker woken to watch, must take the call within a few
+// milliseconds anyway.
+TEST(ServiceQueueTest, WatchdogTakesACallABlockedWorkerWouldStarve) {
+  Queue q(10);
+  CountDownLatch release(1), second_taken(1);
+  std::atomic<int> next_worker{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.emplace_back([&] {
+      std::unique_ptr<TestCall> c;
+      int64_t took = -1;
+      while (q.Take(&c, took)) {
+        if (c->id == 1) release.Wait();  // blocks, as a handler waiting on another call
+        if (c->id == 2) second_taken.CountDown();
+        took = 1000;  // fast
+        next_worker++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both asleep
+  auto first = std::make_unique<TestCall>(1);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&first));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // one is running it
+  auto second = std::make_unique<TestCall>(2);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&second));
+  EXPECT_TRUE(second_taken.WaitFor(MonoDelta::FromSeconds(5)))
+      << "the call behind a blocked worker was never taken";
+  release.CountDown();
+  (void)q.Shutdown();
+  for (auto& w : workers) w.join();
+}
+
+}  // namespace
+}  // namespace osprey

@@ -1,0 +1,166 @@
+// ServiceQueue: the bounded FIFO between the reactors that receive one
+// service's calls and the workers that run them, with the policy for when a
+// queued call wakes a sleeping worker. Put() is called from reactor threads,
+// Take() from the workers, Shutdown() from the pool's owner; every method is
+// thread-safe. A template over the call type so that it can be tested with
+// calls of its own (service_queue-test.cc); the pool uses InboundCall.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+
+namespace osprey {
+
+template <class Call>
+class ServiceQueue {
+ public:
+  enum class PutResult { kQueued, kFull, kShuttingDown };
+
+  explicit ServiceQueue(size_t capacity) : capacity_(capacity) {}
+  ServiceQueue(const ServiceQueue&) = delete;
+  ServiceQueue& operator=(const ServiceQueue&) = delete;
+
+  // Queues *call (taking it) unless the queue is full or shutting down, in
+  // which case *call is left with the caller to refuse.
+  PutResult Put(std::unique_ptr<Call>* call) EXCLUDES(mu_) {
+    bool wake;
+    {
+      MutexLock l(mu_);
+      if (shutting_down_) return PutResult::kShuttingDown;
+      if (queue_.size() >= capacity_) return PutResult::kFull;
+      queue_.push_back(std::move(*call));
+      wake = ShouldWakeWorker();
+    }
+    if (wake) not_empty_.Signal();
+    return PutResult::kQueued;
+  }
+
+  // A worker's loop: reports how long its last call ran (`last_run_ns`, or
+  // -1 before its first), then blocks for the next call. False once the
+  // queue shuts down; the worker then exits.
+  bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns) EXCLUDES(mu_) {
+    bool wake;
+    {
+      MutexLock l(mu_);
+      if (!TakeLocked(out, last_run_ns, &wake)) return false;
+    }
+    // Signalled after the lock is dropped, so the woken worker need not
+    // wait for it.
+    if (wake) not_empty_.Signal();
+    return true;
+  }
+
+  // Refuses new calls, wakes every worker so it exits, and returns the
+  // calls still queued for the caller to answer. Idempotent.
+  std::deque<std::unique_ptr<Call>> Shutdown() EXCLUDES(mu_) {
+    std::deque<std::unique_ptr<Call>> left;
+    {
+      MutexLock l(mu_);
+      shutting_down_ = true;
+      left.swap(queue_);
+    }
+    not_empty_.Broadcast();
+    return left;
+  }
+
+  size_t size() const EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return queue_.size();
+  }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, bool* wake) REQUIRES(mu_) {
+    *wake = false;
+    if (last_run_ns >= 0) {
+      running_--;
+      // Exponentially weighted, 1/8 per call: follows a change of handler
+      // cost within tens of calls.
+      avg_run_ns_ += (last_run_ns - avg_run_ns_) / 8;
+    }
+    bool watchdog = false;  // this worker is the queue's watchdog (see below)
+    while (queue_.empty() || (watchdog && !shutting_down_)) {
+      if (shutting_down_) break;
+      sleeping_++;
+      if (watchdog) {
+        not_empty_.WaitUntil(&mu_, MonoTime::Now() + kWatchdogPeriod);
+      } else {
+        not_empty_.Wait(&mu_);
+      }
+      sleeping_--;
+      if (pending_wakes_ > 0) pending_wakes_--;
+      if (appoint_watchdog_ && !watchdog) {
+        // Woken to watch, not to work: stay awake-ish until the calls left
+        // to running workers have been taken.
+        appoint_watchdog_ = false;
+        watchdog = true;
+        continue;
+      }
+      if (watchdog) {
+        // Signalled to work, or a call is still queued after a period: take it.
+        if (!queue_.empty()) break;
+        if (running_ == 0) {
+          watchdog = false;  // nothing left to watch
+          watchdog_ = false;
+        }
+        continue;
+      }
+    }
+    if (watchdog) watchdog_ = false;
+    if (queue_.empty()) return false;  // shutting down
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    running_++;
+    // More waiting than this worker will take: maybe another should run.
+    *wake = !queue_.empty() && ShouldWakeWorker();
+    return true;
+  }
+
+  // Whether a just-queued call should wake a sleeping worker; counts the
+  // wake-up as pending if so.
+  bool ShouldWakeWorker() REQUIRES(mu_) {
+    if (sleeping_ <= pending_wakes_) return false;  // everyone is or will be awake
+    // Waking a sleeping worker costs two context switches, tens of
+    // microseconds here. When handlers are known to be faster than that, a
+    // running worker will reach the queue sooner: leave the call to it
+    // unless the queue is getting long. For slow or blocking handlers, wake.
+    bool fast = avg_run_ns_ < kFastHandlerNanos;
+    if (fast && running_ > 0 && queue_.size() <= static_cast<size_t>(running_) * kCallsPerRunner) {
+      if (watchdog_) return false;
+      // A running worker's handler may block (on another call to this very
+      // service, say): one sleeping worker becomes the watchdog and takes
+      // any call that is still queued a few milliseconds later.
+      watchdog_ = true;
+      appoint_watchdog_ = true;
+    }
+    pending_wakes_++;
+    return true;
+  }
+
+  static constexpr int64_t kFastHandlerNanos = 20000;
+  static constexpr int kCallsPerRunner = 4;
+  static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
+
+  const size_t capacity_;
+  mutable Mutex mu_;
+  CondVar not_empty_;
+  std::deque<std::unique_ptr<Call>> queue_ GUARDED_BY(mu_);
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  // Wake-up bookkeeping: workers asleep in not_empty_, signals sent but not
+  // yet taken, workers running a call, and the calls' average run time.
+  int sleeping_ GUARDED_BY(mu_) = 0;
+  int pending_wakes_ GUARDED_BY(mu_) = 0;
+  int running_ GUARDED_BY(mu_) = 0;
+  int64_t avg_run_ns_ GUARDED_BY(mu_) = 0;
+  // A watchdog exists (or was just appointed: the next woken worker takes
+  // the role).
+  bool watchdog_ GUARDED_BY(mu_) = false;
+  bool appoint_watchdog_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace osprey
