@@ -30,19 +30,17 @@
 #include "recording_proxy.h"
 #include "rpc_test_util.h"
 
-namespace osprey::transport {
+namespace osprey {
 // For gtest's names of the parameters.
 void PrintTo(RpcEncryption e, std::ostream* os) {
   *os << (e == RpcEncryption::kDisabled   ? "disabled"
           : e == RpcEncryption::kOptional ? "optional"
                                           : "required");
 }
-}  // namespace osprey::transport
+}  // namespace osprey
 
 namespace osprey::rpc_test {
 namespace {
-
-using transport::RpcEncryption;
 
 struct Side {
   RpcEncryption encryption;

@@ -217,7 +217,7 @@ TEST(KuduTlsInteropTest, KuduClientHelloGetsAServerHello) {
   std::shared_ptr<Messenger> server;
   ASSERT_TRUE(MessengerBuilder("server")
                   .set_num_reactors(1)
-                  .set_rpc_encryption(transport::RpcEncryption::kOptional)
+                  .set_rpc_encryption(RpcEncryption::kOptional)
                   .Build(&server)
                   .ok());
   ASSERT_TRUE(server->RegisterService(std::make_unique<KuduCalculator>()).ok());
@@ -265,7 +265,7 @@ TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client")
                   .set_num_reactors(1)
-                  .set_rpc_encryption(transport::RpcEncryption::kOptional)
+                  .set_rpc_encryption(RpcEncryption::kOptional)
                   .Build(&client)
                   .ok());
   kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
@@ -385,8 +385,7 @@ TEST(KuduReplayTest, EncryptedLoopbackClientAnswersWithATlsHandshake) {
   const std::vector<std::string> s2c = SplitFrames(Golden("s2c.bin", "tls-encrypted-loopback"), 0);
   ASSERT_GE(c2s.size(), 3u);
   ASSERT_GE(s2c.size(), 2u);
-  for (auto encryption :
-       {transport::RpcEncryption::kOptional, transport::RpcEncryption::kRequired}) {
+  for (auto encryption : {RpcEncryption::kOptional, RpcEncryption::kRequired}) {
     Socket listener;
     Sockaddr addr;
     ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());

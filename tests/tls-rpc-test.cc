@@ -31,7 +31,6 @@
 namespace osprey::rpc_test {
 namespace {
 
-using transport::RpcEncryption;
 using transport::TlsContext;
 using transport::TlsSession;
 

@@ -71,7 +71,6 @@ using kudu::rpc_test::CalculatorServiceIf;
 using kudu::rpc_test::CalculatorServiceProxy;
 using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
-using transport::RpcEncryption;
 
 constexpr int kExitBadFlags = 2;
 // Open loop: calls in flight beyond this are not started (counted as

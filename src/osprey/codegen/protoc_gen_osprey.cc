@@ -144,9 +144,9 @@ class OspreyGenerator : public CodeGenerator {
         const MethodDescriptor* m = svc->method(j);
         p->Print(
             "  ::osprey::Status $m$(const $req$& req, $resp$* resp,\n"
-            "      ::osprey::RpcController* ctl);\n"
+            "      ::osprey::RpcController* ctl) const;\n"
             "  void $m$Async(const $req$& req, $resp$* resp,\n"
-            "      ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb);\n",
+            "      ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) const;\n",
             "m", m->name(), "req", CppType(m->input_type()), "resp", CppType(m->output_type()));
       }
       p->Print("};\n\n");
@@ -196,13 +196,13 @@ class OspreyGenerator : public CodeGenerator {
         const MethodDescriptor* m = svc->method(j);
         p->Print(
             "::osprey::Status $name$Proxy::$m$(const $req$& req, $resp$* resp,\n"
-            "    ::osprey::RpcController* ctl) {\n"
+            "    ::osprey::RpcController* ctl) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
             "\"$m$\");\n"
             "  return SyncRequest(kMethod, req, resp, ctl);\n"
             "}\n\n"
             "void $name$Proxy::$m$Async(const $req$& req, $resp$* resp,\n"
-            "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) {\n"
+            "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
             "\"$m$\");\n"
             "  AsyncRequest(kMethod, req, resp, ctl, std::move(cb));\n"

@@ -7,46 +7,57 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/rpc/service_pool.h"
 #include "osprey/transport/acceptor.h"
+#include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
+#include "osprey/transport/connection_options.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
 
 namespace osprey {
 
-MessengerBuilder::MessengerBuilder(std::string name) : name_(std::move(name)) {}
+MessengerBuilder::MessengerBuilder(std::string name)
+    : name_(std::move(name)), options_(std::make_shared<transport::ConnectionOptions>()) {}
+
+transport::ConnectionOptions& MessengerBuilder::MutableOptions() {
+  if (options_.use_count() > 1)
+    options_ = std::make_shared<transport::ConnectionOptions>(*options_);
+  // Only this builder holds it now.
+  return const_cast<transport::ConnectionOptions&>(*options_);
+}
 
 MessengerBuilder& MessengerBuilder::set_num_reactors(int n) {
   num_reactors_ = n;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_max_frame_size(size_t bytes) {
-  options_.max_frame_size = bytes;
+  MutableOptions().max_frame_size = bytes;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_negotiation_timeout(MonoDelta timeout) {
-  options_.negotiation_timeout = timeout;
+  MutableOptions().negotiation_timeout = timeout;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
-  options_.idle_timeout = timeout;
+  MutableOptions().idle_timeout = timeout;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_max_server_connections(size_t n) {
-  options_.max_server_connections = n;
+  MutableOptions().max_server_connections = n;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
-  options_.max_outbound_queue_bytes = bytes;
+  MutableOptions().max_outbound_queue_bytes = bytes;
   return *this;
 }
 
-MessengerBuilder& MessengerBuilder::set_rpc_encryption(transport::RpcEncryption policy) {
-  options_.encryption = policy;
+MessengerBuilder& MessengerBuilder::set_rpc_encryption(RpcEncryption policy) {
+  MutableOptions().encryption = policy;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_rpc_encrypt_loopback(bool encrypt) {
-  options_.encrypt_loopback = encrypt;
+  MutableOptions().encrypt_loopback = encrypt;
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_tls_certificate_files(std::string cert_file,
@@ -61,28 +72,29 @@ MessengerBuilder& MessengerBuilder::set_tls_ca_file(std::string ca_file) {
 }
 
 Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
+  const transport::ConnectionOptions& o = *options_;
   if (num_reactors_ < 1 || num_reactors_ > 1024) {
     return Status::InvalidArgument("number of reactors must be from 1 to 1024, got " +
                                    std::to_string(num_reactors_));
   }
-  if (options_.max_frame_size < 64 || options_.max_frame_size > UINT32_MAX) {
+  if (o.max_frame_size < 64 || o.max_frame_size > UINT32_MAX) {
     return Status::InvalidArgument("max frame size must be from 64 bytes to 4 GiB");
   }
-  if (options_.negotiation_timeout <= MonoDelta()) {
+  if (o.negotiation_timeout <= MonoDelta()) {
     return Status::InvalidArgument("negotiation timeout must be positive");
   }
-  if (options_.idle_timeout <= MonoDelta()) {
+  if (o.idle_timeout <= MonoDelta()) {
     return Status::InvalidArgument("idle timeout must be positive");
   }
-  if (options_.max_server_connections < 1) {
+  if (o.max_server_connections < 1) {
     return Status::InvalidArgument("max server connections must be at least 1");
   }
-  if (options_.max_outbound_queue_bytes < options_.max_frame_size) {
+  if (o.max_outbound_queue_bytes < o.max_frame_size) {
     return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
   }
-  transport::ConnectionOptions options = options_;
+  transport::ConnectionOptions options = o;
   bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
-  if (options.encryption == transport::RpcEncryption::kDisabled) {
+  if (options.encryption == RpcEncryption::kDisabled) {
     if (files) {
       return Status::InvalidArgument(
           "TLS certificate, key or CA files are set but rpc_encryption is disabled");
@@ -137,10 +149,10 @@ bool Messenger::OnOwnThread() {
 
 Messenger::Messenger(std::string name, int num_reactors,
                      const transport::ConnectionOptions& options)
-    : name_(std::move(name)) {
+    : name_(std::move(name)), inbound_(std::make_unique<InboundHandler>(this)) {
   for (int i = 0; i < num_reactors; ++i) {
     reactors_.push_back(std::make_shared<transport::Reactor>(
-        name_ + "-reactor-" + std::to_string(i), options, this));
+        name_ + "-reactor-" + std::to_string(i), options, inbound_.get()));
   }
 }
 
@@ -300,20 +312,32 @@ void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
   }
 }
 
-void Messenger::HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                                  wire::InboundRequest frame) {
+class Messenger::InboundHandler final : public transport::InboundCallHandler {
+ public:
+  explicit InboundHandler(Messenger* m) : m_(m) {}
+  // Reactor thread of `conn`.
+  void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
+                         wire::InboundRequest frame) override;
+
+ private:
+  Messenger* const m_;
+};
+
+void Messenger::InboundHandler::HandleInboundCall(
+    const std::shared_ptr<transport::Connection>& conn, wire::InboundRequest frame) {
+  Messenger* m = m_;
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
   {
-    MutexLock l(mu_);
-    auto it = services_.find(service_name);
-    if (it != services_.end()) pool = it->second;
+    MutexLock l(m->mu_);
+    auto it = m->services_.find(service_name);
+    if (it != m->services_.end()) pool = it->second;
   }
   if (!pool) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE,
                          Status::NotFound("service " + std::string(service_name) +
-                                          " is not registered on " + name_));
+                                          " is not registered on " + m->name_));
     return;
   }
   const ServiceMethod* method = pool->service()->FindMethod(call->remote_method().method_name());

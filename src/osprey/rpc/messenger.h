@@ -28,28 +28,24 @@
 #include <unordered_map>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/service_if.h"
-#include "osprey/rpc/service_pool.h"
-#include "osprey/transport/client_call.h"
-#include "osprey/transport/connection_info.h"
-#include "osprey/transport/connection_options.h"
+#include "osprey/rpc/service_pool_options.h"
 
 namespace osprey {
 
 namespace transport {
 class Acceptor;
 class Reactor;
+struct ConnectionOptions;
 }  // namespace transport
 class Messenger;
 class OutboundCall;
-
-using transport::ConnectionInfo;
-using transport::ConnectionSecurity;
-using transport::ConnectionSecurityName;
+class ServicePool;
 
 class MessengerBuilder {
  public:
@@ -64,7 +60,7 @@ class MessengerBuilder {
 
   // TLS, as Kudu's --rpc_encryption: disabled (the default), optional (TLS
   // when the peer can) or required (a peer without TLS is refused).
-  MessengerBuilder& set_rpc_encryption(transport::RpcEncryption policy);
+  MessengerBuilder& set_rpc_encryption(RpcEncryption policy);
   // Loopback connections otherwise agree on TLS_AUTHENTICATION_ONLY: the
   // handshake authenticates, the traffic stays in the clear.
   MessengerBuilder& set_rpc_encrypt_loopback(bool encrypt);
@@ -82,15 +78,17 @@ class MessengerBuilder {
 
  private:
   friend class Messenger;
+  // Copy on write: builders are values, copies share until one is changed.
+  transport::ConnectionOptions& MutableOptions();
   std::string name_;
   int num_reactors_ = 4;
-  transport::ConnectionOptions options_;
+  std::shared_ptr<const transport::ConnectionOptions> options_;
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
 };
 
-class Messenger : public transport::InboundCallHandler {
+class Messenger {
  public:
-  ~Messenger() override;
+  ~Messenger();
   Messenger(const Messenger&) = delete;
   Messenger& operator=(const Messenger&) = delete;
 
@@ -110,18 +108,21 @@ class Messenger : public transport::InboundCallHandler {
   const std::string& name() const { return name_; }
   int num_reactors() const { return static_cast<int>(reactors_.size()); }
 
+ private:
+  friend class MessengerBuilder;
+  friend class Proxy;
+
   // Proxy: sends `call` over the connection to (remote, user).
   // `sync`: the caller is about to block on the call; it may then send it
   // itself if the connection's reactor is idle.
   void QueueCall(const Sockaddr& remote, const std::string& user,
                  std::shared_ptr<OutboundCall> call, bool sync = false);
 
-  // Reactor thread.
-  void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                         wire::InboundRequest frame) override;
+  // The reactors' way in: hands each request frame to its service. Defined
+  // in messenger.cc, so the transport stays out of this header.
+  class InboundHandler;
+  std::unique_ptr<InboundHandler> inbound_;
 
- private:
-  friend class MessengerBuilder;
   Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options);
   Status Start();
   // The deleter of the references Build hands out: shuts the messenger

@@ -15,18 +15,12 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/service_if.h"
+#include "osprey/rpc/service_pool_options.h"
 #include "osprey/rpc/service_queue.h"
 
 namespace osprey {
 
 class InboundCall;
-
-struct ServicePoolOptions {
-  // 0 runs handlers on the reactor thread: fastest for handlers that never
-  // block, and a stalled handler stalls every connection of that reactor.
-  int worker_threads = 1;
-  size_t queue_length = 50;
-};
 
 class ServicePool {
  public:

@@ -800,20 +800,6 @@ ConnectionInfo Connection::Info() const {
   return info;
 }
 
-const char* ConnectionSecurityName(ConnectionSecurity security) {
-  switch (security) {
-    case ConnectionSecurity::kNegotiating:
-      return "negotiating";
-    case ConnectionSecurity::kClear:
-      return "clear";
-    case ConnectionSecurity::kTlsAuthenticationOnly:
-      return "TLS (authentication only)";
-    case ConnectionSecurity::kTlsEncrypted:
-      return "TLS (encrypted)";
-  }
-  return "unknown";
-}
-
 void Connection::Shutdown(const Status& why) {
   reactor_->AssertCurrentThread();
   if (state_ == State::kClosed) return;

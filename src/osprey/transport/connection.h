@@ -23,12 +23,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/client_call.h"
-#include "osprey/transport/connection_info.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"

@@ -4,16 +4,13 @@
 #include <cstddef>
 #include <memory>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/wire/frame.h"
 
 namespace osprey::transport {
 
 class TlsContext;
-
-// Kudu's --rpc_encryption. kOptional: TLS when both sides can do it.
-// kRequired: a peer without TLS is refused (FATAL_UNAUTHORIZED).
-enum class RpcEncryption { kDisabled, kOptional, kRequired };
 
 struct ConnectionOptions {
   size_t max_frame_size = wire::kDefaultMaxFrameSize;

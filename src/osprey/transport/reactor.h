@@ -22,12 +22,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/base/task.h"
-#include "osprey/transport/connection_info.h"
 #include "osprey/transport/connection_options.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame_encoder.h"

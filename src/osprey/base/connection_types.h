@@ -1,6 +1,8 @@
-// ConnectionInfo: a snapshot of one connection as its reactor saw it, for
-// users and tools that must know what negotiation chose (rpc-bench's
-// report, interop checks, and later /rpcz). A plain value; any thread.
+// Value types of the public API about connections: the encryption policy a
+// Messenger is built with, and ConnectionInfo, a snapshot of one
+// connection as its reactor saw it, for users and tools that must know
+// what negotiation chose (rpc-bench's report, interop checks, /rpcz).
+// Plain values; any thread.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +10,11 @@
 
 #include "osprey/base/sockaddr.h"
 
-namespace osprey::transport {
+namespace osprey {
+
+// Kudu's --rpc_encryption. kOptional: TLS when both sides can do it.
+// kRequired: a peer without TLS is refused (FATAL_UNAUTHORIZED).
+enum class RpcEncryption { kDisabled, kOptional, kRequired };
 
 // What the connection's traffic is, once negotiation has chosen.
 enum class ConnectionSecurity {
@@ -34,4 +40,4 @@ struct ConnectionInfo {
   size_t outbound_queued_bytes = 0;
 };
 
-}  // namespace osprey::transport
+}  // namespace osprey

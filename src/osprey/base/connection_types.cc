@@ -1,0 +1,19 @@
+#include "osprey/base/connection_types.h"
+
+namespace osprey {
+
+const char* ConnectionSecurityName(ConnectionSecurity security) {
+  switch (security) {
+    case ConnectionSecurity::kNegotiating:
+      return "negotiating";
+    case ConnectionSecurity::kClear:
+      return "clear";
+    case ConnectionSecurity::kTlsAuthenticationOnly:
+      return "TLS (authentication only)";
+    case ConnectionSecurity::kTlsEncrypted:
+      return "TLS (encrypted)";
+  }
+  return "unknown";
+}
+
+}  // namespace osprey
