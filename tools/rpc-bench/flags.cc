@@ -1,0 +1,166 @@
+#include "flags.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "report.h"
+
+DEFINE_int32(client_threads, 16, "sync: client threads; async: client reactors (Messengers)");
+DEFINE_int32(async_call_concurrency, 60, "async: calls in flight at once, over all reactors");
+DEFINE_int32(worker_threads, 1, "server service-pool worker threads (0: run on reactors)");
+DEFINE_int32(server_reactors, 4, "server reactor threads");
+DEFINE_double(run_seconds, 1, "seconds to measure each mode");
+DEFINE_string(mode, "both", "sync, async or both (sync first)");
+DEFINE_int32(payload_bytes, 0, "0: the Add call; N > 0: Echo of N bytes each way");
+DEFINE_string(server_address, "",
+              "HOST:PORT of a running server (ours or Kudu's); empty: "
+              "run a server in this process");
+DEFINE_string(rpc_encryption, "disabled",
+              "Kudu's --rpc_encryption, for the client and the in-process or -server_only "
+              "server: disabled, optional (TLS when the peer can) or required (a peer "
+              "without TLS is refused). A server makes a self-signed certificate. Default "
+              "disabled, as Kudu's rpc-bench runs without -enable_encryption");
+DEFINE_bool(rpc_encrypt_loopback_connections, false,
+            "Kudu's flag: encrypt loopback connections too; otherwise TLS on loopback "
+            "only authenticates and the calls stay in the clear");
+DEFINE_bool(enable_encryption, false,
+            "Kudu's rpc-bench flag: the same as --rpc_encryption=required "
+            "--rpc_encrypt_loopback_connections");
+DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
+DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
+DEFINE_string(output, "text", "report format: text or json");
+DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
+DEFINE_double(target_rate, 0,
+              "open loop: calls per second over all threads or loops; 0: "
+              "closed loop");
+
+namespace osprey::bench {
+
+namespace {
+// --rpc_encryption, parsed by ValidateFlags.
+RpcEncryption g_encryption = RpcEncryption::kDisabled;
+
+}  // namespace
+
+[[noreturn]] void BadFlag(const std::string& msg) {
+  std::fprintf(stderr, "rpc-bench: %s\n", msg.c_str());
+  std::exit(kExitBadFlags);
+}
+
+MessengerBuilder BenchMessengerBuilder(const std::string& name) {
+  MessengerBuilder b(name);
+  b.set_rpc_encryption(g_encryption)
+      .set_rpc_encrypt_loopback(FLAGS_rpc_encrypt_loopback_connections);
+  return b;
+}
+
+std::string AskedEncryption() {
+  std::string s = "rpc_encryption=" + FLAGS_rpc_encryption;
+  if (FLAGS_rpc_encrypt_loopback_connections) s += ", loopback encrypted";
+  return s;
+}
+
+void PrecheckFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = body.substr(0, body.find('='));
+    bool has_value = body.find('=') != std::string::npos;
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+      // "-nofoo" negates bool flag "foo".
+      if (name.rfind("no", 0) == 0 &&
+          gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) && info.type == "bool" &&
+          !has_value) {
+        continue;
+      }
+      BadFlag("unknown flag '" + arg + "'; see -help");
+    }
+    std::string value;
+    if (has_value) {
+      value = body.substr(body.find('=') + 1);
+    } else if (info.type == "bool") {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      BadFlag("flag '" + arg + "' needs a value");
+    }
+    if (gflags::SetCommandLineOption(name.c_str(), value.c_str()).empty()) {
+      BadFlag("flag '" + arg + "': '" + value + "' is not a valid " + info.type);
+    }
+  }
+}
+
+void ValidateFlags() {
+  if (FLAGS_client_threads < 1 || FLAGS_client_threads > 4096) {
+    BadFlag("-client_threads must be from 1 to 4096, got " + std::to_string(FLAGS_client_threads));
+  }
+  if (FLAGS_async_call_concurrency < 1 || FLAGS_async_call_concurrency > 1000000) {
+    BadFlag("-async_call_concurrency must be from 1 to 1000000, got " +
+            std::to_string(FLAGS_async_call_concurrency));
+  }
+  if (FLAGS_worker_threads < 0 || FLAGS_worker_threads > 4096) {
+    BadFlag("-worker_threads must be from 0 to 4096, got " + std::to_string(FLAGS_worker_threads));
+  }
+  if (FLAGS_server_reactors < 1 || FLAGS_server_reactors > 1024) {
+    BadFlag("-server_reactors must be from 1 to 1024, got " +
+            std::to_string(FLAGS_server_reactors));
+  }
+  if (!(FLAGS_run_seconds > 0) || FLAGS_run_seconds > 86400) {
+    BadFlag("-run_seconds must be above 0 and at most 86400, got " + Num(FLAGS_run_seconds));
+  }
+  if (!(FLAGS_warmup_seconds >= 0) || FLAGS_warmup_seconds > 86400) {
+    BadFlag("-warmup_seconds must be from 0 to 86400, got " + Num(FLAGS_warmup_seconds));
+  }
+  if (!(FLAGS_target_rate >= 0) || std::isinf(FLAGS_target_rate)) {
+    BadFlag("-target_rate must be 0 (closed loop) or a positive rate, got " +
+            Num(FLAGS_target_rate));
+  }
+  if (FLAGS_payload_bytes < 0 || FLAGS_payload_bytes > 64 * 1024 * 1024) {
+    BadFlag("-payload_bytes must be from 0 to 67108864, got " +
+            std::to_string(FLAGS_payload_bytes));
+  }
+  if (FLAGS_mode != "sync" && FLAGS_mode != "async" && FLAGS_mode != "both") {
+    BadFlag("-mode must be sync, async or both, got '" + FLAGS_mode + "'");
+  }
+  if (FLAGS_output != "text" && FLAGS_output != "json") {
+    BadFlag("-output must be text or json, got '" + FLAGS_output + "'");
+  }
+  if (FLAGS_server_only && !FLAGS_server_address.empty()) {
+    BadFlag("-server_only serves on -listen; it takes no -server_address");
+  }
+  if (FLAGS_enable_encryption) {
+    // Kudu's rpc-bench spelling; a contradiction is an error, not a guess.
+    if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encryption").is_default &&
+        FLAGS_rpc_encryption != "required") {
+      BadFlag(
+          "-enable_encryption means --rpc_encryption=required; it contradicts "
+          "--rpc_encryption=" +
+          FLAGS_rpc_encryption);
+    }
+    if (!gflags::GetCommandLineFlagInfoOrDie("rpc_encrypt_loopback_connections").is_default &&
+        !FLAGS_rpc_encrypt_loopback_connections) {
+      BadFlag(
+          "-enable_encryption encrypts loopback; it contradicts "
+          "--rpc_encrypt_loopback_connections=false");
+    }
+    FLAGS_rpc_encryption = "required";
+    FLAGS_rpc_encrypt_loopback_connections = true;
+  }
+  if (FLAGS_rpc_encryption == "disabled") {
+    g_encryption = RpcEncryption::kDisabled;
+  } else if (FLAGS_rpc_encryption == "optional") {
+    g_encryption = RpcEncryption::kOptional;
+  } else if (FLAGS_rpc_encryption == "required") {
+    g_encryption = RpcEncryption::kRequired;
+  } else {
+    BadFlag("--rpc_encryption must be disabled, optional or required, got '" +
+            FLAGS_rpc_encryption + "'");
+  }
+}
+
+}  // namespace osprey::bench

@@ -1,0 +1,45 @@
+// rpc-bench's flags: Kudu's rpc-bench flags and Kudu's server encryption
+// flags, checked before any work starts. Main thread only, before the run.
+#pragma once
+
+#include <gflags/gflags.h>
+
+#include <string>
+
+#include "osprey/rpc/messenger.h"
+
+DECLARE_int32(client_threads);
+DECLARE_int32(async_call_concurrency);
+DECLARE_int32(worker_threads);
+DECLARE_int32(server_reactors);
+DECLARE_double(run_seconds);
+DECLARE_string(mode);
+DECLARE_int32(payload_bytes);
+DECLARE_string(server_address);
+DECLARE_string(rpc_encryption);
+DECLARE_bool(rpc_encrypt_loopback_connections);
+DECLARE_bool(enable_encryption);
+DECLARE_bool(server_only);
+DECLARE_string(listen);
+DECLARE_string(output);
+DECLARE_double(warmup_seconds);
+DECLARE_double(target_rate);
+
+namespace osprey::bench {
+
+constexpr int kExitBadFlags = 2;
+
+// Prints "rpc-bench: <msg>" on stderr and exits with kExitBadFlags.
+[[noreturn]] void BadFlag(const std::string& msg);
+// gflags exits with status 1 on an unknown flag or a value it cannot
+// parse; this checks both first, so every bad flag exits 2.
+void PrecheckFlags(int argc, char** argv);
+// Refuses values out of range, and resolves -enable_encryption.
+void ValidateFlags();
+
+// A MessengerBuilder with the encryption flags applied.
+MessengerBuilder BenchMessengerBuilder(const std::string& name);
+// What was asked, for the report: "rpc_encryption=required, loopback encrypted".
+std::string AskedEncryption();
+
+}  // namespace osprey::bench

@@ -1,0 +1,391 @@
+#include "load.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "flags.h"
+#include "osprey/base/countdown_latch.h"
+#include "rpc_bench.osprey.h"
+
+namespace osprey::bench {
+namespace {
+
+using kudu::rpc_test::AddRequestPB;
+using kudu::rpc_test::AddResponsePB;
+using kudu::rpc_test::CalculatorServiceProxy;
+using kudu::rpc_test::EchoRequestPB;
+using kudu::rpc_test::EchoResponsePB;
+
+// Open loop: calls in flight beyond this are not started (counted as
+// errors), so a stalled server cannot make the client grow without bound.
+constexpr int64_t kMaxOpenLoopInFlight = 100000;
+
+[[noreturn]] void WrongResult(const std::string& what) {
+  std::fprintf(stderr, "rpc-bench: FATAL: wrong result: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+// One call's request and response, and how to check the answer.
+struct CallSlot {
+  AddRequestPB add_req;
+  AddResponsePB add_resp;
+  EchoRequestPB echo_req;
+  EchoResponsePB echo_resp;
+  RpcController ctl;
+  uint32_t seq = 0;
+
+  void Prepare(int payload, uint32_t seed) {
+    seq = seed;
+    ctl.Reset();
+    ctl.set_timeout(MonoDelta::FromSeconds(10));  // as Kudu's rpc-bench
+    if (payload == 0) {
+      add_req.set_x(seed);
+      add_req.set_y(seed * 7 + 1);
+    } else {
+      std::string* d = echo_req.mutable_data();
+      d->assign(static_cast<size_t>(payload), static_cast<char>('a' + seed % 26));
+      (*d)[0] = static_cast<char>(seed & 0xff);
+    }
+  }
+  void Issue(CalculatorServiceProxy* proxy, int payload, ResponseCallback cb) {
+    if (payload == 0) {
+      proxy->AddAsync(add_req, &add_resp, &ctl, std::move(cb));
+    } else {
+      proxy->EchoAsync(echo_req, &echo_resp, &ctl, std::move(cb));
+    }
+  }
+  Status IssueSync(CalculatorServiceProxy* proxy, int payload) {
+    return payload == 0 ? proxy->Add(add_req, &add_resp, &ctl)
+                        : proxy->Echo(echo_req, &echo_resp, &ctl);
+  }
+  // Fatal on a wrong answer; false for an RPC error.
+  // `who` names the caller ("async loop 3"); it is formatted only on error,
+  // never on the measured path.
+  bool Check(int payload, RunState* state, const char* who_kind, int who_index) {
+    auto who = [&] {
+      return std::string(who_kind) + " " + std::to_string(who_index) + " call " +
+             std::to_string(seq);
+    };
+    if (!ctl.status().ok()) {
+      state->RecordError(who() + ": " + ctl.status().ToString());
+      return false;
+    }
+    if (payload == 0) {
+      uint32_t want = add_req.x() + add_req.y();
+      if (add_resp.result() != want) {
+        WrongResult(who() + " Add(" + std::to_string(add_req.x()) + ", " +
+                    std::to_string(add_req.y()) + ") returned " +
+                    std::to_string(add_resp.result()) + ", expected " + std::to_string(want));
+      }
+    } else if (echo_resp.data() != echo_req.data()) {
+      WrongResult(who() + " Echo of " + std::to_string(payload) + " bytes returned " +
+                  std::to_string(echo_resp.data().size()) + " different bytes");
+    }
+    return true;
+  }
+};
+
+std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
+  std::shared_ptr<Messenger> m;
+  Status s = BenchMessengerBuilder(name).set_num_reactors(1).Build(&m);
+  if (!s.ok()) BadFlag("cannot start a client messenger: " + s.ToString());
+  return m;
+}
+
+// Per-thread or per-loop tallies, merged at the end.
+struct alignas(64) Tally {
+  uint64_t calls = 0;
+  Histogram latency;
+};
+
+int64_t NowNanos() { return (MonoTime::Now() - MonoTime()).ToNanoseconds(); }
+
+// ---------------------------------------------------------------- sync mode
+
+void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
+  auto messenger = NewClientMessenger("bench-client-" + std::to_string(index));
+  CalculatorServiceProxy proxy(messenger, cfg.server);
+  CallSlot slot;
+  uint32_t seq = static_cast<uint32_t>(index) << 20;
+  // Open loop: this thread's share of the schedule.
+  int64_t interval_ns =
+      cfg.target_rate > 0 ? static_cast<int64_t>(1e9 * cfg.client_threads / cfg.target_rate) : 0;
+  int64_t next_start = NowNanos() + (interval_ns * index) / std::max(cfg.client_threads, 1);
+  while (!state->stop.load(std::memory_order_relaxed)) {
+    int64_t start;
+    if (interval_ns > 0) {
+      int64_t now = NowNanos();
+      if (next_start > now) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(next_start - now));
+      }
+      start = next_start;
+      next_start += interval_ns;
+    } else {
+      start = NowNanos();
+    }
+    slot.Prepare(cfg.payload, seq++);
+    (void)slot.IssueSync(&proxy, cfg.payload);  // Check reads the outcome
+    bool ok = slot.Check(cfg.payload, state, "sync thread", index);
+    if (ok && state->measuring.load(std::memory_order_relaxed)) {
+      tally->calls++;
+      tally->latency.Record(static_cast<uint64_t>(NowNanos() - start));
+      state->progress_calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  state->RecordSecurity(*messenger);
+  messenger->Shutdown();
+}
+
+// --------------------------------------------------------------- async mode
+
+// One closed-loop chain of calls: each callback issues the next call.
+class CallLoop {
+ public:
+  CallLoop(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state,
+           CountDownLatch* finished, Tally* tally)
+      : cfg_(cfg),
+        index_(index),
+        proxy_(proxy),
+        state_(state),
+        finished_(finished),
+        seq_(static_cast<uint32_t>(index) << 20),
+        tally_(tally) {}
+
+  void Start() { IssueNext(); }
+
+ private:
+  void IssueNext() {
+    if (state_->stop.load(std::memory_order_relaxed)) {
+      finished_->CountDown();
+      return;
+    }
+    slot_.Prepare(cfg_.payload, seq_++);
+    start_ns_ = NowNanos();
+    slot_.Issue(proxy_, cfg_.payload, [this] { OnDone(); });
+  }
+  void OnDone() {
+    bool ok = slot_.Check(cfg_.payload, state_, "async loop", index_);
+    if (ok && state_->measuring.load(std::memory_order_relaxed)) {
+      tally_->calls++;
+      tally_->latency.Record(static_cast<uint64_t>(NowNanos() - start_ns_));
+      state_->progress_calls.fetch_add(1, std::memory_order_relaxed);
+    }
+    IssueNext();
+  }
+
+  const Settings& cfg_;
+  const int index_;
+  CalculatorServiceProxy* proxy_;
+  RunState* state_;
+  CountDownLatch* finished_;
+  uint32_t seq_;
+  CallSlot slot_;
+  int64_t start_ns_ = 0;
+  Tally* tally_;
+};
+
+// Open loop on one client messenger: a thread starts calls on schedule;
+// each call owns its slot until its callback frees it.
+class OpenLoopIssuer {
+ public:
+  OpenLoopIssuer(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state)
+      : cfg_(cfg), index_(index), proxy_(proxy), state_(state) {}
+
+  void Run() {
+    int64_t interval_ns = static_cast<int64_t>(1e9 * cfg_.client_threads / cfg_.target_rate);
+    int64_t next = NowNanos() + (interval_ns * index_) / std::max(cfg_.client_threads, 1);
+    uint32_t seq = static_cast<uint32_t>(index_) << 20;
+    while (!state_->stop.load(std::memory_order_relaxed)) {
+      int64_t now = NowNanos();
+      if (next > now) std::this_thread::sleep_for(std::chrono::nanoseconds(next - now));
+      int64_t scheduled = next;
+      next += interval_ns;
+      if (in_flight_.load() >= kMaxOpenLoopInFlight) {
+        state_->RecordError("open loop: " + std::to_string(kMaxOpenLoopInFlight) +
+                            " calls in flight, call not started");
+        continue;
+      }
+      auto* slot = new CallSlot();
+      slot->Prepare(cfg_.payload, seq++);
+      in_flight_++;
+      slot->Issue(proxy_, cfg_.payload, [this, slot, scheduled] {
+        bool ok = slot->Check(cfg_.payload, state_, "open-loop issuer", index_);
+        if (ok && state_->measuring.load(std::memory_order_relaxed)) {
+          // Callbacks of one messenger run on its single reactor thread.
+          tally_.calls++;
+          tally_.latency.Record(static_cast<uint64_t>(NowNanos() - scheduled));
+          state_->progress_calls.fetch_add(1, std::memory_order_relaxed);
+        }
+        delete slot;
+        in_flight_--;
+      });
+    }
+  }
+  void WaitIdle() {
+    while (in_flight_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Tally& tally() { return tally_; }
+
+ private:
+  const Settings& cfg_;
+  const int index_;
+  CalculatorServiceProxy* proxy_;
+  RunState* state_;
+  std::atomic<int64_t> in_flight_{0};
+  Tally tally_;
+};
+
+// ------------------------------------------------------------------ driver
+
+void ShowProgress(const Settings& cfg, RunState* state, const std::atomic<bool>* done) {
+  if (cfg.run_seconds < 5 || !isatty(STDERR_FILENO)) return;
+  uint64_t last = 0;
+  MonoTime last_t = MonoTime::Now();
+  while (!done->load()) {
+    for (int i = 0; i < 100 && !done->load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (done->load()) break;
+    uint64_t now_calls = state->progress_calls.load();
+    MonoTime now = MonoTime::Now();
+    double rate = static_cast<double>(now_calls - last) / (now - last_t).ToSeconds();
+    std::fprintf(stderr, "  %s: %.0f calls/s\n", cfg.async ? "async" : "sync", rate);
+    last = now_calls;
+    last_t = now;
+  }
+}
+
+// Runs warm-up, then the measured interval; `stop_and_wait` ends the calls.
+Results Measure(const Settings& cfg, RunState* state, const std::function<void()>& stop_and_wait,
+                const std::function<void(Results*)>& collect) {
+  if (cfg.warmup_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(cfg.warmup_seconds));
+  }
+  Stopwatch sw(Stopwatch::Scope::kProcess);
+  sw.Start();
+  state->measuring.store(true);
+  std::atomic<bool> done{false};
+  std::thread progress([&] { ShowProgress(cfg, state, &done); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(cfg.run_seconds));
+  state->measuring.store(false);
+  sw.Stop();
+  done.store(true);
+  progress.join();
+  stop_and_wait();
+  Results r;
+  r.cpu = sw.Elapsed();
+  collect(&r);
+  r.errors = state->errors.load();
+  r.first_error = state->first_error;
+  state->TakeSecurity(&r);
+  return r;
+}
+
+}  // namespace
+
+Results RunSync(const Settings& cfg) {
+  RunState state;
+  std::vector<Tally> tallies(cfg.client_threads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < cfg.client_threads; ++i) {
+    threads.emplace_back([&, i] { SyncThread(cfg, i, &state, &tallies[i]); });
+  }
+  return Measure(
+      cfg, &state,
+      [&] {
+        state.stop.store(true);
+        for (auto& t : threads) t.join();
+      },
+      [&](Results* r) {
+        for (auto& t : tallies) {
+          r->calls += t.calls;
+          r->latency.Merge(t.latency);
+        }
+      });
+}
+
+Results RunAsync(const Settings& cfg) {
+  RunState state;
+  std::vector<std::shared_ptr<Messenger>> messengers;
+  std::vector<std::unique_ptr<CalculatorServiceProxy>> proxies;
+  for (int i = 0; i < cfg.client_threads; ++i) {
+    messengers.push_back(NewClientMessenger("bench-client-" + std::to_string(i)));
+    proxies.push_back(std::make_unique<CalculatorServiceProxy>(messengers.back(), cfg.server));
+  }
+  auto record_security = [&] {
+    for (auto& m : messengers) state.RecordSecurity(*m);
+  };
+  auto shutdown_all = [&] {
+    for (auto& m : messengers) m->Shutdown();
+  };
+  if (cfg.target_rate > 0) {
+    std::vector<std::unique_ptr<OpenLoopIssuer>> issuers;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < cfg.client_threads; ++i) {
+      issuers.push_back(std::make_unique<OpenLoopIssuer>(cfg, i, proxies[i].get(), &state));
+    }
+    for (auto& is : issuers) threads.emplace_back([&is] { is->Run(); });
+    Results r = Measure(
+        cfg, &state,
+        [&] {
+          state.stop.store(true);
+          for (auto& t : threads) t.join();
+          for (auto& is : issuers) is->WaitIdle();
+          record_security();
+        },
+        [&](Results* r) {
+          for (auto& is : issuers) {
+            r->calls += is->tally().calls;
+            r->latency.Merge(is->tally().latency);
+          }
+        });
+    shutdown_all();
+    return r;
+  }
+  CountDownLatch finished(cfg.concurrency);
+  // Loops on one messenger run on its one reactor thread: they share a
+  // tally, which keeps the histograms few and in cache.
+  std::vector<Tally> tallies(cfg.client_threads);
+  std::vector<std::unique_ptr<CallLoop>> loops;
+  for (int i = 0; i < cfg.concurrency; ++i) {
+    int m = i % cfg.client_threads;
+    loops.push_back(
+        std::make_unique<CallLoop>(cfg, i, proxies[m].get(), &state, &finished, &tallies[m]));
+  }
+  for (auto& l : loops) l->Start();
+  Results r = Measure(
+      cfg, &state,
+      [&] {
+        state.stop.store(true);
+        finished.Wait();
+        record_security();
+      },
+      [&](Results* r) {
+        for (auto& t : tallies) {
+          r->calls += t.calls;
+          r->latency.Merge(t.latency);
+        }
+      });
+  shutdown_all();
+  return r;
+}
+
+void ProbeServer(const Sockaddr& addr, int payload) {
+  auto m = NewClientMessenger("bench-probe");
+  CalculatorServiceProxy proxy(m, addr);
+  CallSlot slot;
+  slot.Prepare(payload, 1);
+  slot.ctl.set_timeout(MonoDelta::FromSeconds(5));
+  Status s = slot.IssueSync(&proxy, payload);
+  if (!s.ok()) BadFlag("server at " + addr.ToString() + " is not usable: " + s.ToString());
+  m->Shutdown();
+}
+
+}  // namespace osprey::bench

@@ -1,0 +1,89 @@
+// rpc-bench's load generators: sync mode (threads, one blocking call each),
+// async mode (client reactors multiplexing call loops) and the open-loop
+// variants, each measured over one interval. RunSync and RunAsync run on the
+// main thread and start the threads they need.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "osprey/base/histogram.h"
+#include "osprey/base/stopwatch.h"
+#include "osprey/rpc/messenger.h"
+
+namespace osprey::bench {
+
+struct Settings {
+  bool async = false;
+  int client_threads;
+  int concurrency;
+  int payload;
+  double run_seconds;
+  double warmup_seconds;
+  double target_rate;
+  Sockaddr server;
+};
+
+struct Results {
+  uint64_t calls = 0;
+  uint64_t errors = 0;
+  CpuTimes cpu;
+  Histogram latency;  // nanoseconds
+  std::string first_error;
+  // What the client connections negotiated ("TLS (encrypted)"; several
+  // joined with " and " if they differed), and whether all were encrypted.
+  std::string negotiated;
+  bool encrypted = false;
+};
+
+// Shared by every client thread or loop of one mode's run.
+struct RunState {
+  std::atomic<bool> measuring{false};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> progress_calls{0};
+  std::mutex error_mu;
+  std::string first_error;
+  std::atomic<uint64_t> errors{0};
+
+  std::set<ConnectionSecurity> securities;  // guarded by error_mu
+
+  // Errors during warm-up count too: any error fails the run.
+  void RecordError(const std::string& what) {
+    errors++;
+    std::lock_guard<std::mutex> l(error_mu);
+    if (first_error.empty()) first_error = what;
+  }
+
+  // What `client`'s connections negotiated; called once per client
+  // messenger after its calls end.
+  void RecordSecurity(const Messenger& client) {
+    std::vector<ConnectionInfo> conns;
+    if (!client.DumpConnections(&conns).ok()) return;
+    std::lock_guard<std::mutex> l(error_mu);
+    for (const auto& c : conns) {
+      if (!c.inbound && c.negotiated) securities.insert(c.security);
+    }
+  }
+  void TakeSecurity(Results* r) {
+    std::lock_guard<std::mutex> l(error_mu);
+    for (ConnectionSecurity s : securities) {
+      r->negotiated +=
+          (r->negotiated.empty() ? "" : " and ") + std::string(ConnectionSecurityName(s));
+    }
+    if (r->negotiated.empty()) r->negotiated = "no connection";
+    r->encrypted = securities == std::set<ConnectionSecurity>{ConnectionSecurity::kTlsEncrypted};
+  }
+};
+
+Results RunSync(const Settings& cfg);
+Results RunAsync(const Settings& cfg);
+
+// One call to the server, so that an unreachable or wrong server is a
+// clear error (exit 2) before the run.
+void ProbeServer(const Sockaddr& addr, int payload);
+
+}  // namespace osprey::bench

@@ -1,0 +1,109 @@
+#include "report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "flags.h"
+
+namespace osprey::bench {
+
+namespace {
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+// Never in exponent form, so that scripts reading the report see plain
+// numbers however large.
+std::string Num(double v) {
+  std::ostringstream o;
+  if (std::fabs(v) >= 1e6) {
+    o << std::fixed << std::setprecision(0) << v;
+  } else {
+    o << v;
+  }
+  return o.str();
+}
+
+void PrintText(const Settings& cfg, const Results& r) {
+  double wall = r.cpu.wall.ToSeconds();
+  double calls = static_cast<double>(std::max<uint64_t>(r.calls, 1));
+  std::ostringstream o;
+  o << "Mode:            " << (cfg.async ? "Async" : "Sync") << "\n";
+  if (cfg.async) {
+    o << "Client reactors:  " << cfg.client_threads << "\n";
+    o << "Call concurrency: " << cfg.concurrency << "\n";
+  } else {
+    o << "Client threads:   " << cfg.client_threads << "\n";
+  }
+  o << "Worker threads:   " << FLAGS_worker_threads << "\n";
+  o << "Server reactors:  " << FLAGS_server_reactors << "\n";
+  // Kudu's 1 or 0 first (1: the calls travelled encrypted), then what the
+  // connections negotiated and what was asked.
+  o << "Encryption:       " << (r.encrypted ? 1 : 0) << " (negotiated " << r.negotiated << "; "
+    << AskedEncryption() << ")\n";
+  o << "----------------------------------\n";
+  o << "Reqs/sec:         " << Num(std::round(static_cast<double>(r.calls) / wall)) << "\n";
+  o << "User CPU per req: " << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls) << "us\n";
+  o << "Sys CPU per req:  " << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls) << "us\n";
+  o << "Ctx Sw. per req:  " << Num(r.cpu.context_switches / calls) << "\n";
+  auto us = [&](double p) { return Num(r.latency.Percentile(p) / 1000.0); };
+  o << "Latency p50:      " << us(50) << "us\n";
+  o << "Latency p99:      " << us(99) << "us\n";
+  o << "Latency p99.9:    " << us(99.9) << "us\n";
+  o << "Latency max:      " << Num(r.latency.max() / 1000.0) << "us\n";
+  if (cfg.target_rate > 0) o << "Target rate:      " << Num(cfg.target_rate) << "/s (open loop)\n";
+  if (cfg.payload > 0) o << "Payload bytes:    " << cfg.payload << "\n";
+  o << "Errors:           " << r.errors << "\n";
+  if (!r.first_error.empty()) o << "First error:      " << r.first_error << "\n";
+  std::cout << o.str() << std::flush;
+}
+
+void PrintJson(const Settings& cfg, const Results& r) {
+  double wall = r.cpu.wall.ToSeconds();
+  double calls = static_cast<double>(std::max<uint64_t>(r.calls, 1));
+  std::ostringstream o;
+  o << "{\"mode\":\"" << (cfg.async ? "async" : "sync") << "\""
+    << ",\"client_threads\":" << cfg.client_threads
+    << ",\"async_call_concurrency\":" << cfg.concurrency
+    << ",\"worker_threads\":" << FLAGS_worker_threads
+    << ",\"server_reactors\":" << FLAGS_server_reactors
+    << ",\"encryption\":" << (r.encrypted ? "true" : "false")
+    << ",\"negotiated\":" << JsonString(r.negotiated)
+    << ",\"rpc_encryption\":" << JsonString(FLAGS_rpc_encryption)
+    << ",\"rpc_encrypt_loopback_connections\":"
+    << (FLAGS_rpc_encrypt_loopback_connections ? "true" : "false")
+    << ",\"run_seconds\":" << Num(cfg.run_seconds)
+    << ",\"warmup_seconds\":" << Num(cfg.warmup_seconds)
+    << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
+    << ",\"server_address\":" << JsonString(cfg.server.ToString()) << ",\"calls\":" << r.calls
+    << ",\"wall_seconds\":" << Num(wall) << ",\"reqs_per_sec\":" << Num(r.calls / wall)
+    << ",\"user_cpu_us_per_req\":" << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls)
+    << ",\"sys_cpu_us_per_req\":" << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls)
+    << ",\"ctx_switches_per_req\":" << Num(r.cpu.context_switches / calls)
+    << ",\"latency_us\":{\"p50\":" << Num(r.latency.Percentile(50) / 1000.0)
+    << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
+    << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
+    << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
+    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error) << "}\n";
+  std::cout << o.str() << std::flush;
+}
+
+}  // namespace osprey::bench
