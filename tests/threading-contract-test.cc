@@ -543,6 +543,77 @@ TEST(ThreadingContractTest, HandlerShutsDownItsOwnServer) {
   }
 }
 
+// A handler blocked on something the test controls.
+class BlockedSleep : public CalculatorService {
+ public:
+  BlockedSleep(CountDownLatch* started, CountDownLatch* release)
+      : started_(started), release_(release) {}
+  void Sleep(const SleepRequestPB*, SleepResponsePB*, RpcContext* ctx) override {
+    started_->CountDown();
+    release_->Wait();
+    ctx->RespondSuccess();  // after the shutdown: goes nowhere
+  }
+
+ private:
+  CountDownLatch* const started_;
+  CountDownLatch* const release_;
+};
+
+// Shutdown(handler_wait) with a handler that does not return: it gives up
+// waiting at the deadline, fails what is left (each callback once), and the
+// handler, once it returns, answers into nothing and takes its service and
+// thread with it.
+TEST(ThreadingContractTest, ShutdownWithADeadlineDoesNotWaitForABlockedHandler) {
+  Watchdog dog(std::chrono::seconds(60));
+  const int threads = ThreadCount(), fds = FdCount();
+  CountDownLatch started(1), release(1);
+  {
+    std::shared_ptr<Messenger> server;
+    ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+    ServicePoolOptions pool;
+    pool.worker_threads = 1;
+    ASSERT_TRUE(
+        server->RegisterService(std::make_unique<BlockedSleep>(&started, &release), pool).ok());
+    Sockaddr addr;
+    ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+    auto client = MakeClient(1);
+    CalculatorServiceProxy proxy(client, addr);
+    SleepRequestPB sleep;
+    sleep.set_sleep_micros(0);
+    SleepResponsePB sleep_resp;
+    AddRequestPB add;
+    add.set_x(1);
+    add.set_y(2);
+    AddResponsePB add_resp;
+    RpcController sleep_ctl, add_ctl;
+    CallbackLedger ledger(2);
+    CountDownLatch done(2);
+    proxy.SleepAsync(sleep, &sleep_resp, &sleep_ctl, [&] {
+      ledger.Ran(0);
+      done.CountDown();
+    });
+    ASSERT_TRUE(started.WaitFor(MonoDelta::FromSeconds(10)));
+    proxy.AddAsync(add, &add_resp, &add_ctl, [&] {  // queued behind the blocked one
+      ledger.Ran(1);
+      done.CountDown();
+    });
+    MonoTime begin = MonoTime::Now();
+    server->Shutdown(MonoDelta::FromMilliseconds(300));
+    MonoDelta took = MonoTime::Now() - begin;
+    EXPECT_GE(took, MonoDelta::FromMilliseconds(290));
+    EXPECT_LT(took, MonoDelta::FromSeconds(10));
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+    EXPECT_TRUE(ledger.EachExactlyOnce());
+    EXPECT_FALSE(sleep_ctl.status().ok());
+    EXPECT_FALSE(add_ctl.status().ok());
+    server->Shutdown();  // a second one returns at once: nothing left to wait for
+    server.reset();
+    client->Shutdown();
+  }
+  release.CountDown();  // the handler returns; its thread and service go
+  EXPECT_TRUE(BackTo(threads, fds));
+}
+
 // An RpcContext answered after its server messenger was destroyed: the
 // answer goes nowhere, safely.
 TEST(ThreadingContractTest, AnswerAfterTheServerIsGoneIsANoOp) {

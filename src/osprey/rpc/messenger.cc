@@ -149,7 +149,7 @@ bool Messenger::OnOwnThread() {
 
 Messenger::Messenger(std::string name, int num_reactors,
                      const transport::ConnectionOptions& options)
-    : name_(std::move(name)), inbound_(std::make_unique<InboundHandler>(this)) {
+    : inbound_(std::make_unique<InboundHandler>(this)), name_(std::move(name)) {
   for (int i = 0; i < num_reactors; ++i) {
     reactors_.push_back(std::make_shared<transport::Reactor>(
         name_ + "-reactor-" + std::to_string(i), options, inbound_.get()));
@@ -216,7 +216,8 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
   return Status::OK();
 }
 
-void Messenger::Shutdown() {
+void Messenger::Shutdown(MonoDelta handler_wait) {
+  const MonoTime handler_deadline = MonoTime::Now() + handler_wait;
   const bool own_thread = OnOwnThread();
   std::shared_ptr<transport::Acceptor> acceptor;
   ServiceMap services;
@@ -241,15 +242,16 @@ void Messenger::Shutdown() {
     std::shared_ptr<Messenger> keep = self_.lock();
     CHECK(keep) << "Shutdown() of messenger " << name_ << " from its own thread during destruction";
     std::thread([keep = std::move(keep), acceptor = std::move(acceptor),
-                 services = std::move(services)]() mutable {
-      keep->FinishShutdown(std::move(acceptor), std::move(services));
+                 services = std::move(services), handler_deadline]() mutable {
+      keep->FinishShutdown(std::move(acceptor), std::move(services), handler_deadline);
     }).detach();
     return;
   }
-  FinishShutdown(std::move(acceptor), std::move(services));
+  FinishShutdown(std::move(acceptor), std::move(services), handler_deadline);
 }
 
-void Messenger::FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services) {
+void Messenger::FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services,
+                               MonoTime handler_deadline) {
   if (acceptor) {
     CountDownLatch stopped(1);
     if (reactors_[0]->Schedule([&] {
@@ -260,7 +262,7 @@ void Messenger::FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, Se
     }
   }
   // Services first, so the answers to queued calls still go out.
-  for (auto& [name, pool] : services) pool->Shutdown();
+  for (auto& [name, pool] : services) (void)pool->Shutdown(handler_deadline);
   for (auto& r : reactors_) r->Shutdown();
   MutexLock l(mu_);
   shutdown_done_ = true;

@@ -97,7 +97,13 @@ class Messenger {
   Status Listen(const Sockaddr& addr, Sockaddr* bound = nullptr);
   Status RegisterService(std::unique_ptr<ServiceIf> service,
                          const ServicePoolOptions& options = ServicePoolOptions());
-  void Shutdown();
+  void Shutdown() { Shutdown(MonoDelta::Max()); }
+  // As Shutdown(), but waits at most `handler_wait` for running handlers;
+  // then their connections close (their clients' calls fail, each callback
+  // exactly once) and their answers, when they come, are dropped. The
+  // handlers' threads cannot be stopped: they finish on their own, keeping
+  // their service alive until then.
+  void Shutdown(MonoDelta handler_wait);
 
   // A snapshot of this messenger's open connections, both directions, with
   // what negotiation chose for each (clear, TLS authentication only, TLS
@@ -153,7 +159,8 @@ class Messenger {
       std::unordered_map<std::string, std::shared_ptr<ServicePool>, NameHash, std::equal_to<>>;
   ServiceMap services_ GUARDED_BY(mu_);
   // The waiting half of Shutdown(): stops pools and reactors.
-  void FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services);
+  void FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services,
+                      MonoTime handler_deadline);
   bool shut_down_ GUARDED_BY(mu_) = false;  // Shutdown() began
   bool shutdown_done_ GUARDED_BY(mu_) = false;
   CondVar shutdown_done_cv_;

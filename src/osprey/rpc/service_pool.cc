@@ -24,20 +24,43 @@ Status ServicePool::Start() {
   }
   if (options_.queue_length == 0) return Status::InvalidArgument("queue_length must be at least 1");
   MutexLock l(shutdown_mu_);
+  {
+    MutexLock live(live_mu_);
+    live_workers_ = options_.worker_threads;
+  }
   for (int i = 0; i < options_.worker_threads; ++i) {
     workers_.emplace_back([this] { RunWorker(); });
   }
   return Status::OK();
 }
 
-void ServicePool::Shutdown() {
+bool ServicePool::Shutdown(MonoTime deadline) {
   for (auto& call : queue_.Shutdown()) {
     call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
                          Status::ServiceUnavailable("server is shutting down"));
   }
   MutexLock l(shutdown_mu_);
+  if (workers_.empty()) return true;
+  int still_running = 0;
+  {
+    MutexLock live(live_mu_);
+    while (live_workers_ > 0) {
+      if (!all_returned_.WaitUntil(&live_mu_, deadline) && MonoTime::Now() >= deadline) break;
+    }
+    still_running = live_workers_;
+    if (still_running > 0) keep_alive_ = shared_from_this();
+  }
+  if (still_running > 0) {
+    LOG(WARNING) << "service " << service_->service_name() << ": " << still_running
+                 << " handler(s) still running at the shutdown deadline; their answers will be "
+                    "dropped, and the service stays alive until they return";
+    for (auto& t : workers_) t.detach();
+    workers_.clear();
+    return false;
+  }
   for (auto& t : workers_) t.join();
   workers_.clear();
+  return true;
 }
 
 void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
@@ -70,6 +93,16 @@ void ServicePool::RunWorker() {
     RunCall(std::move(call));
     took = (MonoTime::Now() - start).ToNanoseconds();
   }
+  std::shared_ptr<ServicePool> last;  // if abandoned, this pool dies with it
+  {
+    MutexLock live(live_mu_);
+    if (--live_workers_ == 0) {
+      last = std::move(keep_alive_);
+      all_returned_.Broadcast();
+    }
+  }
+  tls_worker_of = nullptr;
+  // Nothing of this pool may be touched past here: `last` may free it.
 }
 
 void ServicePool::RunCall(std::unique_ptr<InboundCall> call) {

@@ -22,15 +22,20 @@ namespace osprey {
 
 class InboundCall;
 
-class ServicePool {
+// Owned by its Messenger through a shared_ptr: workers left running past a
+// shutdown's deadline keep it (and its service) alive until they return.
+class ServicePool : public std::enable_shared_from_this<ServicePool> {
  public:
   ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options);
   ~ServicePool();
 
   Status Start();
-  // Answers every queued call FATAL_SERVER_SHUTTING_DOWN, waits for running
-  // handlers to return, joins the workers. Idempotent.
-  void Shutdown();
+  // Answers every queued call FATAL_SERVER_SHUTTING_DOWN and waits, until
+  // `deadline`, for running handlers to return. True if they all did (the
+  // workers are joined). False if some still run: a thread cannot be
+  // stopped, so those workers are let go, keeping this pool alive until the
+  // last returns; their answers then go nowhere. Idempotent.
+  bool Shutdown(MonoTime deadline = MonoTime::Max());
 
   // Takes the call, or answers it with an error itself.
   void QueueInboundCall(std::unique_ptr<InboundCall> call);
@@ -54,6 +59,12 @@ class ServicePool {
   ServiceQueue<InboundCall> queue_;
   Mutex shutdown_mu_;  // one Shutdown() joins the workers; the next waits
   std::vector<std::thread> workers_ GUARDED_BY(shutdown_mu_);
+  // Workers that have not returned yet, and the reference that keeps an
+  // abandoned pool alive until the last of them does.
+  Mutex live_mu_;
+  int live_workers_ GUARDED_BY(live_mu_) = 0;
+  CondVar all_returned_;
+  std::shared_ptr<ServicePool> keep_alive_ GUARDED_BY(live_mu_);
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
 };
 
