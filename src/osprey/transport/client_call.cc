@@ -23,9 +23,11 @@ bool ClientCall::Finish(const Status& status) {
   ReleaseTransportState();
   if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
     // The reactor is awake after the borrow ends: EndBorrow wakes it for
-    // what was scheduled, and it cannot stop while we hold its loop.
-    reactor_->Schedule([self = shared_from_this(), status] { self->OnFailure(status); });
-    return true;
+    // what was scheduled, and it cannot stop while we hold its loop, so
+    // Schedule cannot refuse; if it ever did, completing here beats never.
+    if (reactor_->Schedule([self = shared_from_this(), status] { self->OnFailure(status); })) {
+      return true;
+    }
   }
   OnFailure(status);
   return true;
@@ -35,10 +37,11 @@ bool ClientCall::FinishWithResponse(wire::InboundResponse frame) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
   ReleaseTransportState();
   if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
-    reactor_->Schedule([self = shared_from_this(), f = std::move(frame)]() mutable {
-      self->OnResponse(std::move(f));
-    });
-    return true;
+    auto f = std::make_shared<wire::InboundResponse>(std::move(frame));
+    if (reactor_->Schedule([self = shared_from_this(), f] { self->OnResponse(std::move(*f)); })) {
+      return true;
+    }
+    frame = std::move(*f);
   }
   OnResponse(std::move(frame));
   return true;
