@@ -73,6 +73,7 @@ Status Connection::Start(bool connect_in_progress) {
   negotiation_timer_ =
       reactor_->ScheduleTimer(MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
         if (auto c = weak.lock()) {
+          c->reactor_->AssertCurrentThread();  // timers run on the reactor
           c->negotiation_timer_ = {};
           c->OnNegotiationTimeout();
         }
@@ -648,7 +649,10 @@ void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB c
   // Whether or not the peer reads the error, the connection goes.
   std::weak_ptr<Connection> weak = shared_from_this();
   reactor_->ScheduleTimer(MonoTime::Now() + MonoDelta::FromSeconds(1), [weak]() {
-    if (auto c = weak.lock()) c->Shutdown(c->close_reason_);
+    if (auto c = weak.lock()) {
+      c->reactor_->AssertCurrentThread();  // timers run on the reactor
+      c->Shutdown(c->close_reason_);
+    }
   });
 }
 
@@ -741,6 +745,7 @@ bool Connection::FlushRecords() {
 }
 
 void Connection::Flush() {
+  reactor_->AssertCurrentThread();
   flush_requested_ = false;
   if (state_ == State::kClosed || state_ == State::kConnecting) return;
   if (tls_records_ && !FlushRecords()) return;
@@ -779,6 +784,7 @@ void Connection::Flush() {
 }
 
 bool Connection::IdleSince(MonoTime cutoff) const {
+  reactor_->AssertCurrentThread();
   return state_ == State::kOpen && client_calls_.empty() && server_call_ids_.empty() &&
          !HasUnsentBytes() && last_activity_ < cutoff;
 }

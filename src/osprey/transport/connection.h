@@ -76,7 +76,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Reactor thread: closes the socket and fails every pending call with
   // `why` (exactly once each). Idempotent.
   void Shutdown(const Status& why);
-  bool is_shut_down() const { return state_ == State::kClosed; }
+  bool is_shut_down() const {
+    reactor_->AssertCurrentThread();
+    return state_ == State::kClosed;
+  }
   // Any thread: whether the connection has closed. A server call queued for
   // a closed connection cannot be answered, so it need not run.
   bool closed_any_thread() const { return closed_.load(std::memory_order_acquire); }
@@ -87,6 +90,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool IdleSince(MonoTime cutoff) const;
   ConnectionInfo Info() const;
   size_t calls_in_flight() const {
+    reactor_->AssertCurrentThread();
     return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size();
   }
 
@@ -103,36 +107,38 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     kClosed,
   };
 
-  void OnConnected();
-  void ReadAvailable();
+  void OnConnected() REQUIRES(reactor_->loop_mu_);
+  void ReadAvailable() REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
-  void DecodeFrames(size_t n);
+  void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
   // Decrypts TLS records and decodes the frames they complete.
-  void DecryptAndDecode(Slice records);
-  Status ReadConnectionHeader();
-  Status HandleResponseFrame(wire::InboundResponse frame);
-  Status HandleRequestFrame(wire::InboundRequest frame);
-  Status HandleClientNegotiation(const wire::InboundResponse& frame);
-  Status HandleServerNegotiation(const wire::InboundRequest& frame);
+  void DecryptAndDecode(Slice records) REQUIRES(reactor_->loop_mu_);
+  Status ReadConnectionHeader() REQUIRES(reactor_->loop_mu_);
+  Status HandleResponseFrame(wire::InboundResponse frame) REQUIRES(reactor_->loop_mu_);
+  Status HandleRequestFrame(wire::InboundRequest frame) REQUIRES(reactor_->loop_mu_);
+  Status HandleClientNegotiation(const wire::InboundResponse& frame) REQUIRES(reactor_->loop_mu_);
+  Status HandleServerNegotiation(const wire::InboundRequest& frame) REQUIRES(reactor_->loop_mu_);
   TlsFeatures ClientTlsOffer() const;
-  Status ContinueTlsHandshake(Slice peer_token);
+  Status ContinueTlsHandshake(Slice peer_token) REQUIRES(reactor_->loop_mu_);
   // From here on, bytes queued go out as TLS records.
-  void StartTlsRecords();
-  void SendNegotiation(const wire::NegotiatePB& message);
-  void SendPendingCalls();
-  void SendCall(std::shared_ptr<ClientCall> call);
+  void StartTlsRecords() REQUIRES(reactor_->loop_mu_);
+  void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
+  void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
+  void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
   template <class Header>
-  void QueueMessage(Header* header, const google::protobuf::MessageLite& body);
-  void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame);
+  void QueueMessage(Header* header, const google::protobuf::MessageLite& body)
+      REQUIRES(reactor_->loop_mu_);
+  void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) REQUIRES(reactor_->loop_mu_);
   // Flush() with TLS records; false once the connection is shut down.
-  bool FlushRecords();
-  bool HasUnsentBytes() const {
+  bool FlushRecords() REQUIRES(reactor_->loop_mu_);
+  bool HasUnsentBytes() const REQUIRES(reactor_->loop_mu_) {
     return !outbound_.empty() || tls_wire_out_sent_ < tls_wire_out_.size();
   }
   // Server: answers with a fatal error, then closes once it is sent.
-  void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why);
-  void UpdateEpollInterest();
-  void OnNegotiationTimeout();
+  void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
+      REQUIRES(reactor_->loop_mu_);
+  void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
+  void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
   std::string ToString() const;
 
   Reactor* const reactor_;
@@ -144,32 +150,34 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   Socket socket_;
   const Sockaddr remote_;
   std::string user_;
-  State state_;
+  State state_ GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> closed_{false};
-  Status close_reason_;
+  Status close_reason_ GUARDED_BY(reactor_->loop_mu_);
 
   // Inbound side.
-  uint8_t conn_header_[7];
-  size_t conn_header_got_ = 0;
-  std::unique_ptr<wire::RequestDecoder> request_decoder_;
-  std::unique_ptr<wire::ResponseDecoder> response_decoder_;
-  std::vector<wire::InboundRequest> request_frames_;
-  std::vector<wire::InboundResponse> response_frames_;
+  uint8_t conn_header_[7] GUARDED_BY(reactor_->loop_mu_);
+  size_t conn_header_got_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  std::unique_ptr<wire::RequestDecoder> request_decoder_ GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<wire::ResponseDecoder> response_decoder_ GUARDED_BY(reactor_->loop_mu_);
+  std::vector<wire::InboundRequest> request_frames_ GUARDED_BY(reactor_->loop_mu_);
+  std::vector<wire::InboundResponse> response_frames_ GUARDED_BY(reactor_->loop_mu_);
 
   // Outbound side.
-  std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_;
-  size_t outbound_bytes_ = 0;
-  bool flush_requested_ = false;
-  bool epollout_ = false;
-  std::vector<iovec> iov_scratch_;
+  std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_ GUARDED_BY(reactor_->loop_mu_);
+  size_t outbound_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
+  std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // Client side.
-  int32_t next_call_id_ = 0;
-  std::deque<std::shared_ptr<ClientCall>> pending_calls_;  // waiting for negotiation
-  std::unordered_map<int32_t, std::shared_ptr<ClientCall>> client_calls_;
+  int32_t next_call_id_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  std::deque<std::shared_ptr<ClientCall>> pending_calls_  // waiting for negotiation
+      GUARDED_BY(reactor_->loop_mu_);
+  std::unordered_map<int32_t, std::shared_ptr<ClientCall>> client_calls_
+      GUARDED_BY(reactor_->loop_mu_);
 
   // Server side: calls received whose response has not yet been queued.
-  std::unordered_set<int32_t> server_call_ids_;
+  std::unordered_set<int32_t> server_call_ids_ GUARDED_BY(reactor_->loop_mu_);
   // server_call_ids_.size(), readable from workers: a response written by
   // its worker (Reactor::TryRunHere) pays off only when no other call of
   // the connection could share its writev.
@@ -177,26 +185,26 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
 
   // TLS: the session exists from the handshake on; records are used after
   // it unless both sides chose TLS_AUTHENTICATION_ONLY.
-  TlsFeatures tls_agreed_;
-  std::unique_ptr<TlsSession> tls_;
-  bool tls_records_ = false;  // outbound frames are encrypted
-  bool tls_reading_ = false;  // inbound bytes are records
+  TlsFeatures tls_agreed_ GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<TlsSession> tls_ GUARDED_BY(reactor_->loop_mu_);
+  bool tls_records_ GUARDED_BY(reactor_->loop_mu_) = false;  // outbound frames are encrypted
+  bool tls_reading_ GUARDED_BY(reactor_->loop_mu_) = false;  // inbound bytes are records
   // The handshake ended while frames were being decoded: the rest of the
   // decoder's buffer is records.
-  bool tls_switch_pending_ = false;
+  bool tls_switch_pending_ GUARDED_BY(reactor_->loop_mu_) = false;
   // Bytes for the socket once frames are encrypted: records, preceded at
   // the switch by the last clear frames.
-  std::string tls_wire_out_;
-  size_t tls_wire_out_sent_ = 0;
-  std::string tls_plain_out_;
+  std::string tls_wire_out_ GUARDED_BY(reactor_->loop_mu_);
+  size_t tls_wire_out_sent_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  std::string tls_plain_out_ GUARDED_BY(reactor_->loop_mu_);
   // Client, until negotiation ends: the raw bytes read since the switch to
   // records, in case they are the server's clear error frame instead.
-  std::string tls_raw_in_;
-  std::vector<uint8_t> tls_read_buf_;
+  std::string tls_raw_in_ GUARDED_BY(reactor_->loop_mu_);
+  std::vector<uint8_t> tls_read_buf_ GUARDED_BY(reactor_->loop_mu_);
 
-  TimerId negotiation_timer_;
+  TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;
-  MonoTime last_activity_;
+  MonoTime last_activity_ GUARDED_BY(reactor_->loop_mu_);
 };
 
 }  // namespace osprey::transport

@@ -64,10 +64,6 @@ Reactor::~Reactor() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-void Reactor::AssertCurrentThread() const {
-  DCHECK(IsCurrentThread()) << "reactor " << name_ << " method called from another thread";
-}
-
 Status Reactor::Start() {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return Status::NetworkError("epoll_create1", errno);

@@ -9,6 +9,7 @@
 // (it holds the reactor's loop lock meanwhile). They assert it.
 #pragma once
 
+#include <glog/logging.h>
 #include <sys/epoll.h>
 
 #include <atomic>
@@ -116,7 +117,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // Checks (in assertion builds) that this is the reactor's thread or its
   // borrower, and tells the analysis what that means: such a thread holds
   // the loop lock, which guards every reactor-thread-only field.
-  void AssertCurrentThread() const ASSERT_CAPABILITY(loop_mu_);
+  // Inline, so that in release builds it costs nothing.
+  void AssertCurrentThread() const ASSERT_CAPABILITY(loop_mu_) {
+    DCHECK(IsCurrentThread()) << "reactor " << name_ << " method called from another thread";
+  }
   const std::string& name() const { return name_; }
   const ConnectionOptions& options() const { return options_; }
   InboundCallHandler* inbound_handler() const { return handler_; }
@@ -152,6 +156,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void CollectConnections(std::vector<ConnectionInfo>* out) const;
 
  private:
+  // A connection's state is guarded by its reactor's loop lock too.
+  friend class Connection;
+
   void Loop();
   void RunTasks() REQUIRES(loop_mu_);
   void RunTimers() REQUIRES(loop_mu_);
