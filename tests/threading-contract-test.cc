@@ -543,20 +543,24 @@ TEST(ThreadingContractTest, HandlerShutsDownItsOwnServer) {
   }
 }
 
-// A handler blocked on something the test controls.
+// A handler blocked on something the test controls. The latches are shared
+// with the test, not on its stack: the worker that runs this outlives the
+// test's scope once it is let go.
+struct BlockedSleepLatches {
+  CountDownLatch started{1}, release{1}, destroyed{1};
+};
 class BlockedSleep : public CalculatorService {
  public:
-  BlockedSleep(CountDownLatch* started, CountDownLatch* release)
-      : started_(started), release_(release) {}
+  explicit BlockedSleep(std::shared_ptr<BlockedSleepLatches> l) : l_(std::move(l)) {}
+  ~BlockedSleep() override { l_->destroyed.CountDown(); }
   void Sleep(const SleepRequestPB*, SleepResponsePB*, RpcContext* ctx) override {
-    started_->CountDown();
-    release_->Wait();
+    l_->started.CountDown();
+    l_->release.Wait();
     ctx->RespondSuccess();  // after the shutdown: goes nowhere
   }
 
  private:
-  CountDownLatch* const started_;
-  CountDownLatch* const release_;
+  std::shared_ptr<BlockedSleepLatches> l_;
 };
 
 // Shutdown(handler_wait) with a handler that does not return: it gives up
@@ -566,14 +570,13 @@ class BlockedSleep : public CalculatorService {
 TEST(ThreadingContractTest, ShutdownWithADeadlineDoesNotWaitForABlockedHandler) {
   Watchdog dog(std::chrono::seconds(60));
   const int threads = ThreadCount(), fds = FdCount();
-  CountDownLatch started(1), release(1);
+  auto latches = std::make_shared<BlockedSleepLatches>();
   {
     std::shared_ptr<Messenger> server;
     ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
     ServicePoolOptions pool;
     pool.worker_threads = 1;
-    ASSERT_TRUE(
-        server->RegisterService(std::make_unique<BlockedSleep>(&started, &release), pool).ok());
+    ASSERT_TRUE(server->RegisterService(std::make_unique<BlockedSleep>(latches), pool).ok());
     Sockaddr addr;
     ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
     auto client = MakeClient(1);
@@ -592,7 +595,7 @@ TEST(ThreadingContractTest, ShutdownWithADeadlineDoesNotWaitForABlockedHandler) 
       ledger.Ran(0);
       done.CountDown();
     });
-    ASSERT_TRUE(started.WaitFor(MonoDelta::FromSeconds(10)));
+    ASSERT_TRUE(latches->started.WaitFor(MonoDelta::FromSeconds(10)));
     proxy.AddAsync(add, &add_resp, &add_ctl, [&] {  // queued behind the blocked one
       ledger.Ran(1);
       done.CountDown();
@@ -610,7 +613,9 @@ TEST(ThreadingContractTest, ShutdownWithADeadlineDoesNotWaitForABlockedHandler) 
     server.reset();
     client->Shutdown();
   }
-  release.CountDown();  // the handler returns; its thread and service go
+  latches->release.CountDown();  // the handler returns; its thread and service go
+  EXPECT_TRUE(latches->destroyed.WaitFor(MonoDelta::FromSeconds(10)))
+      << "the abandoned service was never freed";
   EXPECT_TRUE(BackTo(threads, fds));
 }
 
