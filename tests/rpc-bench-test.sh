@@ -301,6 +301,24 @@ start_server() {
   [[ "$ADDR" =~ ^[^:]+:[0-9]+$ && "${ADDR##*:}" -gt 0 ]] || fail "bad address in 'Listening on $ADDR'"
 }
 
+# stop_server: SIGTERM to the -server_only process, which must exit 0 within 10 s.
+stop_server() {
+  kill -0 "$SERVER_PID" 2>/dev/null || { show "$TMP/server.err"; fail "server died during the client run"; }
+  kill -TERM "$SERVER_PID"
+  for _ in $(seq 1 100); do  # up to 10 s
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$SERVER_PID" 2>/dev/null && { show "$TMP/server.err"; fail "server still running 10 s after SIGTERM"; }
+  local rc
+  set +e
+  wait "$SERVER_PID"
+  rc=$?
+  set -e
+  SERVER_PID=""
+  [[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+}
+
 CHECK="-server_only server start"
 start_server
 
@@ -322,19 +340,7 @@ check_text_run optclient 0
 ENC="$ENC_CLEAR"
 
 CHECK="-server_only shutdown on SIGTERM"
-kill -0 "$SERVER_PID" 2>/dev/null || { show "$TMP/server.err"; fail "server died during the client run"; }
-kill -TERM "$SERVER_PID"
-for _ in $(seq 1 100); do  # up to 10 s
-  kill -0 "$SERVER_PID" 2>/dev/null || break
-  sleep 0.1
-done
-kill -0 "$SERVER_PID" 2>/dev/null && { show "$TMP/server.err"; fail "server still running 10 s after SIGTERM"; }
-set +e
-wait "$SERVER_PID"
-rc=$?
-set -e
-SERVER_PID=""
-[[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+stop_server
 
 # A -server_only server at --rpc_encryption=required (Kudu's server flag):
 # a client without TLS is refused with the server's reason; an optional
@@ -355,13 +361,8 @@ ENC='1 (negotiated TLS (encrypted); rpc_encryption=required, loopback encrypted)
 run encclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
 check_text_run encclient 0
 ENC="$ENC_CLEAR"
-kill -TERM "$SERVER_PID"
-set +e
-wait "$SERVER_PID"
-rc=$?
-set -e
-SERVER_PID=""
-[[ $rc -eq 0 ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "server exit status $rc, expected 0"; }
+CHECK="-server_only --rpc_encryption=required shutdown on SIGTERM"
+stop_server
 
 # ---------------------------------------------------- wrong answers mid-run
 if [[ -n "$WRONG_SERVER" ]]; then

@@ -22,6 +22,7 @@
 #include "osprey/base/socket.h"
 #include "osprey/transport/reactor.h"
 #include "rpc_test_util.h"
+#include "wire_test_util.h"
 
 namespace osprey::rpc_test {
 namespace {
@@ -169,29 +170,6 @@ TEST(ThreadingContractTest, CallbacksRunOnReactorsWhenTheConnectionFailsMidBorro
   }
 }
 
-// Reads one length-prefixed frame.
-Status ReadFrame(Socket* s, std::string* frame) {
-  uint8_t len[4];
-  OSPREY_RETURN_NOT_OK(s->ReadAll(len, 4));
-  uint32_t n =
-      (uint32_t{len[0]} << 24) | (uint32_t{len[1]} << 16) | (uint32_t{len[2]} << 8) | len[3];
-  frame->resize(n);
-  return s->ReadAll(reinterpret_cast<uint8_t*>(frame->data()), n);
-}
-
-std::string Golden(const std::string& path) {
-  std::string full = std::string(OSPREY_TESTDATA_DIR) + "/kudu-wire/" + path;
-  FILE* f = std::fopen(full.c_str(), "rb");
-  EXPECT_NE(nullptr, f) << "cannot open " << full;
-  std::string out;
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  std::fclose(f);
-  return out;
-}
-
 // The case that deadlocked every time: a server that negotiates (Kudu's
 // recorded answers) and then stops reading, so the client's outbound queue
 // holds bytes; async calls whose callbacks try a sync call; then a sync
@@ -201,8 +179,10 @@ std::string Golden(const std::string& path) {
 // call is refused at once.
 TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReactor) {
   Watchdog dog(std::chrono::seconds(60));
-  const std::string s2c = Golden("plain/s2c.bin");
+  const std::string s2c = Golden("s2c.bin");
   ASSERT_GE(s2c.size(), 53u);
+  // A small receive buffer, set before listen() so that accepted sockets
+  // take it: the client's bytes back up into its own queue sooner.
   Socket listener;
   ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
   int small = 4096;
@@ -244,11 +224,11 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
   std::string header(7, '\0'), frame;
   ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
-  ASSERT_TRUE(ReadFrame(&conn, &frame).ok());  // NEGOTIATE
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // NEGOTIATE
   ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()), 34).ok());
-  ASSERT_TRUE(ReadFrame(&conn, &frame).ok());  // SASL_INITIATE
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // SASL_INITIATE
   ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 34, 19).ok());
-  ASSERT_TRUE(ReadFrame(&conn, &frame).ok());  // connection context
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
   // From here on the server reads nothing. Fill the socket buffers, then
   // the client's queue, to somewhere below the limit.
   int issued = 1;
@@ -749,11 +729,8 @@ TEST(ThreadingContractTest, QueuedCallsOfAVanishedClientAreDropped) {
 // A negotiation that times out names its connection once.
 TEST(ThreadingContractTest, ErrorMessagesNameTheirConnectionOnce) {
   Socket listener;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(4).ok());
   Sockaddr addr;
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());  // accepts, never answers
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());  // never accepts: never answers
   auto client = MakeClient(
       1, MessengerBuilder("client").set_negotiation_timeout(MonoDelta::FromMilliseconds(200)));
   Status s = CallFail(client, addr, "x");
