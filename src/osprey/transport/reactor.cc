@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "osprey/transport/client_call.h"
@@ -32,14 +33,14 @@ bool Reactor::BeginBorrow() {
 
 void Reactor::EndBorrow() {
   FlushRequested();
-  bool wake = !timers_.empty() && timers_.begin()->first.when < planned_wake_;
+  bool wake = timers_.NextDeadline() < planned_wake_;
   {
     MutexLock l(task_mu_);
     wake |= !inbox_.empty();
   }
   tls_borrowed = nullptr;
   loop_mu_.Unlock();
-  // Closed connections stay in closed_conns_ for the reactor to free: the
+  // Closed connections stay in the table's closed list for the reactor to free: the
   // events it may be holding from its last epoll_wait can still name them.
   if (wake) Wake();
 }
@@ -169,19 +170,16 @@ void Reactor::RemoveFd(int fd) {
 
 TimerId Reactor::ScheduleTimer(MonoTime when, std::function<void()> fn) {
   AssertCurrentThread();
-  TimerId id{when, next_timer_seq_++};
-  timers_.emplace(id, std::move(fn));
-  return id;
+  return timers_.Add(when, std::move(fn));
 }
 
 void Reactor::CancelTimer(TimerId id) {
   AssertCurrentThread();
-  timers_.erase(id);
+  timers_.Cancel(id);
 }
 
 int Reactor::NextTimeoutMillis() const {
-  MonoTime next = next_idle_check_;
-  if (!timers_.empty() && timers_.begin()->first.when < next) next = timers_.begin()->first.when;
+  MonoTime next = std::min(next_idle_check_, timers_.NextDeadline());
   MonoDelta d = next - MonoTime::Now();
   if (d <= MonoDelta()) return 0;
   // Round up so the timer has expired when epoll_wait returns.
@@ -190,10 +188,7 @@ int Reactor::NextTimeoutMillis() const {
 
 void Reactor::RunTimers() {
   MonoTime now = MonoTime::Now();
-  while (!timers_.empty() && timers_.begin()->first.when <= now) {
-    auto node = timers_.extract(timers_.begin());
-    node.mapped()();
-  }
+  timers_.RunExpired(now);
   if (now >= next_idle_check_) {
     CheckIdleConnections();
     next_idle_check_ = now + std::min(MonoDelta::FromSeconds(1),
@@ -205,8 +200,8 @@ void Reactor::RunTimers() {
 void Reactor::CheckIdleConnections() {
   MonoTime cutoff = MonoTime::Now() - options_.idle_timeout;
   std::vector<std::shared_ptr<Connection>> idle;
-  for (auto& [ptr, conn] : all_conns_) {
-    if (conn->IdleSince(cutoff)) idle.push_back(conn);
+  for (auto& conn : conns_.Snapshot()) {
+    if (conn->IdleSince(cutoff)) idle.push_back(std::move(conn));
   }
   for (auto& conn : idle) {
     VLOG(1) << name_ << ": closing idle connection to " << conn->remote().ToString();
@@ -271,7 +266,7 @@ void Reactor::Loop() {
     RunTimers();
     // Write everything the events, tasks and timers queued.
     FlushRequested();
-    closed_conns_.clear();
+    conns_.ReleaseClosed();
   }
 
   // Shutting down. First run what is queued: responses that workers handed
@@ -290,8 +285,8 @@ void Reactor::Loop() {
     CloseAllConnections(Status::Aborted("messenger " + name_ + " is shutting down"));
   }
   // Remaining timers belong to finished calls or closed connections.
-  timers_.clear();
-  closed_conns_.clear();
+  timers_.Clear();
+  conns_.Clear();
   flush_list_.clear();
   loop_mu_.Unlock();
 }
@@ -299,13 +294,10 @@ void Reactor::Loop() {
 void Reactor::CloseAllConnections(const Status& why) {
   // Flush what is queued (responses, fatal errors) as far as the kernel
   // takes it without blocking, then close.
-  std::vector<std::shared_ptr<Connection>> conns;
-  for (auto& [ptr, conn] : all_conns_) conns.push_back(conn);
+  std::vector<std::shared_ptr<Connection>> conns = conns_.Snapshot();
   for (auto& c : conns) c->Flush();
   for (auto& c : conns) c->Shutdown(why);
-  all_conns_.clear();
-  client_conns_.clear();
-  closed_conns_.clear();
+  conns_.Clear();
   flush_list_.clear();
 }
 
@@ -344,8 +336,8 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     });
   }
 
-  auto it = client_conns_.find(key);
-  if (it == client_conns_.end() || it->second->is_shut_down()) {
+  Connection* target = conns_.FindClient(key);
+  if (target == nullptr) {
     Socket sock;
     Status s = sock.Init(key.remote);
     if (s.ok()) s = sock.SetNonBlocking(true);
@@ -358,8 +350,8 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     }
     auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
                                              key.remote, key.user);
-    all_conns_[conn.get()] = conn;
-    it = client_conns_.insert_or_assign(key, conn).first;
+    target = conn.get();
+    conns_.AddClient(key, conn);
     s = conn->Start(in_progress);
     if (!s.ok()) {
       conn->Shutdown(s);
@@ -367,38 +359,29 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
       return;
     }
   }
-  it->second->QueueCall(std::move(call));
+  target->QueueCall(std::move(call));
 }
 
 void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {
   AssertCurrentThread();
   if (closing()) return;  // dropping it closes the socket
-  all_conns_[conn.get()] = conn;
+  conns_.AddServer(conn);
   Status s = conn->Start(false);
   if (!s.ok()) conn->Shutdown(s);
 }
 
 void Reactor::CollectConnections(std::vector<ConnectionInfo>* out) const {
   AssertCurrentThread();
-  for (const auto& [ptr, conn] : all_conns_) {
-    if (!conn->is_shut_down()) out->push_back(conn->Info());
-  }
+  conns_.ForEach([out](const Connection& conn) {
+    if (!conn.is_shut_down()) out->push_back(conn.Info());
+  });
 }
 
 void Reactor::RemoveConnection(Connection* conn) {
   AssertCurrentThread();
-  auto it = all_conns_.find(conn);
-  if (it == all_conns_.end()) return;
-  // Keep it alive until the end of this loop iteration: it may be on the
+  // Kept alive until the end of this loop iteration: it may be on the
   // stack below us.
-  closed_conns_.push_back(std::move(it->second));
-  all_conns_.erase(it);
-  for (auto c = client_conns_.begin(); c != client_conns_.end(); ++c) {
-    if (c->second.get() == conn) {
-      client_conns_.erase(c);
-      break;
-    }
-  }
+  conns_.Remove(conn);
 }
 
 }  // namespace osprey::transport

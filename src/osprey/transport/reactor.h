@@ -30,7 +30,9 @@
 #include "osprey/base/status.h"
 #include "osprey/base/task.h"
 #include "osprey/transport/connection_options.h"
+#include "osprey/transport/connection_table.h"
 #include "osprey/transport/timer_id.h"
+#include "osprey/transport/timer_queue.h"
 #include "osprey/wire/frame_encoder.h"
 
 namespace osprey::transport {
@@ -44,18 +46,6 @@ class EventHandler {
  public:
   virtual ~EventHandler() = default;
   virtual void HandleEvents(uint32_t epoll_events) = 0;
-};
-
-// Where a client call goes: one connection per (address, user).
-struct ConnectionKey {
-  Sockaddr remote;
-  std::string user;
-  bool operator==(const ConnectionKey& o) const { return remote == o.remote && user == o.user; }
-};
-struct ConnectionKeyHash {
-  size_t operator()(const ConnectionKey& k) const {
-    return k.remote.Hash() * 31 + std::hash<std::string>()(k.user);
-  }
 };
 
 // Owned by its Messenger through a shared_ptr, and shared by every
@@ -220,13 +210,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
 
   // Reactor thread only: guarded by the loop lock, which that thread (or
   // its borrower) holds whenever it touches them.
-  std::map<TimerId, std::function<void()>> timers_ GUARDED_BY(loop_mu_);
-  uint64_t next_timer_seq_ GUARDED_BY(loop_mu_) = 1;
-  std::unordered_map<ConnectionKey, std::shared_ptr<Connection>, ConnectionKeyHash> client_conns_
-      GUARDED_BY(loop_mu_);
-  std::unordered_map<Connection*, std::shared_ptr<Connection>> all_conns_ GUARDED_BY(loop_mu_);
+  TimerQueue timers_ GUARDED_BY(loop_mu_);
+  ConnectionTable conns_ GUARDED_BY(loop_mu_);
   std::vector<Connection*> flush_list_ GUARDED_BY(loop_mu_);
-  std::vector<std::shared_ptr<Connection>> closed_conns_ GUARDED_BY(loop_mu_);
   MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
   MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
 };
