@@ -96,9 +96,12 @@ void Connection::OnConnected() {
     Shutdown(Status::NetworkError("connect to " + remote_.ToString() + " failed: " + s.ToString()));
     return;
   }
-  state_ = State::kAwaitingNegotiate;
+  state_ = State::kNegotiating;
+  const ConnectionOptions& o = reactor_->options();
+  client_negotiator_ = std::make_unique<ClientNegotiator>(
+      user_, ClientTlsOffer(), o.encryption == RpcEncryption::kRequired, o.tls_client.get());
   QueueFrame(wire::OutboundFrame::FromBytes(wire::ConnectionHeaderBytes()));
-  SendNegotiation(ClientNegotiateRequest(ClientTlsOffer()));
+  SendNegotiation(client_negotiator_->Start());
 }
 
 TlsFeatures Connection::ClientTlsOffer() const {
@@ -156,7 +159,13 @@ Status Connection::ReadConnectionHeader() {
   }
   OSPREY_RETURN_NOT_OK(
       wire::ValidateConnectionHeader(Slice(conn_header_, wire::kConnectionHeaderSize)));
-  state_ = State::kAwaitingNegotiate;
+  const ConnectionOptions& o = reactor_->options();
+  ServerTlsPolicy policy;
+  policy.available = o.encryption != RpcEncryption::kDisabled && o.tls_server != nullptr;
+  policy.required = o.encryption == RpcEncryption::kRequired;
+  policy.allow_authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
+  server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get());
+  state_ = State::kNegotiating;
   return Status::OK();
 }
 
@@ -364,28 +373,12 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
   if (!pb.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
     return Status::NetworkError("server sent a negotiation message that does not parse");
   }
-  if (state_ == State::kAwaitingNegotiate) {
-    const ConnectionOptions& o = reactor_->options();
-    OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(
-        pb, ClientTlsOffer(), o.encryption == RpcEncryption::kRequired, &tls_agreed_));
-    if (tls_agreed_.tls) {
-      OSPREY_RETURN_NOT_OK(o.tls_client->NewSession(&tls_));
-      state_ = State::kTlsHandshake;
-      return ContinueTlsHandshake(Slice());
-    }
-    SendNegotiation(ClientSaslInitiate(user_));
-    state_ = State::kAwaitingSasl;
-    return Status::OK();
-  }
-  if (state_ == State::kTlsHandshake) {
-    if (pb.step() != NegotiatePB::TLS_HANDSHAKE) {
-      return Status::NetworkError("negotiation: expected TLS_HANDSHAKE from server, got " +
-                                  StepName(pb));
-    }
-    return ContinueTlsHandshake(pb.tls_handshake());
-  }
-  if (state_ == State::kAwaitingSasl) {
-    OSPREY_RETURN_NOT_OK(ClientCheckSaslSuccess(pb));
+  NegotiationSteps steps;
+  OSPREY_RETURN_NOT_OK(client_negotiator_->Handle(pb, &steps));
+  std::unique_ptr<TlsSession> session;
+  if (steps.tls_handshake_done) session = client_negotiator_->TakeTlsSession();
+  ApplyNegotiationSteps(steps, client_negotiator_->agreed(), std::move(session));
+  if (steps.done) {
     RequestHeader header;
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, ClientConnectionContext(user_));
@@ -393,30 +386,21 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
     negotiation_timer_ = {};
     SendPendingCalls();
-    return Status::OK();
   }
-  return Status::NetworkError("unexpected negotiation message from server");
+  return Status::OK();
 }
 
-Status Connection::ContinueTlsHandshake(Slice peer_token) {
-  std::string token;
-  bool done = false;
-  OSPREY_RETURN_NOT_OK(tls_->Handshake(peer_token, &token, &done));
-  if (!token.empty()) {
-    NegotiatePB step;
-    step.set_step(NegotiatePB::TLS_HANDSHAKE);
-    step.set_tls_handshake(std::move(token));
-    SendNegotiation(step);
-  } else if (!done) {
-    return Status::NotAuthorized("TLS handshake: the peer's token was incomplete");
+void Connection::ApplyNegotiationSteps(const NegotiationSteps& steps, const TlsFeatures& agreed,
+                                       std::unique_ptr<TlsSession> session) {
+  if (steps.tls_handshake_done) {
+    tls_ = std::move(session);
+    tls_agreed_ = agreed;
   }
-  if (!done) return Status::OK();
-  if (!tls_agreed_.authentication_only) StartTlsRecords();
-  // The SASL exchange follows at once, without waiting for an answer: with
-  // TLS 1.3 the client's last token needs none.
-  if (role_ == Role::kClient) SendNegotiation(ClientSaslInitiate(user_));
-  state_ = State::kAwaitingSasl;
-  return Status::OK();
+  for (size_t i = 0; i < steps.send.size(); ++i) {
+    if (static_cast<int>(i) == steps.records_from) StartTlsRecords();
+    SendNegotiation(steps.send[i]);
+  }
+  if (steps.records_from == static_cast<int>(steps.send.size())) StartTlsRecords();
 }
 
 void Connection::StartTlsRecords() {
@@ -508,9 +492,7 @@ void Connection::ForgetCall(ClientCall* call) {
 Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
   int32_t id = frame.header.call_id();
   switch (state_) {
-    case State::kAwaitingNegotiate:
-    case State::kTlsHandshake:
-    case State::kAwaitingSasl:
+    case State::kNegotiating:
       if (id != kNegotiationCallId) {
         Status s = Status::Corruption("call id " + std::to_string(id) +
                                       " received before negotiation finished");
@@ -572,39 +554,19 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
     SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
     return s;
   }
-  NegotiatePB answer;
-  Status s;
-  State next = State::kAwaitingSasl;
-  if (state_ == State::kAwaitingNegotiate) {
-    const ConnectionOptions& o = reactor_->options();
-    ServerTlsPolicy policy;
-    policy.available = o.encryption != RpcEncryption::kDisabled && o.tls_server != nullptr;
-    policy.required = o.encryption == RpcEncryption::kRequired;
-    policy.allow_authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
-    s = ServerAnswerNegotiate(in, policy, &answer, &tls_agreed_);
-    if (s.ok() && tls_agreed_.tls) {
-      s = o.tls_server->NewSession(&tls_);
-      next = State::kTlsHandshake;
-    }
-  } else if (state_ == State::kTlsHandshake) {
-    if (in.step() != NegotiatePB::TLS_HANDSHAKE) {
-      s = Status::NotAuthorized("negotiation: expected TLS_HANDSHAKE, got " + StepName(in));
-    } else {
-      s = ContinueTlsHandshake(in.tls_handshake());
-      if (s.ok()) return s;  // it answered, and moved on when done
-    }
-  } else {
-    std::string user;
-    s = ServerAnswerSaslInitiate(in, &user, &answer);
-    if (s.ok()) user_ = user;
-    next = State::kAwaitingContext;
-  }
+  NegotiationSteps steps;
+  Status s = server_negotiator_->Handle(in, &steps);
   if (!s.ok()) {
     SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
     return s;
   }
-  SendNegotiation(answer);
-  state_ = next;
+  std::unique_ptr<TlsSession> session;
+  if (steps.tls_handshake_done) session = server_negotiator_->TakeTlsSession();
+  ApplyNegotiationSteps(steps, server_negotiator_->agreed(), std::move(session));
+  if (steps.done) {
+    user_ = server_negotiator_->user();
+    state_ = State::kAwaitingContext;
+  }
   return Status::OK();
 }
 

@@ -1,6 +1,8 @@
 // Connection: one TCP connection, client or server side. It owns the socket,
 // the incremental frame decoder of its inbound side and the queue of frames
-// to send, and it runs negotiation as a non-blocking state machine.
+// to send. Negotiation is a ClientNegotiator or ServerNegotiator
+// (negotiator.h): the connection parses negotiation frames, feeds them in,
+// and sends what comes back, switching to TLS records where it says.
 //
 // With TLS negotiated (and not TLS_AUTHENTICATION_ONLY), every byte after
 // the handshake is a TLS record: frames are encrypted on their way out of
@@ -30,6 +32,7 @@
 #include "osprey/base/status.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/negotiation.h"
+#include "osprey/transport/negotiator.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
 #include "osprey/wire/frame_decoder.h"
@@ -98,9 +101,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   enum class State {
     kConnecting,                // client: TCP connect in progress
     kAwaitingConnectionHeader,  // server
-    kAwaitingNegotiate,         // both: NEGOTIATE sent (client) / expected (server)
-    kTlsHandshake,              // both: a TLS_HANDSHAKE token from the peer expected
-    kAwaitingSasl,              // both: SASL_INITIATE sent (client) / expected (server)
+    kNegotiating,               // both: NEGOTIATE, TLS_HANDSHAKE, SASL (the negotiator's steps)
     kAwaitingContext,           // server: connection context expected
     kOpen,
     kClosingAfterFlush,  // server: a fatal error is queued, then close
@@ -119,7 +120,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   Status HandleClientNegotiation(const wire::InboundResponse& frame) REQUIRES(reactor_->loop_mu_);
   Status HandleServerNegotiation(const wire::InboundRequest& frame) REQUIRES(reactor_->loop_mu_);
   TlsFeatures ClientTlsOffer() const;
-  Status ContinueTlsHandshake(Slice peer_token) REQUIRES(reactor_->loop_mu_);
+  // Sends what a negotiator asked for, switching to TLS records where it
+  // said; `session` is the negotiator's once its handshake is done.
+  void ApplyNegotiationSteps(const NegotiationSteps& steps, const TlsFeatures& agreed,
+                             std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
   // From here on, bytes queued go out as TLS records.
   void StartTlsRecords() REQUIRES(reactor_->loop_mu_);
   void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
@@ -185,6 +189,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
 
   // TLS: the session exists from the handshake on; records are used after
   // it unless both sides chose TLS_AUTHENTICATION_ONLY.
+  // One of these runs the negotiation, by role.
+  std::unique_ptr<ClientNegotiator> client_negotiator_ GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<ServerNegotiator> server_negotiator_ GUARDED_BY(reactor_->loop_mu_);
   TlsFeatures tls_agreed_ GUARDED_BY(reactor_->loop_mu_);
   std::unique_ptr<TlsSession> tls_ GUARDED_BY(reactor_->loop_mu_);
   bool tls_records_ GUARDED_BY(reactor_->loop_mu_) = false;  // outbound frames are encrypted
