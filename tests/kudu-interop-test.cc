@@ -35,6 +35,24 @@ class KuduCalculator : public kudu::rpc_test::CalculatorServiceIf {
   }
 };
 
+// One Add call in flight from `client` to `addr`, for the tests that play a
+// Kudu server by hand and read what the client sends.
+struct PendingAdd {
+  PendingAdd(const std::shared_ptr<Messenger>& client, const Sockaddr& addr, uint32_t x, uint32_t y,
+             MonoDelta timeout)
+      : proxy(client, addr) {
+    req.set_x(x);
+    req.set_y(y);
+    ctl.set_timeout(timeout);
+    proxy.AddAsync(req, &resp, &ctl, [this] { done.CountDown(); });
+  }
+  kudu::rpc_test::CalculatorServiceProxy proxy;
+  kudu::rpc_test::AddRequestPB req;
+  kudu::rpc_test::AddResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done{1};
+};
+
 // An Osprey server with Kudu's test CalculatorService on a loopback port.
 class KuduServerTest : public ::testing::Test {
  protected:
@@ -226,15 +244,7 @@ TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
                   .set_rpc_encryption(RpcEncryption::kOptional)
                   .Build(&client)
                   .ok());
-  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
-  kudu::rpc_test::AddRequestPB req;
-  req.set_x(1);
-  req.set_y(2);
-  kudu::rpc_test::AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(5));
-  CountDownLatch done(1);
-  proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  PendingAdd call(client, addr, 1, 2, MonoDelta::FromSeconds(5));
 
   Socket conn;
   Sockaddr remote;
@@ -244,8 +254,8 @@ TEST(KuduTlsInteropTest, OspreyTlsClientSendsKuduNegotiate) {
   ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(got.data()), got.size()).ok());
   EXPECT_EQ(Slice(c2s.substr(0, 36)).ToDebugString(), Slice(got).ToDebugString());
   conn.Close();
-  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-  EXPECT_FALSE(ctl.status().ok());
+  ASSERT_TRUE(call.done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_FALSE(call.ctl.status().ok());
 }
 
 std::vector<uint32_t> Flags(const google::protobuf::RepeatedField<uint32_t>& r) {
@@ -354,15 +364,7 @@ TEST(KuduReplayTest, EncryptedLoopbackClientAnswersWithATlsHandshake) {
                     .set_rpc_encrypt_loopback(true)
                     .Build(&client)
                     .ok());
-    kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
-    kudu::rpc_test::AddRequestPB req;
-    req.set_x(0);
-    req.set_y(1000);
-    kudu::rpc_test::AddResponsePB resp;
-    RpcController ctl;
-    ctl.set_timeout(MonoDelta::FromSeconds(10));
-    CountDownLatch done(1);
-    proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+    PendingAdd call(client, addr, 0, 1000, MonoDelta::FromSeconds(10));
 
     Socket conn;
     Sockaddr remote;
@@ -390,8 +392,8 @@ TEST(KuduReplayTest, EncryptedLoopbackClientAnswersWithATlsHandshake) {
     EXPECT_EQ('\x16', token[0]);
     EXPECT_EQ('\x01', token[5]);
     conn.Close();
-    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-    EXPECT_FALSE(ctl.status().ok());
+    ASSERT_TRUE(call.done.WaitFor(MonoDelta::FromSeconds(10)));
+    EXPECT_FALSE(call.ctl.status().ok());
   }
 }
 

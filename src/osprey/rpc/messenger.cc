@@ -23,8 +23,7 @@ MessengerBuilder::MessengerBuilder(std::string name)
 transport::ConnectionOptions& MessengerBuilder::MutableOptions() {
   if (options_.use_count() > 1)
     options_ = std::make_shared<transport::ConnectionOptions>(*options_);
-  // Only this builder holds it now.
-  return const_cast<transport::ConnectionOptions&>(*options_);
+  return *options_;  // only this builder holds it now
 }
 
 MessengerBuilder& MessengerBuilder::set_num_reactors(int n) {

@@ -82,7 +82,7 @@ class MessengerBuilder {
   transport::ConnectionOptions& MutableOptions();
   std::string name_;
   int num_reactors_ = 4;
-  std::shared_ptr<const transport::ConnectionOptions> options_;
+  std::shared_ptr<transport::ConnectionOptions> options_;
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
 };
 

@@ -133,7 +133,6 @@ bool Reactor::Post(F&& add) {
 }
 
 void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {
-  call->RequestCancel();
   Schedule([call = std::move(call), why]() {
     if (call->finished()) return;
     if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());

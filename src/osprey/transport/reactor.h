@@ -78,7 +78,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
                         std::unique_ptr<wire::OutboundFrame> frame);
 
   // Any thread: completes `call` with `why` on the reactor (for Cancel) unless
-  // it finished first.
+  // it finished first. The caller has set the call's cancel flag, which
+  // covers a call this reactor has not received yet.
   void AbortCall(std::shared_ptr<ClientCall> call, const Status& why);
 
   // True on any reactor thread of any Messenger: blocking there deadlocks.
