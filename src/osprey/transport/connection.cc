@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include <functional>
+
 #include "osprey/transport/negotiation.h"
 #include "osprey/wire/connection_header.h"
 
@@ -23,12 +25,20 @@ constexpr int32_t kConnectionErrorCallId = -1;
 // the others on this reactor.
 constexpr int kMaxReadsPerEvent = 16;
 constexpr size_t kMaxFramesPerWritev = 128;
-// Plaintext encrypted at once: big enough for few records per syscall,
-// small enough that a large response is not held twice, whole.
-constexpr size_t kTlsEncryptBatch = 256 * 1024;
-constexpr size_t kTlsReadChunk = 64 * 1024;
-// Pieces of a frame below this size are copied together before encryption.
-constexpr size_t kTlsGatherBelow = 4096;
+
+// The frame decoder of one role, as TLS sees it.
+template <class Decoder>
+class DecoderSink : public PlaintextSink {
+ public:
+  DecoderSink(Decoder* decoder, std::function<bool(size_t)> decode)
+      : decoder_(decoder), decode_(std::move(decode)) {}
+  uint8_t* WriteSpace(size_t* space) override { return decoder_->WriteSpace(space); }
+  bool Wrote(size_t n) override { return decode_(n); }
+
+ private:
+  Decoder* const decoder_;
+  const std::function<bool(size_t)> decode_;
+};
 
 }  // namespace
 
@@ -186,16 +196,14 @@ void Connection::ReadAvailable() {
     size_t space, n;
     uint8_t* dst;
     if (tls_reading_) {
-      if (tls_read_buf_.empty()) tls_read_buf_.resize(kTlsReadChunk);
-      dst = tls_read_buf_.data();
-      space = tls_read_buf_.size();
+      dst = tls_->ReadBuffer(&space);
     } else {
       dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
                                    : request_decoder_->WriteSpace(&space);
     }
     Status s = socket_.Read(dst, space, &n);
     if (!s.ok()) {
-      if (role_ == Role::kServer && server_call_ids_.empty() && state_ == State::kOpen) {
+      if (role_ == Role::kServer && server_calls_.empty() && state_ == State::kOpen) {
         VLOG(1) << ToString() << ": " << s.ToString();
       } else if (role_ == Role::kServer) {
         LOG(INFO) << ToString() << ": peer went away: " << s.ToString();
@@ -272,60 +280,56 @@ void Connection::DecodeFrames(size_t n) {
 }
 
 void Connection::DecryptAndDecode(Slice records) {
-  if (role_ == Role::kClient && state_ != State::kOpen) {
-    // Kept until negotiation ends: see the clear error frame below.
-    tls_raw_in_.append(reinterpret_cast<const char*>(records.data()), records.size());
-  } else if (!tls_raw_in_.empty()) {
-    std::string().swap(tls_raw_in_);
-  }
-  // Plaintext goes straight into the frame decoder's buffer.
-  tls_->FeedRecords(records);
+  auto decode = [this](size_t n) {
+    reactor_->AssertCurrentThread();  // the sink runs inside Decrypt, below
+    DecodeFrames(n);
+    return state_ != State::kClosed && state_ != State::kClosingAfterFlush;
+  };
   Status ts;
-  while (state_ != State::kClosed && state_ != State::kClosingAfterFlush) {
-    size_t space, n;
-    uint8_t* dst = role_ == Role::kClient ? response_decoder_->WriteSpace(&space)
-                                          : request_decoder_->WriteSpace(&space);
-    ts = tls_->ReadPlaintext(dst, space, &n);
-    if (n > 0) DecodeFrames(n);
-    if (!ts.ok() || n == 0) break;
+  bool answered;
+  if (role_ == Role::kClient) {
+    DecoderSink<wire::ResponseDecoder> sink(response_decoder_.get(), decode);
+    ts = tls_->Decrypt(records, &sink, &answered);
+  } else {
+    DecoderSink<wire::RequestDecoder> sink(request_decoder_.get(), decode);
+    ts = tls_->Decrypt(records, &sink, &answered);
   }
-  // Left early (closing): the session must not keep pointing at `records`.
-  tls_->FeedRecords(Slice());
-  // Whatever OpenSSL had to answer while reading (an alert, say).
-  size_t before = tls_wire_out_.size();
-  tls_->TakeOutput(&tls_wire_out_);
-  if (tls_wire_out_.size() != before && !flush_requested_ && state_ != State::kClosed) {
+  if (state_ == State::kClosed) return;
+  if (answered && !flush_requested_) {
     flush_requested_ = true;
     reactor_->RequestFlush(this);
   }
-  if (ts.ok() || state_ == State::kClosed) return;
+  if (ts.ok()) return;
   if (ts.IsAborted()) {
     VLOG(1) << ToString() << ": " << ts.ToString();
     Shutdown(Status::NetworkError("peer ended the TLS session (close_notify)"));
     return;
   }
-  if (role_ == Role::kClient && state_ != State::kOpen && !tls_raw_in_.empty() &&
-      tls_raw_in_[0] == '\0') {
+  if (role_ == Role::kClient && state_ != State::kOpen) {
+    std::string raw = tls_->TakeRawInput();
     // A server that rejects this client's certificate learns so only after
     // the client has switched to records, and answers with a clear error
-    // frame (whose length starts with 0, never a TLS record type). Read the
-    // rest of the connection as clear frames, to report the server's reason.
-    tls_reading_ = false;
-    std::string raw;
-    raw.swap(tls_raw_in_);
-    Slice rest(raw);
-    while (!rest.empty() && state_ != State::kClosed) {
-      size_t space;
-      uint8_t* dst = response_decoder_->WriteSpace(&space);
-      size_t k = std::min(space, rest.size());
-      memcpy(dst, rest.data(), k);
-      rest.remove_prefix(k);
-      DecodeFrames(k);
+    // frame (whose length starts with 0, never a TLS record type).
+    if (!raw.empty() && raw[0] == '\0') {
+      DecodeClearErrorFrame(raw);
+      return;
     }
-    return;
   }
   LOG(WARNING) << ToString() << ": " << ts.ToString();
   Shutdown(ts);
+}
+
+void Connection::DecodeClearErrorFrame(const std::string& raw) {
+  tls_reading_ = false;
+  Slice rest(raw);
+  while (!rest.empty() && state_ != State::kClosed) {
+    size_t space;
+    uint8_t* dst = response_decoder_->WriteSpace(&space);
+    size_t k = std::min(space, rest.size());
+    memcpy(dst, rest.data(), k);
+    rest.remove_prefix(k);
+    DecodeFrames(k);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -344,14 +348,12 @@ Status Connection::HandleResponseFrame(wire::InboundResponse frame) {
     }
     return Status::NetworkError("server sent a frame with invalid call id " + std::to_string(id));
   }
-  auto it = client_calls_.find(id);
-  if (it == client_calls_.end()) {
+  std::shared_ptr<ClientCall> call = client_calls_.TakeSent(id);
+  if (call == nullptr) {
     // The call timed out or was cancelled: its late response is dropped.
     VLOG(2) << ToString() << ": dropping response to finished call " << id;
     return Status::OK();
   }
-  std::shared_ptr<ClientCall> call = std::move(it->second);
-  client_calls_.erase(it);
   call->FinishWithResponse(std::move(frame));
   return Status::OK();
 }
@@ -383,6 +385,7 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, ClientConnectionContext(user_));
     state_ = State::kOpen;
+    if (tls_ != nullptr) tls_->set_keep_raw_input(false);
     if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
     negotiation_timer_ = {};
     SendPendingCalls();
@@ -393,29 +396,26 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
 void Connection::ApplyNegotiationSteps(const NegotiationSteps& steps, const TlsFeatures& agreed,
                                        std::unique_ptr<TlsSession> session) {
   if (steps.tls_handshake_done) {
-    tls_ = std::move(session);
-    tls_agreed_ = agreed;
+    security_ = agreed.authentication_only ? ConnectionSecurity::kTlsAuthenticationOnly
+                                           : ConnectionSecurity::kTlsEncrypted;
   }
   for (size_t i = 0; i < steps.send.size(); ++i) {
-    if (static_cast<int>(i) == steps.records_from) StartTlsRecords();
+    if (static_cast<int>(i) == steps.records_from) StartTlsRecords(std::move(session));
     SendNegotiation(steps.send[i]);
   }
-  if (steps.records_from == static_cast<int>(steps.send.size())) StartTlsRecords();
+  if (steps.records_from == static_cast<int>(steps.send.size())) {
+    StartTlsRecords(std::move(session));
+  }
 }
 
-void Connection::StartTlsRecords() {
+void Connection::StartTlsRecords(std::unique_ptr<TlsSession> session) {
+  CHECK(session != nullptr) << "records start only after a finished handshake";
   // What is queued so far (the last handshake token) goes in the clear,
   // ahead of every record.
-  for (auto& f : outbound_) {
-    iov_scratch_.clear();
-    f->AppendIovecs(&iov_scratch_);
-    for (const iovec& v : iov_scratch_) {
-      tls_wire_out_.append(static_cast<const char*>(v.iov_base), v.iov_len);
-    }
-  }
-  outbound_.clear();
+  tls_ = std::make_unique<TlsRecordLayer>(std::move(session), &outbound_);
   outbound_bytes_ = 0;
-  tls_records_ = true;
+  // Until negotiation ends, the server may answer in the clear.
+  tls_->set_keep_raw_input(role_ == Role::kClient);
   tls_switch_pending_ = true;
 }
 
@@ -429,24 +429,18 @@ void Connection::QueueCall(std::shared_ptr<ClientCall> call) {
   if (state_ == State::kOpen) {
     SendCall(std::move(call));
   } else {
-    pending_calls_.push_back(std::move(call));
+    client_calls_.Park(std::move(call));
   }
 }
 
 void Connection::SendPendingCalls() {
-  std::deque<std::shared_ptr<ClientCall>> pending;
-  pending.swap(pending_calls_);
-  for (auto& c : pending) {
+  for (auto& c : client_calls_.TakeParked()) {
     if (!c->finished()) SendCall(std::move(c));
   }
 }
 
 void Connection::SendCall(std::shared_ptr<ClientCall> call) {
-  int32_t id;
-  do {
-    id = next_call_id_;
-    next_call_id_ = next_call_id_ == INT32_MAX ? 0 : next_call_id_ + 1;
-  } while (client_calls_.count(id) != 0);
+  int32_t id = client_calls_.NextFreeId();
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = call->BuildRequestFrame(id, &frame);
   if (s.ok()) {
@@ -471,18 +465,15 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
     return;
   }
   call->call_id_ = id;
-  client_calls_.emplace(id, std::move(call));
+  client_calls_.AddSent(id, std::move(call));
   QueueFrame(std::move(frame));
 }
 
 void Connection::ForgetCall(ClientCall* call) {
   reactor_->AssertCurrentThread();
-  if (call->call_id_ >= 0) {
-    auto it = client_calls_.find(call->call_id_);
-    if (it != client_calls_.end() && it->second.get() == call) client_calls_.erase(it);
-  }
-  // A call still waiting for negotiation stays in pending_calls_ and is
-  // skipped there once finished.
+  if (call->call_id_ >= 0) client_calls_.ForgetSent(call->call_id_, call);
+  // A call still waiting for negotiation stays parked and is skipped once
+  // finished.
   call->conn_ = nullptr;
 }
 
@@ -534,9 +525,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  if (server_call_ids_.insert(id).second) {
-    server_calls_in_flight_.store(server_call_ids_.size(), std::memory_order_relaxed);
-  } else {
+  if (!server_calls_.Add(id)) {
     Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
                                   " while a call with that id is in flight");
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
@@ -588,8 +577,7 @@ void Connection::DeliverResponse(Connection* conn, int32_t call_id,
                                  std::unique_ptr<wire::OutboundFrame> frame) {
   conn->reactor_->AssertCurrentThread();
   if (conn->state_ == State::kClosed) return;
-  conn->server_call_ids_.erase(call_id);
-  conn->server_calls_in_flight_.store(conn->server_call_ids_.size(), std::memory_order_relaxed);
+  conn->server_calls_.Remove(call_id);
   if (conn->state_ == State::kClosingAfterFlush) return;
   conn->QueueFrame(std::move(frame));
 }
@@ -649,69 +637,24 @@ void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
 }
 
 bool Connection::FlushRecords() {
-  while (true) {
-    if (tls_wire_out_sent_ < tls_wire_out_.size()) {
-      iovec v{tls_wire_out_.data() + tls_wire_out_sent_, tls_wire_out_.size() - tls_wire_out_sent_};
-      size_t n;
-      Status s = socket_.Writev(&v, 1, &n);
-      if (!s.ok()) {
-        Shutdown(s.CloneAndPrepend(ToString()));
-        return false;
-      }
-      last_activity_ = reactor_->loop_time();
-      tls_wire_out_sent_ += n;
-      if (tls_wire_out_sent_ < tls_wire_out_.size()) return true;  // the socket buffer is full
-      tls_wire_out_.clear();
-      tls_wire_out_sent_ = 0;
-    }
-    if (outbound_.empty()) return true;
-    // At most kTlsEncryptBatch bytes per pass, so that a large frame is
-    // never held twice, as itself and as records. Small pieces (headers,
-    // small messages) are gathered to share records; large ones (bodies,
-    // sidecars) are encrypted in place.
-    Status s;
-    size_t budget = kTlsEncryptBatch;
-    tls_plain_out_.clear();
-    while (s.ok() && !outbound_.empty() && budget > 0) {
-      wire::OutboundFrame* frame = outbound_.front().get();
-      iov_scratch_.clear();
-      frame->AppendIovecs(&iov_scratch_);
-      size_t took = 0;
-      for (const iovec& v : iov_scratch_) {
-        if (took == budget) break;
-        Slice piece(static_cast<const uint8_t*>(v.iov_base), std::min(v.iov_len, budget - took));
-        if (piece.size() < kTlsGatherBelow) {
-          tls_plain_out_.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-        } else {
-          if (!tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
-          tls_plain_out_.clear();
-          if (s.ok()) s = tls_->Encrypt(piece, &tls_wire_out_);
-          if (!s.ok()) break;
-        }
-        took += piece.size();
-      }
-      budget -= took;
-      frame->Advance(&took);
-      if (frame->done()) {
-        outbound_bytes_ -= frame->total_size();
-        outbound_.pop_front();
-      }
-    }
-    if (s.ok() && !tls_plain_out_.empty()) s = tls_->Encrypt(tls_plain_out_, &tls_wire_out_);
-    if (!s.ok()) {
-      LOG(WARNING) << ToString() << ": " << s.ToString();
-      Shutdown(s);
-      return false;
-    }
+  bool wrote_any;
+  Status s = tls_->Flush(&socket_, &outbound_, &outbound_bytes_, &wrote_any);
+  if (wrote_any) last_activity_ = reactor_->loop_time();
+  if (!s.ok()) {
+    Shutdown(s.CloneAndPrepend(ToString()));
+    return false;
   }
+  return true;
 }
 
 void Connection::Flush() {
   reactor_->AssertCurrentThread();
   flush_requested_ = false;
   if (state_ == State::kClosed || state_ == State::kConnecting) return;
-  if (tls_records_ && !FlushRecords()) return;
-  while (!outbound_.empty() && !tls_records_) {
+  if (tls_ != nullptr) {
+    if (!FlushRecords()) return;
+  }
+  while (!outbound_.empty() && tls_ == nullptr) {
     iov_scratch_.clear();
     size_t frames = 0;
     for (auto& f : outbound_) {
@@ -747,7 +690,7 @@ void Connection::Flush() {
 
 bool Connection::IdleSince(MonoTime cutoff) const {
   reactor_->AssertCurrentThread();
-  return state_ == State::kOpen && client_calls_.empty() && server_call_ids_.empty() &&
+  return state_ == State::kOpen && client_calls_.sent() == 0 && server_calls_.empty() &&
          !HasUnsentBytes() && last_activity_ < cutoff;
 }
 
@@ -758,13 +701,9 @@ ConnectionInfo Connection::Info() const {
   info.inbound = role_ == Role::kServer;
   info.user = user_;
   info.negotiated = state_ == State::kOpen;
-  if (info.negotiated) {
-    info.security = tls_ == nullptr                   ? ConnectionSecurity::kClear
-                    : tls_agreed_.authentication_only ? ConnectionSecurity::kTlsAuthenticationOnly
-                                                      : ConnectionSecurity::kTlsEncrypted;
-  }
+  if (info.negotiated) info.security = security_;
   info.calls_in_flight = calls_in_flight();
-  info.outbound_queued_bytes = outbound_bytes_ + (tls_wire_out_.size() - tls_wire_out_sent_);
+  info.outbound_queued_bytes = outbound_bytes_ + (tls_ != nullptr ? tls_->unsent_bytes() : 0);
   return info;
 }
 
@@ -778,21 +717,12 @@ void Connection::Shutdown(const Status& why) {
   if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
   negotiation_timer_ = {};
   if (socket_.is_open()) {
-    if (tls_records_) {
-      // A clean end of the TLS session, if the socket takes it now.
-      tls_wire_out_.erase(0, tls_wire_out_sent_);
-      tls_->CloseNotify(&tls_wire_out_);
-      iovec v{tls_wire_out_.data(), tls_wire_out_.size()};
-      size_t n;
-      (void)socket_.Writev(&v, 1, &n);
-    }
+    if (tls_ != nullptr) tls_->CloseNotify(&socket_);  // a clean end of the TLS session
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();
   }
   outbound_.clear();
   outbound_bytes_ = 0;
-  tls_wire_out_.clear();
-  tls_wire_out_sent_ = 0;
 
   Status call_status = why;
   if (!(why.IsNetworkError() || why.IsAborted() || why.IsNotAuthorized())) {
@@ -801,13 +731,8 @@ void Connection::Shutdown(const Status& why) {
   // Name the connection once: some reasons already start with it.
   const std::string where = ToString();
   if (call_status.message().rfind(where, 0) != 0) call_status = call_status.CloneAndPrepend(where);
-  auto pending = std::move(pending_calls_);
-  auto in_flight = std::move(client_calls_);
-  pending_calls_.clear();
-  client_calls_.clear();
-  for (auto& c : pending) c->Finish(call_status);
-  for (auto& [id, c] : in_flight) c->Finish(call_status);
-  server_call_ids_.clear();
+  for (auto& c : client_calls_.TakeAll()) c->Finish(call_status);
+  server_calls_.Clear();
   reactor_->RemoveConnection(this);
 }
 

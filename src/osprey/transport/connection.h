@@ -1,15 +1,16 @@
-// Connection: one TCP connection, client or server side. It owns the socket,
-// the incremental frame decoder of its inbound side and the queue of frames
-// to send. Negotiation is a ClientNegotiator or ServerNegotiator
-// (negotiator.h): the connection parses negotiation frames, feeds them in,
-// and sends what comes back, switching to TLS records where it says.
+// Connection: one TCP connection, client or server side: its frame I/O and
+// what each frame means. It owns the socket, the incremental frame decoder
+// of its inbound side and the queue of frames to send. Around it:
 //
-// With TLS negotiated (and not TLS_AUTHENTICATION_ONLY), every byte after
-// the handshake is a TLS record: frames are encrypted on their way out of
-// the outbound queue and decrypted before the frame decoder sees them.
-//
-// A client connection matches responses to its calls in flight by call id;
-// a server connection hands each request frame to the InboundCallHandler.
+//  - negotiation is a ClientNegotiator or ServerNegotiator (negotiator.h):
+//    the connection parses negotiation frames, feeds them in, and sends
+//    what comes back;
+//  - with TLS negotiated (and not TLS_AUTHENTICATION_ONLY), the bytes after
+//    the handshake go through a TlsRecordLayer (tls_record_layer.h);
+//  - the calls in flight are in a ClientCallTable or ServerCallTable
+//    (call_tables.h): a client connection matches responses to its calls by
+//    call id; a server connection hands each request frame to the
+//    InboundCallHandler.
 //
 // Owned by its Reactor (shared with server calls that will answer on it).
 // Every method runs on that reactor's thread, except QueueResponse and the
@@ -21,8 +22,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "osprey/base/connection_types.h"
@@ -30,11 +29,13 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
+#include "osprey/transport/call_tables.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/negotiator.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
+#include "osprey/transport/tls_record_layer.h"
 #include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/frame_encoder.h"
 #include "osprey/wire/rpc_header.pb.h"
@@ -94,7 +95,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   ConnectionInfo Info() const;
   size_t calls_in_flight() const {
     reactor_->AssertCurrentThread();
-    return role_ == Role::kClient ? client_calls_.size() : server_call_ids_.size();
+    return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();
   }
 
  private:
@@ -124,8 +125,11 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // said; `session` is the negotiator's once its handshake is done.
   void ApplyNegotiationSteps(const NegotiationSteps& steps, const TlsFeatures& agreed,
                              std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
-  // From here on, bytes queued go out as TLS records.
-  void StartTlsRecords() REQUIRES(reactor_->loop_mu_);
+  // From here on, bytes queued go out as TLS records of `session`.
+  void StartTlsRecords(std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
+  // A client that switched to records gets a clear error frame instead:
+  // reads it, and the rest, as clear frames.
+  void DecodeClearErrorFrame(const std::string& raw) REQUIRES(reactor_->loop_mu_);
   void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
   void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
   void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
@@ -133,10 +137,11 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void QueueMessage(Header* header, const google::protobuf::MessageLite& body)
       REQUIRES(reactor_->loop_mu_);
   void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) REQUIRES(reactor_->loop_mu_);
-  // Flush() with TLS records; false once the connection is shut down.
+  // Flush() through the TLS record layer; false once the connection is
+  // shut down.
   bool FlushRecords() REQUIRES(reactor_->loop_mu_);
   bool HasUnsentBytes() const REQUIRES(reactor_->loop_mu_) {
-    return !outbound_.empty() || tls_wire_out_sent_ < tls_wire_out_.size();
+    return !outbound_.empty() || (tls_ != nullptr && tls_->unsent_bytes() > 0);
   }
   // Server: answers with a fatal error, then closes once it is sent.
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
@@ -173,41 +178,25 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
-  // Client side.
-  int32_t next_call_id_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  std::deque<std::shared_ptr<ClientCall>> pending_calls_  // waiting for negotiation
-      GUARDED_BY(reactor_->loop_mu_);
-  std::unordered_map<int32_t, std::shared_ptr<ClientCall>> client_calls_
-      GUARDED_BY(reactor_->loop_mu_);
-
-  // Server side: calls received whose response has not yet been queued.
-  std::unordered_set<int32_t> server_call_ids_ GUARDED_BY(reactor_->loop_mu_);
-  // server_call_ids_.size(), readable from workers: a response written by
+  // The calls in flight, by role.
+  ClientCallTable client_calls_ GUARDED_BY(reactor_->loop_mu_);
+  // server_calls_.size(), readable from workers: a response written by
   // its worker (Reactor::TryRunHere) pays off only when no other call of
   // the connection could share its writev.
   std::atomic<size_t> server_calls_in_flight_{0};
+  ServerCallTable server_calls_ GUARDED_BY(reactor_->loop_mu_){&server_calls_in_flight_};
 
-  // TLS: the session exists from the handshake on; records are used after
-  // it unless both sides chose TLS_AUTHENTICATION_ONLY.
   // One of these runs the negotiation, by role.
   std::unique_ptr<ClientNegotiator> client_negotiator_ GUARDED_BY(reactor_->loop_mu_);
   std::unique_ptr<ServerNegotiator> server_negotiator_ GUARDED_BY(reactor_->loop_mu_);
-  TlsFeatures tls_agreed_ GUARDED_BY(reactor_->loop_mu_);
-  std::unique_ptr<TlsSession> tls_ GUARDED_BY(reactor_->loop_mu_);
-  bool tls_records_ GUARDED_BY(reactor_->loop_mu_) = false;  // outbound frames are encrypted
+  // What the handshake agreed, for Info().
+  ConnectionSecurity security_ GUARDED_BY(reactor_->loop_mu_) = ConnectionSecurity::kClear;
+  // Set once outbound bytes are TLS records.
+  std::unique_ptr<TlsRecordLayer> tls_ GUARDED_BY(reactor_->loop_mu_);
   bool tls_reading_ GUARDED_BY(reactor_->loop_mu_) = false;  // inbound bytes are records
   // The handshake ended while frames were being decoded: the rest of the
   // decoder's buffer is records.
   bool tls_switch_pending_ GUARDED_BY(reactor_->loop_mu_) = false;
-  // Bytes for the socket once frames are encrypted: records, preceded at
-  // the switch by the last clear frames.
-  std::string tls_wire_out_ GUARDED_BY(reactor_->loop_mu_);
-  size_t tls_wire_out_sent_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  std::string tls_plain_out_ GUARDED_BY(reactor_->loop_mu_);
-  // Client, until negotiation ends: the raw bytes read since the switch to
-  // records, in case they are the server's clear error frame instead.
-  std::string tls_raw_in_ GUARDED_BY(reactor_->loop_mu_);
-  std::vector<uint8_t> tls_read_buf_ GUARDED_BY(reactor_->loop_mu_);
 
   TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;

@@ -1,0 +1,65 @@
+#include "osprey/transport/call_tables.h"
+
+#include <climits>
+
+namespace osprey::transport {
+
+std::deque<std::shared_ptr<ClientCall>> ClientCallTable::TakeParked() {
+  std::deque<std::shared_ptr<ClientCall>> parked;
+  parked.swap(parked_);
+  return parked;
+}
+
+int32_t ClientCallTable::NextFreeId() {
+  int32_t id;
+  do {
+    id = next_id_;
+    next_id_ = next_id_ == INT32_MAX ? 0 : next_id_ + 1;
+  } while (sent_.count(id) != 0);
+  return id;
+}
+
+void ClientCallTable::AddSent(int32_t id, std::shared_ptr<ClientCall> call) {
+  sent_.emplace(id, std::move(call));
+}
+
+std::shared_ptr<ClientCall> ClientCallTable::TakeSent(int32_t id) {
+  auto it = sent_.find(id);
+  if (it == sent_.end()) return nullptr;
+  std::shared_ptr<ClientCall> call = std::move(it->second);
+  sent_.erase(it);
+  return call;
+}
+
+void ClientCallTable::ForgetSent(int32_t id, const ClientCall* call) {
+  auto it = sent_.find(id);
+  if (it != sent_.end() && it->second.get() == call) sent_.erase(it);
+}
+
+std::vector<std::shared_ptr<ClientCall>> ClientCallTable::TakeAll() {
+  std::vector<std::shared_ptr<ClientCall>> all;
+  all.reserve(parked_.size() + sent_.size());
+  for (auto& c : parked_) all.push_back(std::move(c));
+  for (auto& [id, c] : sent_) all.push_back(std::move(c));
+  parked_.clear();
+  sent_.clear();
+  return all;
+}
+
+bool ServerCallTable::Add(int32_t id) {
+  if (!ids_.insert(id).second) return false;
+  published_->store(ids_.size(), std::memory_order_relaxed);
+  return true;
+}
+
+void ServerCallTable::Remove(int32_t id) {
+  ids_.erase(id);
+  published_->store(ids_.size(), std::memory_order_relaxed);
+}
+
+void ServerCallTable::Clear() {
+  ids_.clear();
+  published_->store(0, std::memory_order_relaxed);
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,76 @@
+// The calls in flight on one connection, one table per role.
+//
+// ClientCallTable: a client connection's calls from the time they are
+// queued until they complete: those parked until negotiation ends, and
+// those sent, by call id. It chooses call ids: counting up from 0,
+// wrapping at INT32_MAX to 0 (negative ids are the protocol's), never one
+// in use.
+//
+// ServerCallTable: the ids of a server connection's calls whose response
+// has not been queued yet. A peer may not reuse one while it is in flight.
+// Its size is also published to an atomic the connection owns, for other
+// threads (a worker deciding whether to write its response itself).
+//
+// Both are owned by one Connection and used on its reactor thread, under
+// the loop lock that guards them there.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "osprey/transport/client_call.h"
+
+namespace osprey::transport {
+
+class ClientCallTable {
+ public:
+  // `first_id`: where the ids start (tests start near the wrap).
+  explicit ClientCallTable(int32_t first_id = 0) : next_id_(first_id) {}
+
+  // Waits for negotiation to end.
+  void Park(std::shared_ptr<ClientCall> call) { parked_.push_back(std::move(call)); }
+  // The parked calls, in the order they came.
+  std::deque<std::shared_ptr<ClientCall>> TakeParked();
+
+  // An id no sent call uses.
+  int32_t NextFreeId();
+  void AddSent(int32_t id, std::shared_ptr<ClientCall> call);
+  // The sent call with `id`, removed; null if there is none (it gave up).
+  std::shared_ptr<ClientCall> TakeSent(int32_t id);
+  // Removes `call` if it is the one sent with `id`: a call that gave up
+  // must not take a later call's response.
+  void ForgetSent(int32_t id, const ClientCall* call);
+
+  size_t sent() const { return sent_.size(); }
+  // Every call, parked first, leaving the table empty.
+  std::vector<std::shared_ptr<ClientCall>> TakeAll();
+
+ private:
+  int32_t next_id_;
+  std::deque<std::shared_ptr<ClientCall>> parked_;
+  std::unordered_map<int32_t, std::shared_ptr<ClientCall>> sent_;
+};
+
+class ServerCallTable {
+ public:
+  // `size_published`: kept equal to size(), for readers on any thread.
+  explicit ServerCallTable(std::atomic<size_t>* size_published) : published_(size_published) {}
+
+  // False if a call with `id` is already in flight.
+  bool Add(int32_t id);
+  void Remove(int32_t id);
+  void Clear();
+  size_t size() const { return ids_.size(); }
+  bool empty() const { return ids_.empty(); }
+
+ private:
+  std::unordered_set<int32_t> ids_;
+  std::atomic<size_t>* const published_;
+};
+
+}  // namespace osprey::transport
