@@ -194,6 +194,8 @@ TEST(OverloadTest, CallStormAgainstSmallQueue) {
       last_ok_at = std::max(last_ok_at, c.done_at_us.load());
     } else {
       ASSERT_TRUE(s.IsServiceUnavailable()) << "call " << i << ": " << s.ToString();
+      // The reason, said once: "Service unavailable: the service queue of ...".
+      EXPECT_EQ(0u, s.message().rfind("the service queue of ", 0)) << s.ToString();
       ASSERT_NE(nullptr, c.ctl.error_response());
       EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, c.ctl.error_response()->code());
       ++busy;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "contract_test_util.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
 #include "osprey/transport/reactor.h"
@@ -28,80 +29,6 @@ namespace osprey::rpc_test {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Fails the test (and ends the process, so CTest reports it) if the scope
-// is still running after `limit`: a hang is a failure, not a timeout.
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds limit) {
-    thread_ = std::thread([this, limit] {
-      std::unique_lock<std::mutex> l(mu_);
-      if (!cv_.wait_for(l, limit, [this] { return done_; })) {
-        ADD_FAILURE() << "watchdog: still running after " << limit.count() << " s (a hang)";
-        std::fflush(stdout);
-        std::_Exit(3);
-      }
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-int CountEntries(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (readdir(d) != nullptr) ++n;
-  closedir(d);
-  return n;
-}
-int ThreadCount() { return CountEntries("/proc/self/task"); }
-int FdCount() { return CountEntries("/proc/self/fd"); }
-
-// Waits (bounded) until the process is back to `threads` threads and `fds`
-// descriptors: what a messenger shut down on a thread of its own leaves.
-testing::AssertionResult BackTo(int threads, int fds) {
-  for (int i = 0; i < 1000; ++i) {
-    if (ThreadCount() <= threads && FdCount() <= fds) return testing::AssertionSuccess();
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return testing::AssertionFailure() << ThreadCount() << " threads (want " << threads << "), "
-                                     << FdCount() << " descriptors (want " << fds << ")";
-}
-
-// Counts each callback's runs, and which ran off a reactor thread.
-struct CallbackLedger {
-  explicit CallbackLedger(int n) : runs(n) {
-    for (auto& r : runs) r.store(0);
-  }
-  void Ran(int i) {
-    runs[i].fetch_add(1);
-    if (!transport::Reactor::OnAnyReactorThread()) off_reactor.fetch_add(1);
-  }
-  testing::AssertionResult EachExactlyOnce() const {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (runs[i].load() != 1) {
-        return testing::AssertionFailure()
-               << "callback " << i << " ran " << runs[i].load() << " times";
-      }
-    }
-    return testing::AssertionSuccess();
-  }
-  std::vector<std::atomic<int>> runs;
-  std::atomic<int> off_reactor{0};
-};
 
 // A sync caller that borrows an idle reactor while its connection fails:
 // the other calls' callbacks must still run on the reactor thread, where a

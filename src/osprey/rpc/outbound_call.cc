@@ -1,5 +1,7 @@
 #include "osprey/rpc/outbound_call.h"
 
+#include <string_view>
+
 #include "osprey/rpc/rpc_controller.h"
 #include "osprey/wire/rpc_header.pb.h"
 
@@ -49,9 +51,15 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
     Status s;
     switch (err->code()) {
       case wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY:
-      case wire::ErrorStatusPB::ERROR_UNAVAILABLE:
-        s = Status::ServiceUnavailable(err->message());
+      case wire::ErrorStatusPB::ERROR_UNAVAILABLE: {
+        // Servers (Kudu's too) send the status as text: its "Service
+        // unavailable: " would be said twice.
+        std::string_view message = err->message();
+        constexpr std::string_view kPrefix = "Service unavailable: ";
+        if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
+        s = Status::ServiceUnavailable(std::string(message));
         break;
+      }
       default:
         s = Status::RemoteError(err->message() + " (" +
                                 wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) + ")");
