@@ -270,10 +270,7 @@ TEST_F(HostileClientTest, DuplicateCallIdInFlight) {
   sleep.set_sleep_micros(500000);
   ASSERT_TRUE(c.Send(CallFrame(7, "Sleep", sleep)).ok());
   // Wait until the first one runs, so it is surely still in flight.
-  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
-  while (server_.service->sleeps_started.load() == 0 && MonoTime::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server_.service->WaitForSleepsStarted(1));
   ASSERT_EQ(1, server_.service->sleeps_started.load());
   ASSERT_TRUE(c.Send(CallFrame(7, "Sleep", sleep)).ok());
   ExpectFatal(&c, 7, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, "duplicate call id 7");

@@ -55,8 +55,12 @@ TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
       done.CountDown();
     });
   }
-  // Let them reach the server (one runs, the rest queue).
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Until they are on the wire: in flight, nothing left to send.
+  ASSERT_TRUE(WaitUntil([&] {
+    std::vector<ConnectionInfo> conns;
+    return client->DumpConnections(&conns).ok() && conns.size() == 1 &&
+           conns[0].calls_in_flight == kPending && conns[0].outbound_queued_bytes == 0;
+  }));
   ASSERT_EQ(kPending, done.count());
 
   MonoTime killed = MonoTime::Now();
@@ -86,21 +90,11 @@ TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
   for (int i = 0; i < kPending; ++i) EXPECT_EQ(1, callbacks[i].load());
 }
 
-// Counts the Sleep calls that ran to the end.
-class CountingCalculator : public CalculatorService {
- public:
-  void Sleep(const SleepRequestPB* req, SleepResponsePB* resp, RpcContext* ctx) override {
-    CalculatorService::Sleep(req, resp, ctx);
-    ++sleeps_finished;
-  }
-  std::atomic<int> sleeps_finished{0};
-};
-
 TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
   std::shared_ptr<Messenger> server;
   ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(2).Build(&server).ok());
-  auto svc = std::make_unique<CountingCalculator>();
-  CountingCalculator* calc = svc.get();
+  auto svc = std::make_unique<CalculatorService>();
+  CalculatorService* calc = svc.get();
   ASSERT_TRUE(server->RegisterService(std::move(svc)).ok());
   Sockaddr addr;
   ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
@@ -118,20 +112,13 @@ TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
     SleepRequestPB req;
     req.set_sleep_micros(200000);
     for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(c.Send(CallFrame(i, "Sleep", req)).ok());
-    MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
-    while (calc->sleeps_started.load() == 0 && MonoTime::Now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(calc->WaitForSleepsStarted(1));
     ASSERT_EQ(1, calc->sleeps_started.load());
     c.Close();  // gone while the server works
   }
   // The server finishes the call it was running (its answer goes
   // nowhere) and drops the two still queued unrun: nobody can read them...
-  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
-  while (calc->sleeps_finished.load() < 1 && MonoTime::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(1, calc->sleeps_finished.load());
+  EXPECT_TRUE(calc->WaitForSleepsFinished(1));
   // ...lets go of the connection...
   EXPECT_LE(WaitForFdCountAtMost(baseline), baseline);
   // ...and serves others. Its one worker takes calls in order, so by the
@@ -167,13 +154,10 @@ TEST(PeerLossTest, ServerShutdownWithThousandQueuedCallsEveryCallbackOnce) {
       done.CountDown();
     });
   }
-  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
-  while (server.service->sleeps_started.load() < 5 && MonoTime::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(5));
   server.messenger->Shutdown();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no second callbacks
+  client->Shutdown();  // with its reactors joined, a second callback would have run by now
   int ok = 0, shutting_down = 0, network = 0;
   for (int i = 0; i < kCalls; ++i) {
     ASSERT_EQ(1, counts[i].load()) << "callback of call " << i;
@@ -214,10 +198,7 @@ TEST(PeerLossTest, ClientShutdownWithThousandCallsInFlightEveryCallbackOnce) {
     ctls[i].set_timeout(MonoDelta::FromSeconds(60));
     proxy.SleepAsync(req, &resps[i], &ctls[i], [&counts, i] { counts[i]++; });
   }
-  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
-  while (server.service->sleeps_started.load() < 3 && MonoTime::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(3));
   client->Shutdown();
   int ok = 0;
   for (int i = 0; i < kCalls; ++i) {

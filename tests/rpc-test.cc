@@ -156,7 +156,7 @@ TEST_F(RpcTest, TimeoutThenLateResponseIsDropped) {
   AddResponsePB add_resp;
   RpcController ctl2;
   ctl2.set_timeout(MonoDelta::FromSeconds(10));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(server_.service->WaitForSleepsFinished(1));
   ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
   EXPECT_EQ(3u, add_resp.result());
 }
@@ -173,14 +173,20 @@ TEST_F(RpcTest, CancelCompletesWithAborted) {
     callbacks++;
     done.CountDown();
   });
-  while (server_.service->sleeps_started.load() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server_.service->WaitForSleepsStarted(1));
   ctl.Cancel();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(5)));
   EXPECT_TRUE(ctl.status().IsAborted()) << ctl.status().ToString();
   ctl.Cancel();  // a second cancel after completion is harmless
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // The late answer comes ahead of the next call's on the connection: once
+  // that call returns, the late one was read, and dropped.
+  ASSERT_TRUE(server_.service->WaitForSleepsFinished(1));
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  AddResponsePB sum;
+  RpcController next;
+  ASSERT_TRUE(proxy.Add(add, &sum, &next).ok());
   EXPECT_EQ(1, callbacks.load());
 }
 
@@ -407,9 +413,7 @@ TEST(RpcRestartTest, ServerStoppedAndStartedAgain) {
     sleep_ctls[i].set_timeout(MonoDelta::FromSeconds(30));
     proxy.SleepAsync(sleep, &sleep_resps[i], &sleep_ctls[i], [&] { done.CountDown(); });
   }
-  while (server.service->sleeps_started.load() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
   Sockaddr addr = server.address;
   server.messenger->Shutdown();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
@@ -538,6 +542,7 @@ namespace {
 class BlockingCalculator : public CalculatorService {
  public:
   void Sleep(const SleepRequestPB*, SleepResponsePB*, RpcContext* ctx) override {
+    sleeping.CountDown();
     released_ok = release.WaitFor(MonoDelta::FromSeconds(20));
     ctx->RespondSuccess();
   }
@@ -545,6 +550,7 @@ class BlockingCalculator : public CalculatorService {
     if (req->x() == 999) release.CountDown();
     CalculatorService::Add(req, resp, ctx);
   }
+  CountDownLatch sleeping{1};
   CountDownLatch release{1};
   std::atomic<bool> released_ok{false};
 };
@@ -577,7 +583,7 @@ TEST(RpcPoolTest, BlockedHandlerDoesNotStarveQueuedCalls) {
   RpcController sleep_ctl;
   CountDownLatch sleep_done(1);
   proxy.SleepAsync(sleep, &sleep_resp, &sleep_ctl, [&] { sleep_done.CountDown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Sleep is running
+  ASSERT_TRUE(raw->sleeping.WaitFor(MonoDelta::FromSeconds(20)));
   add.set_x(999);
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(10));
@@ -610,9 +616,7 @@ TEST(RpcQueueTest, CallPastItsDeadlineInTheQueueIsNotRun) {
   RpcController sleep_ctl;
   CountDownLatch sleep_done(1);
   proxy.SleepAsync(sleep, &sleep_resp, &sleep_ctl, [&] { sleep_done.CountDown(); });
-  while (server.service->sleeps_started.load() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
   // The only worker is busy for 400 ms; this call gives up after 50 ms.
   AddRequestPB add;
   add.set_x(1);

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "osprey/rpc/messenger.h"
@@ -23,9 +26,10 @@ class CalculatorService : public CalculatorServiceIf {
     ctx->RespondSuccess();
   }
   void Sleep(const SleepRequestPB* req, SleepResponsePB*, RpcContext* ctx) override {
-    ++sleeps_started;
+    Count(&sleeps_started);
     std::this_thread::sleep_for(std::chrono::microseconds(req->sleep_micros()));
     ctx->RespondSuccess();
+    Count(&sleeps_finished);
   }
   void Echo(const EchoRequestPB* req, EchoResponsePB* resp, RpcContext* ctx) override {
     resp->set_data(req->data());
@@ -65,8 +69,31 @@ class CalculatorService : public CalculatorServiceIf {
     return false;
   }
 
+  // Blocks until `n` Sleep calls have started (finished), at most `timeout`.
+  bool WaitForSleepsStarted(int n, MonoDelta timeout = MonoDelta::FromSeconds(20)) {
+    return WaitForCount(sleeps_started, n, timeout);
+  }
+  bool WaitForSleepsFinished(int n, MonoDelta timeout = MonoDelta::FromSeconds(20)) {
+    return WaitForCount(sleeps_finished, n, timeout);
+  }
+
   std::atomic<int> sleeps_started{0};
+  std::atomic<int> sleeps_finished{0};  // the sleep is over, its answer queued
   std::atomic<int> adds_run{0};
+
+ private:
+  void Count(std::atomic<int>* counter) {
+    std::lock_guard<std::mutex> l(count_mu_);
+    ++*counter;
+    count_cv_.notify_all();
+  }
+  bool WaitForCount(const std::atomic<int>& counter, int n, MonoDelta timeout) {
+    std::unique_lock<std::mutex> l(count_mu_);
+    return count_cv_.wait_for(l, std::chrono::nanoseconds(timeout.ToNanoseconds()),
+                              [&] { return counter.load() >= n; });
+  }
+  std::mutex count_mu_;
+  std::condition_variable count_cv_;
 };
 
 // A server Messenger with a CalculatorService on 127.0.0.1:<free port>.
@@ -86,6 +113,18 @@ struct TestServer {
     return messenger->Listen(bind, &address);
   }
 };
+
+// Polls `condition` until it holds, at most `timeout`: for states no event
+// announces (a connection's counters, say).
+template <class Condition>
+bool WaitUntil(Condition condition, MonoDelta timeout = MonoDelta::FromSeconds(20)) {
+  MonoTime deadline = MonoTime::Now() + timeout;
+  while (!condition()) {
+    if (MonoTime::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 inline std::shared_ptr<Messenger> MakeClient(
     int reactors = 1, MessengerBuilder builder = MessengerBuilder("client")) {

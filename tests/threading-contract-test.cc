@@ -636,7 +636,7 @@ TEST(ThreadingContractTest, QueuedCallsOfAVanishedClientAreDropped) {
       reqs[i].set_sleep_micros(20000);  // 10 s of work for the one worker
       proxy.SleepAsync(reqs[i], &resps[i], &ctls[i], [&] { done.CountDown(); });
     }
-    while (server.service->sleeps_started.load() == 0) std::this_thread::sleep_for(milliseconds(1));
+    ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
     doomed->Shutdown();
     ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
   }

@@ -20,6 +20,17 @@ struct TestCall {
 };
 using Queue = ServiceQueue<TestCall>;
 
+// Polls a state of the queue that no event announces, for at most 10 s.
+template <class Condition>
+bool Eventually(Condition condition) {
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
+  while (!condition()) {
+    if (MonoTime::Now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 TEST(ServiceQueueTest, BoundedFifo) {
   Queue q(3);
   for (int i = 0; i < 3; ++i) {
@@ -81,7 +92,7 @@ TEST(ServiceQueueTest, PutWakesASleepingWorker) {
     std::unique_ptr<TestCall> c;
     if (q.Take(&c, -1) && c->id == 5) got.CountDown();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it sleep
+  ASSERT_TRUE(Eventually([&] { return q.sleeping_workers() == 1; }));
   auto c = std::make_unique<TestCall>(5);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
   EXPECT_TRUE(got.WaitFor(MonoDelta::FromSeconds(10)));
@@ -110,10 +121,10 @@ TEST(ServiceQueueTest, WatchdogTakesACallABlockedWorkerWouldStarve) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both asleep
+  ASSERT_TRUE(Eventually([&] { return q.sleeping_workers() == 2; }));
   auto first = std::make_unique<TestCall>(1);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&first));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // one is running it
+  ASSERT_TRUE(Eventually([&] { return q.running_workers() == 1 && q.size() == 0; }));
   auto second = std::make_unique<TestCall>(2);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&second));
   EXPECT_TRUE(second_taken.WaitFor(MonoDelta::FromSeconds(5)))

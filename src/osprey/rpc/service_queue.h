@@ -73,6 +73,15 @@ class ServiceQueue {
     return queue_.size();
   }
   size_t capacity() const { return capacity_; }
+  // Workers blocked in Take(), and workers running a call they took.
+  int sleeping_workers() const EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return sleeping_;
+  }
+  int running_workers() const EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return running_;
+  }
 
  private:
   bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, bool* wake) REQUIRES(mu_) {
@@ -115,9 +124,11 @@ class ServiceQueue {
     if (queue_.empty()) return false;  // shutting down
     *out = std::move(queue_.front());
     queue_.pop_front();
-    running_++;
     // More waiting than this worker will take: maybe another should run.
+    // Decided before this worker counts as running, so that a busy queue
+    // wakes a second worker rather than appointing a watchdog.
     *wake = !queue_.empty() && ShouldWakeWorker();
+    running_++;
     return true;
   }
 

@@ -21,7 +21,7 @@ MonoTime ClientCall::LoopTime() const {
 bool ClientCall::Finish(const Status& status) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
   ReleaseTransportState();
-  if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
+  if (reactor_ != nullptr && !no_user_code_ && reactor_->OnBorrowingThread()) {
     // The reactor is awake after the borrow ends: EndBorrow wakes it for
     // what was scheduled, and it cannot stop while we hold its loop, so
     // Schedule cannot refuse; if it ever did, completing here beats never.
@@ -36,7 +36,7 @@ bool ClientCall::Finish(const Status& status) {
 bool ClientCall::FinishWithResponse(wire::InboundResponse frame) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
   ReleaseTransportState();
-  if (reactor_ != nullptr && reactor_->OnBorrowingThread()) {
+  if (reactor_ != nullptr && !no_user_code_ && reactor_->OnBorrowingThread()) {
     auto f = std::make_shared<wire::InboundResponse>(std::move(frame));
     if (reactor_->Schedule([self = shared_from_this(), f] { self->OnResponse(std::move(*f)); })) {
       return true;

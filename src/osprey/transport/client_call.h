@@ -50,6 +50,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void RequestCancel() { cancel_requested_.store(true); }
   bool cancel_requested() const { return cancel_requested_.load(); }
 
+  // Before the call is queued: its completion runs no user code (a sync
+  // call's is a latch), so a borrowing thread may run it itself instead of
+  // waking the reactor for it.
+  void set_completion_runs_no_user_code() { no_user_code_ = true; }
+
  protected:
   // The owning reactor's loop time (reactor thread), or the clock.
   MonoTime LoopTime() const;
@@ -62,7 +67,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // already was. On a thread that borrows the reactor (TryRunHere) the
   // completion, and so the user's callback, is handed to the reactor
   // thread instead: the borrower holds the loop lock, and a callback that
-  // blocked on the reactor there would deadlock it.
+  // blocked on the reactor there would deadlock it. Unless the completion
+  // runs no user code.
   bool Finish(const Status& status);
   bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
@@ -70,6 +76,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   MonoTime deadline_ = MonoTime::Max();
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancel_requested_{false};
+  bool no_user_code_ = false;
   Reactor* reactor_ = nullptr;
   Connection* conn_ = nullptr;  // the connection it waits on, if any
   int32_t call_id_ = -1;
