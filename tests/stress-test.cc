@@ -270,21 +270,27 @@ class Round {
         if (depth < 3) IssueAsync(r * 2654435761u + 1, depth + 1);
         break;
       case 3: {  // a proxy destroyed in the callback, replaced by a new one
+        std::shared_ptr<CalculatorServiceProxy> old;  // dropped after the lock: see case 4
         std::lock_guard<std::mutex> l(proxies_mu_);
         if (!proxies_.empty() && client_a_ != nullptr) {
           size_t k = (r / 8) % proxies_.size();
-          proxies_[k] = std::make_shared<CalculatorServiceProxy>(client_a_, proxies_[k]->remote());
+          old = std::exchange(proxies_[k], std::make_shared<CalculatorServiceProxy>(
+                                               client_a_, proxies_[k]->remote()));
         }
         break;
       }
       case 4:
         // The last references to client b, dropped on its own reactor (or
-        // on one of client a's, or a caller's thread).
+        // on one of client a's, or a caller's thread). Not under the lock:
+        // a thread other than its own waits there for its shutdown, whose
+        // callbacks take that lock.
         if (r % 64 == 4) {
+          std::vector<std::shared_ptr<CalculatorServiceProxy>> old;
           std::lock_guard<std::mutex> l(proxies_mu_);
           for (auto& p : proxies_) {
             if (p != nullptr && client_a_ != nullptr) {
-              p = std::make_shared<CalculatorServiceProxy>(client_a_, p->remote());
+              old.push_back(std::exchange(
+                  p, std::make_shared<CalculatorServiceProxy>(client_a_, p->remote())));
             }
           }
         }

@@ -124,8 +124,9 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
 }
 
 void Messenger::LastExternalReferenceDropped(std::shared_ptr<Messenger> self) {
-  if (self->OnOwnThread()) {
-    // Joining our own thread is impossible: a thread of its own does it.
+  if (self->OnOwnThread() || transport::Reactor::OnAnyReactorThread()) {
+    // Joining our own thread is impossible, and a reactor (of another
+    // messenger) must not stop for the joins: a thread of its own does it.
     std::thread([m = std::move(self)]() mutable {
       m->Shutdown();
       m.reset();

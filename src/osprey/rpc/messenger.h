@@ -17,8 +17,11 @@
 //   it begins the shutdown and lets a thread of its own finish it, since
 //   that thread cannot wait for itself.
 // - The last reference may be dropped anywhere, callbacks and handlers
-//   included: the messenger then shuts down and is freed on a thread of
-//   its own.
+//   included. On an ordinary thread the drop shuts the messenger down and
+//   waits for it; on one of its own threads or on any messenger's reactor
+//   (which must never stop for it), a thread of its own does that. A
+//   thread that drops it while holding a lock its callbacks take may wait
+//   forever, as with Shutdown().
 // - Listen() from a reactor thread is IllegalState (it must wait for one).
 #pragma once
 
