@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -58,7 +60,28 @@ inline int CountEntries(const char* dir) {
   return n;
 }
 inline int ThreadCount() { return CountEntries("/proc/self/task"); }
-inline int FdCount() { return CountEntries("/proc/self/fd"); }
+
+// The descriptors of the kinds a messenger opens (sockets, epoll sets,
+// eventfds), each as "fd->target". Pipes and files are the test's own
+// (a child server's pipe, the sanitizers' runtimes).
+inline std::vector<std::string> MessengerKindFds() {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    char link[256] = {0};
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(path.c_str(), link, sizeof(link) - 1) <= 0) continue;
+    std::string target = link;
+    if (target.rfind("socket:", 0) == 0 || target.find("eventpoll") != std::string::npos ||
+        target.find("eventfd") != std::string::npos) {
+      out.push_back(std::string(e->d_name) + "->" + target);
+    }
+  }
+  closedir(d);
+  return out;
+}
+inline int FdCount() { return static_cast<int>(MessengerKindFds().size()); }
 
 // Waits (bounded) until the process is back to `threads` threads and `fds`
 // descriptors: what a messenger shut down on a thread of its own leaves.
@@ -67,8 +90,11 @@ inline testing::AssertionResult BackTo(int threads, int fds) {
     if (ThreadCount() <= threads && FdCount() <= fds) return testing::AssertionSuccess();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return testing::AssertionFailure() << ThreadCount() << " threads (want " << threads << "), "
-                                     << FdCount() << " descriptors (want " << fds << ")";
+  std::string open;
+  for (const std::string& fd : MessengerKindFds()) open += " " + fd;
+  return testing::AssertionFailure()
+         << ThreadCount() << " threads (want " << threads << "), " << FdCount()
+         << " sockets, epoll sets and eventfds (want " << fds << "):" << open;
 }
 
 // Counts each callback's runs, and which ran off a reactor thread.
