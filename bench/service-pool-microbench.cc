@@ -69,7 +69,7 @@ void BM_ServiceQueueHandoff(benchmark::State& state) {
       wire::InboundRequest frame;
       frame.main_message = Slice(body);
       auto call = std::make_unique<InboundCall>(conn, std::move(frame));
-      call->set_method(add);
+      call->set_method(add, nullptr, nullptr);
       pool.QueueInboundCall(std::move(call));
     }
     issued += batch;

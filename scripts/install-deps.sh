@@ -8,6 +8,9 @@ packages=(
   libprotobuf-dev protobuf-compiler libprotoc-dev
   libgflags-dev libgoogle-glog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libhttp-parser-dev nlohmann-json3-dev prometheus-cpp-dev
+  # The observability tests check /metrics and /rpcz with the real tools.
+  prometheus python3-prometheus-client chromium python3-pil curl
 )
 # clang builds the sanitizer and fuzz targets and checks formatting in CI; it
 # is optional elsewhere.

@@ -28,6 +28,9 @@ DEFINE_bool(enable_encryption, false,
             "Kudu's rpc-bench flag: the same as --rpc_encryption=required "
             "--rpc_encrypt_loopback_connections");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
+DEFINE_bool(metrics, true,
+            "count calls in the messengers' metrics; the server (in-process or -server_only) "
+            "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
 DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
 DEFINE_string(output, "text", "report format: text or json");
 DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
@@ -51,7 +54,8 @@ RpcEncryption g_encryption = RpcEncryption::kDisabled;
 MessengerBuilder BenchMessengerBuilder(const std::string& name) {
   MessengerBuilder b(name);
   b.set_rpc_encryption(g_encryption)
-      .set_rpc_encrypt_loopback(FLAGS_rpc_encrypt_loopback_connections);
+      .set_rpc_encrypt_loopback(FLAGS_rpc_encrypt_loopback_connections)
+      .set_metrics(FLAGS_metrics);
   return b;
 }
 

@@ -9,6 +9,7 @@
 #include "osprey/rpc/messenger.h"
 
 DECLARE_int32(client_threads);
+DECLARE_bool(metrics);
 DECLARE_int32(async_call_concurrency);
 DECLARE_int32(worker_threads);
 DECLARE_int32(server_reactors);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "flags.h"
@@ -76,7 +77,39 @@ void PrintText(const Settings& cfg, const Results& r) {
   std::cout << o.str() << std::flush;
 }
 
-void PrintJson(const Settings& cfg, const Results& r) {
+namespace {
+// {"<method>":{"handler_latency_seconds":{...},"queue_time_seconds":{...}}}
+std::string ServerHistogramsJson(MetricRegistry* registry) {
+  std::map<std::string, std::string> by_method;
+  const auto& bounds = LatencyHistogram::BoundsMicros();
+  for (const MetricValue& v : registry->Snapshot()) {
+    if (v.type != MetricValue::Type::kHistogram) continue;
+    const char* kind = v.name == "osprey_server_handler_latency_seconds" ? "handler_latency_seconds"
+                       : v.name == "osprey_server_queue_time_seconds"    ? "queue_time_seconds"
+                                                                         : nullptr;
+    if (kind == nullptr || v.labels.empty()) continue;
+    std::ostringstream h;
+    h << JsonString(kind) << ":{\"count\":" << v.histogram.count
+      << ",\"sum\":" << Num(static_cast<double>(v.histogram.sum_micros) / 1e6) << ",\"buckets\":[";
+    for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+      h << (b ? "," : "") << "{\"le\":" << Num(static_cast<double>(bounds[b]) / 1e6)
+        << ",\"count\":" << v.histogram.cumulative[b] << "}";
+    }
+    h << "]}";
+    std::string& m = by_method[v.labels[0].second];
+    m += (m.empty() ? "" : ",") + h.str();
+  }
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [method, body] : by_method) {
+    out += (first ? "" : ",") + JsonString(method) + ":{" + body + "}";
+    first = false;
+  }
+  return out + "}";
+}
+}  // namespace
+
+void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_metrics) {
   double wall = r.cpu.wall.ToSeconds();
   double calls = static_cast<double>(std::max<uint64_t>(r.calls, 1));
   std::ostringstream o;
@@ -102,7 +135,10 @@ void PrintJson(const Settings& cfg, const Results& r) {
     << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
-    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error) << "}\n";
+    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error);
+  if (server_metrics != nullptr)
+    o << ",\"server_metrics\":" << ServerHistogramsJson(server_metrics);
+  o << "}\n";
   std::cout << o.str() << std::flush;
 }
 

@@ -49,7 +49,10 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
   Status s = Sockaddr::Parse(FLAGS_listen, &addr);
   if (!s.ok()) BadFlag("-listen: " + s.message());
   std::shared_ptr<Messenger> server;
-  s = BenchMessengerBuilder("bench-server").set_num_reactors(FLAGS_server_reactors).Build(&server);
+  s = BenchMessengerBuilder("bench-server")
+          .set_num_reactors(FLAGS_server_reactors)
+          .set_http_endpoints(FLAGS_metrics)
+          .Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
   // Deep enough that the benchmark's own calls in flight never overflow it:
@@ -71,6 +74,10 @@ int ServeOnly() {
   Sockaddr bound;
   auto server = StartServer(&bound);
   std::printf("Listening on %s\n", bound.ToString().c_str());
+  if (FLAGS_metrics) {
+    std::printf("Metrics at http://%s/metrics, calls at http://%s/rpcz\n", bound.ToString().c_str(),
+                bound.ToString().c_str());
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);
@@ -114,7 +121,7 @@ int Main(int argc, char** argv) {
     Results r = async ? RunAsync(cfg) : RunSync(cfg);
     errors += r.errors;
     if (FLAGS_output == "json") {
-      PrintJson(cfg, r);
+      PrintJson(cfg, r, server != nullptr ? server->metrics() : nullptr);
     } else {
       PrintText(cfg, r);
     }

@@ -16,4 +16,18 @@ const char* ConnectionSecurityName(ConnectionSecurity security) {
   return "unknown";
 }
 
+const char* ConnectionSecuritySlug(ConnectionSecurity security) {
+  switch (security) {
+    case ConnectionSecurity::kNegotiating:
+      return "negotiating";
+    case ConnectionSecurity::kClear:
+      return "clear";
+    case ConnectionSecurity::kTlsAuthenticationOnly:
+      return "tls_authentication_only";
+    case ConnectionSecurity::kTlsEncrypted:
+      return "tls_encrypted";
+  }
+  return "unknown";
+}
+
 }  // namespace osprey

@@ -28,6 +28,9 @@ enum class ConnectionSecurity {
 
 // "clear", "TLS (authentication only)", "TLS (encrypted)", "negotiating".
 const char* ConnectionSecurityName(ConnectionSecurity security);
+// The same as an identifier, for JSON: "negotiating", "clear",
+// "tls_authentication_only", "tls_encrypted".
+const char* ConnectionSecuritySlug(ConnectionSecurity security);
 
 struct ConnectionInfo {
   Sockaddr remote;

@@ -2,6 +2,9 @@
 
 #include <glog/logging.h>
 
+#include "osprey/rpc/rpc_metrics.h"
+#include "osprey/rpc/slow_call_log.h"
+
 namespace osprey {
 
 InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequest frame)
@@ -11,6 +14,36 @@ InboundCall::InboundCall(std::shared_ptr<transport::Connection> conn, wire::Inbo
   deadline_ = frame_.header.has_timeout_millis() && frame_.header.timeout_millis() > 0
                   ? received_at_ + MonoDelta::FromMilliseconds(frame_.header.timeout_millis())
                   : MonoTime::Max();
+}
+
+void InboundCall::set_method(const ServiceMethod* m, ServerMethodMetrics* metrics,
+                             SlowCallLog* slow_calls) {
+  method_ = m;
+  metrics_ = metrics;
+  slow_calls_ = slow_calls;
+  if (metrics_ != nullptr) metrics_->received->Increment();
+}
+
+void InboundCall::MarkHandlerStarted() {
+  if (trace_ != nullptr) trace_->running.store(true, std::memory_order_relaxed);
+  if (metrics_ == nullptr && slow_calls_ == nullptr) return;
+  handler_started_ = MonoTime::Now();
+  handler_ran_ = true;
+  if (metrics_ != nullptr) metrics_->queue_time->Record(handler_started_ - received_at_);
+}
+
+void InboundCall::CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
+  if (metrics_ == nullptr && slow_calls_ == nullptr) return;
+  MonoTime now = MonoTime::Now();
+  if (metrics_ != nullptr) {
+    metrics_->CountOutcome(ok, code);
+    if (handler_ran_) metrics_->handler_latency->Record(now - handler_started_);
+  }
+  if (slow_calls_ != nullptr) {
+    slow_calls_->MaybeRecord(/*inbound=*/true, metrics_ != nullptr ? metrics_->method() : "",
+                             remote_address(), remote_user(), now - received_at_,
+                             ok ? "ok" : wire::ErrorStatusPB::RpcErrorCodePB_Name(code));
+  }
 }
 
 void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,
@@ -25,6 +58,7 @@ void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,
                    s.CloneAndPrepend("response could not be sent"));
     return;
   }
+  CountAnswer(true, wire::ErrorStatusPB::ERROR_APPLICATION);
   transport::Connection::QueueResponse(conn_, call_id(), std::move(frame));
 }
 
@@ -53,6 +87,7 @@ void InboundCall::RespondError(const wire::ErrorStatusPB& error) {
     LOG(ERROR) << "cannot encode error response for call " << call_id() << ": " << s.ToString();
     return;
   }
+  CountAnswer(false, error.code());
   transport::Connection::QueueResponse(conn_, call_id(), std::move(frame));
 }
 

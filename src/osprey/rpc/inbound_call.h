@@ -18,8 +18,10 @@
 
 namespace osprey {
 
+class ServerMethodMetrics;
 class ServiceIf;
 struct ServiceMethod;
+class SlowCallLog;
 
 class InboundCall {
  public:
@@ -44,7 +46,14 @@ class InboundCall {
   MonoTime deadline() const { return deadline_; }
 
   const ServiceMethod* method() const { return method_; }
-  void set_method(const ServiceMethod* m) { method_ = m; }
+  // The call's method is known: from here on it is counted in `metrics`
+  // (null: not counted), and answers slower than the log's threshold go to
+  // `slow_calls` (null: none).
+  void set_method(const ServiceMethod* m, ServerMethodMetrics* metrics, SlowCallLog* slow_calls);
+  ServerMethodMetrics* metrics() const { return metrics_; }
+  void set_trace(std::shared_ptr<transport::InboundCallTrace> trace) { trace_ = std::move(trace); }
+  // A worker (or the reactor) is about to run the handler.
+  void MarkHandlerStarted();
 
   // Each sends the one response of this call. Any thread.
   void RespondSuccess(const google::protobuf::MessageLite& response,
@@ -61,6 +70,14 @@ class InboundCall {
   MonoTime received_at_;
   MonoTime deadline_;
   const ServiceMethod* method_ = nullptr;
+  ServerMethodMetrics* metrics_ = nullptr;
+  SlowCallLog* slow_calls_ = nullptr;
+  std::shared_ptr<transport::InboundCallTrace> trace_;
+  MonoTime handler_started_;
+  bool handler_ran_ = false;
+
+  // Counts the answer: outcome, and handler latency if the handler ran.
+  void CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);
 };
 
 }  // namespace osprey

@@ -5,15 +5,20 @@
 #include <thread>
 
 #include "osprey/base/countdown_latch.h"
+#include "osprey/rpc/http_endpoints.h"
+#include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/service_pool.h"
+#include "osprey/rpc/slow_call_log.h"
 #include "osprey/transport/acceptor.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_options.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
+#include "osprey/transport/transport_metrics.h"
 
 namespace osprey {
 
@@ -69,6 +74,18 @@ MessengerBuilder& MessengerBuilder::set_tls_ca_file(std::string ca_file) {
   tls_ca_file_ = std::move(ca_file);
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_metrics(bool enabled) {
+  metrics_ = enabled;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_http_endpoints(bool enabled) {
+  http_endpoints_ = enabled;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_slow_call_threshold(MonoDelta threshold) {
+  slow_call_threshold_ = threshold;
+  return *this;
+}
 
 Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   const transport::ConnectionOptions& o = *options_;
@@ -91,6 +108,9 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (o.max_outbound_queue_bytes < o.max_frame_size) {
     return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
   }
+  if (slow_call_threshold_ < MonoDelta()) {
+    return Status::InvalidArgument("slow call threshold must not be negative");
+  }
   transport::ConnectionOptions options = o;
   bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
   if (options.encryption == RpcEncryption::kDisabled) {
@@ -109,7 +129,11 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     options.tls_server = std::move(server);
     options.tls_client = std::move(client);
   }
-  std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, options));
+  Messenger::Observability obs;
+  obs.metrics = metrics_;
+  obs.http_endpoints = http_endpoints_;
+  obs.slow_call_threshold = slow_call_threshold_;
+  std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
   Messenger* raw = m.get();
@@ -147,13 +171,53 @@ bool Messenger::OnOwnThread() {
   return false;
 }
 
-Messenger::Messenger(std::string name, int num_reactors,
-                     const transport::ConnectionOptions& options)
-    : inbound_(std::make_unique<InboundHandler>(this)), name_(std::move(name)) {
+namespace {
+std::atomic<uint64_t> next_messenger_id{1};
+}  // namespace
+
+Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOptions options,
+                     const Observability& obs)
+    : inbound_(std::make_unique<InboundHandler>(this)),
+      name_(std::move(name)),
+      id_(next_messenger_id.fetch_add(1)),
+      metrics_(std::make_shared<MessengerMetrics>(obs.metrics, obs.http_endpoints,
+                                                  obs.slow_call_threshold, num_reactors,
+                                                  open_server_connections_)) {
+  options.metrics = metrics_->transport();
+  options.keepalive = metrics_;
+  if (obs.http_endpoints) {
+    http_ = std::make_unique<HttpEndpoints>(this);
+    options.http_handler = http_.get();
+    options.track_calls = true;
+  }
   for (int i = 0; i < num_reactors; ++i) {
     reactors_.push_back(std::make_shared<transport::Reactor>(
-        name_ + "-reactor-" + std::to_string(i), options, inbound_.get()));
+        name_ + "-reactor-" + std::to_string(i), options, inbound_.get(), i));
   }
+}
+
+MetricRegistry* Messenger::metrics() { return metrics_->registry(); }
+SlowCallLog* Messenger::slow_calls() const { return metrics_->slow_calls(); }
+
+ClientMethodMetrics* Messenger::ClientMetricsFor(const RemoteMethod& method) {
+  if (!metrics_->counting()) return nullptr;
+  struct Entry {
+    uint64_t messenger;
+    const RemoteMethod* method;
+    ClientMethodMetrics* metrics;
+  };
+  thread_local std::vector<Entry> cache;
+  for (const Entry& e : cache) {
+    // The same object, and still the same method (a caller's RemoteMethod
+    // on the stack may be another method at the same address next time).
+    if (e.messenger == id_ && e.method == &method && e.metrics->method_is(method)) {
+      return e.metrics;
+    }
+  }
+  ClientMethodMetrics* found = metrics_->ClientMethod(method.service() + "." + method.method());
+  if (cache.size() >= 32) cache.erase(cache.begin());
+  cache.push_back({id_, &method, found});
+  return found;
 }
 
 Messenger::~Messenger() {
@@ -205,7 +269,8 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
                                   const ServicePoolOptions& options) {
   if (!service) return Status::InvalidArgument("null service");
   std::string name = service->service_name();
-  auto pool = std::make_shared<ServicePool>(std::move(service), options);
+  auto pool = std::make_shared<ServicePool>(std::move(service), options,
+                                            metrics_.get());
   MutexLock l(mu_);
   if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   if (services_.count(name)) {
@@ -319,16 +384,19 @@ class Messenger::InboundHandler final : public transport::InboundCallHandler {
   explicit InboundHandler(Messenger* m) : m_(m) {}
   // Reactor thread of `conn`.
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                         wire::InboundRequest frame) override;
+                         wire::InboundRequest frame,
+                         std::shared_ptr<transport::InboundCallTrace> trace) override;
 
  private:
   Messenger* const m_;
 };
 
 void Messenger::InboundHandler::HandleInboundCall(
-    const std::shared_ptr<transport::Connection>& conn, wire::InboundRequest frame) {
+    const std::shared_ptr<transport::Connection>& conn, wire::InboundRequest frame,
+    std::shared_ptr<transport::InboundCallTrace> trace) {
   Messenger* m = m_;
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
+  if (trace != nullptr) call->set_trace(std::move(trace));
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
   {
@@ -360,7 +428,7 @@ void Messenger::InboundHandler::HandleInboundCall(
       return;
     }
   }
-  call->set_method(method);
+  call->set_method(method, pool->MetricsFor(method), m->metrics_->slow_calls());
   pool->QueueInboundCall(std::move(call));
 }
 

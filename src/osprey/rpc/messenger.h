@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "osprey/base/connection_types.h"
+#include "osprey/base/metrics.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
@@ -44,11 +45,17 @@ namespace osprey {
 namespace transport {
 class Acceptor;
 class Reactor;
+class TransportMetrics;
 struct ConnectionOptions;
 }  // namespace transport
+class ClientMethodMetrics;
+class HttpEndpoints;
+class MessengerMetrics;
 class Messenger;
 class OutboundCall;
+class RemoteMethod;
 class ServicePool;
+class SlowCallLog;
 
 class MessengerBuilder {
  public:
@@ -75,6 +82,19 @@ class MessengerBuilder {
   // present a certificate. Without it, peers are not verified.
   MessengerBuilder& set_tls_ca_file(std::string ca_file);
 
+  // Metrics, on by default: per-method calls by outcome and latency
+  // histograms on both sides, and the messenger's connections, bytes and
+  // reactor load, in metrics(). Off, nothing is counted.
+  MessengerBuilder& set_metrics(bool enabled);
+  // HTTP on the RPC port, off by default: a connection whose first bytes
+  // are an HTTP request line is served /metrics (Prometheus text), /rpcz
+  // (calls in flight and recent slow calls, JSON or HTML), /connections
+  // (JSON) and /healthz. It also traces server calls in flight for /rpcz.
+  MessengerBuilder& set_http_endpoints(bool enabled);
+  // Calls that take at least this long are kept for /rpcz, the last 20 per
+  // method and direction (1 s by default).
+  MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
+
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -87,6 +107,9 @@ class MessengerBuilder {
   int num_reactors_ = 4;
   std::shared_ptr<transport::ConnectionOptions> options_;
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
+  bool metrics_ = true;
+  bool http_endpoints_ = false;
+  MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
 };
 
 class Messenger {
@@ -117,10 +140,27 @@ class Messenger {
   const std::string& name() const { return name_; }
   int num_reactors() const { return static_cast<int>(reactors_.size()); }
 
+  // The registry of this messenger's metrics: the RPC layer's own, and any
+  // a user adds (they are served on /metrics too). Read it with
+  // Snapshot(). Thread-safe.
+  MetricRegistry* metrics();
+  // True once Shutdown() has begun (/healthz then answers 503).
+  bool shutting_down() const { return closing_.load(std::memory_order_acquire); }
+
  private:
   friend class MessengerBuilder;
   friend class Proxy;
+  friend class HttpEndpoints;
 
+  struct Observability {
+    bool metrics = true;
+    bool http_endpoints = false;
+    MonoDelta slow_call_threshold;
+  };
+  // Proxy: the client metrics of `method` (null with metrics off). Cached
+  // per thread: a hit takes no lock and makes no string.
+  ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);
+  SlowCallLog* slow_calls() const;
   // Proxy: sends `call` over the connection to (remote, user).
   // `sync`: the caller is about to block on the call; it may then send it
   // itself if the connection's reactor is idle.
@@ -132,7 +172,8 @@ class Messenger {
   class InboundHandler;
   std::unique_ptr<InboundHandler> inbound_;
 
-  Messenger(std::string name, int num_reactors, const transport::ConnectionOptions& options);
+  Messenger(std::string name, int num_reactors, transport::ConnectionOptions options,
+            const Observability& observability);
   Status Start();
   // The deleter of the references Build hands out: shuts the messenger
   // down and frees it, on a thread of its own when called on one of ours.
@@ -144,11 +185,17 @@ class Messenger {
   transport::Reactor* NextServerReactor();
 
   const std::string name_;
+  // Unique among messengers ever made: the client-metrics cache's key.
+  const uint64_t id_;
+  // Before metrics_, which counts them.
+  const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  // Shared with the reactors: see messenger_metrics.h.
+  const std::shared_ptr<MessengerMetrics> metrics_;
+  std::unique_ptr<HttpEndpoints> http_;
   std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};
   std::atomic<bool> closing_{false};
-  const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
-      std::make_shared<std::atomic<int64_t>>(0);
 
   Mutex mu_;
   std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);

@@ -3,6 +3,8 @@
 #include <string_view>
 
 #include "osprey/rpc/rpc_controller.h"
+#include "osprey/rpc/rpc_metrics.h"
+#include "osprey/rpc/slow_call_log.h"
 #include "osprey/wire/rpc_header.pb.h"
 
 namespace osprey {
@@ -87,10 +89,33 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
 
 void OutboundCall::OnFailure(const Status& status) { Complete(status, nullptr, nullptr, {}); }
 
+void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls,
+                                 const Sockaddr& remote, const std::string& user) {
+  metrics_ = metrics;
+  slow_calls_ = slow_calls;
+  if (metrics_ != nullptr) metrics_->started->Increment();
+  if (slow_calls_ != nullptr) {
+    remote_ = remote;
+    user_ = user;
+  }
+}
+
 void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
+  if (metrics_ != nullptr || slow_calls_ != nullptr) {
+    MonoDelta took = MonoTime::Now() - started();
+    if (metrics_ != nullptr) {
+      metrics_->CountOutcome(status);
+      metrics_->latency->Record(took);
+    }
+    if (slow_calls_ != nullptr && took >= slow_calls_->threshold()) {
+      slow_calls_->MaybeRecord(/*inbound=*/false, method_->service() + "." + method_->method(),
+                               remote_, user_, took,
+                               status.ok() ? "ok" : Status::CodeName(status.code()));
+    }
+  }
   ResponseCallback cb = std::move(callback_);
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
   cb();

@@ -11,13 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/sockaddr.h"
 #include "osprey/rpc/remote_method.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/reactor.h"
 
 namespace osprey {
 
+class ClientMethodMetrics;
 class RpcController;
+class SlowCallLog;
 using ResponseCallback = std::function<void()>;
 
 class OutboundCall final : public transport::ClientCall {
@@ -39,6 +42,10 @@ class OutboundCall final : public transport::ClientCall {
   }
   // Any thread, once it was queued: asks its reactor to abort it.
   void set_reactor_for_cancel(transport::Reactor* reactor) { cancel_reactor_.store(reactor); }
+  // Before the call is queued: count it in `metrics` (null: not counted);
+  // list it in `slow_calls` if it is slow (null: not listed).
+  void set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls, const Sockaddr& remote,
+                     const std::string& user);
   void Cancel();
 
  private:
@@ -54,6 +61,10 @@ class OutboundCall final : public transport::ClientCall {
   RpcController* const controller_;
   ResponseCallback callback_;
   std::atomic<transport::Reactor*> cancel_reactor_{nullptr};
+  ClientMethodMetrics* metrics_ = nullptr;
+  SlowCallLog* slow_calls_ = nullptr;
+  Sockaddr remote_;
+  std::string user_;
 };
 
 }  // namespace osprey

@@ -40,6 +40,8 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
   call->set_sidecars(controller->StartCall(call));
+  call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls(), remote_,
+                      user_);
   // A sync call's callback only counts down the caller's latch.
   if (sync) call->set_completion_runs_no_user_code();
   if (!request.IsInitialized()) {

@@ -16,6 +16,12 @@ const ServiceMethod* ServiceIf::FindMethod(std::string_view name) const {
 
 bool ServiceIf::SupportsFeature(uint32_t /*feature*/) const { return false; }
 
+std::vector<const ServiceMethod*> ServiceIf::methods() const {
+  std::vector<const ServiceMethod*> out;
+  for (const auto& [name, m] : methods_) out.push_back(&m);
+  return out;
+}
+
 void ServiceIf::RegisterMethod(ServiceMethod method) {
   std::string name = method.name;
   methods_.insert_or_assign(std::move(name), std::move(method));
@@ -39,6 +45,7 @@ void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
     return;
   }
   std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());
+  call->MarkHandlerStarted();
   auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
   // The server keeps serving whatever a handler throws: its call is
   // answered with the exception's text, unless the handler answered first.

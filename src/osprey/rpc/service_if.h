@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace osprey {
 
@@ -35,6 +36,8 @@ class ServiceIf {
   virtual const std::string& service_name() const = 0;
 
   const ServiceMethod* FindMethod(std::string_view name) const;
+  // Every method, in no particular order.
+  std::vector<const ServiceMethod*> methods() const;
 
   // Whether this service supports the application feature flag `feature`
   // (a number the service's users agree on). A call whose request header

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/messenger_metrics.h"
 
 namespace osprey {
 
@@ -12,8 +13,19 @@ thread_local const ServicePool* tls_worker_of = nullptr;
 
 bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
 
-ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options)
-    : service_(std::move(service)), options_(options), queue_(options.queue_length) {}
+ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options,
+                         MessengerMetrics* metrics)
+    : service_(std::move(service)), options_(options), queue_(options.queue_length) {
+  if (metrics == nullptr || !metrics->counting()) return;
+  for (const ServiceMethod* m : service_->methods()) {
+    metrics_.emplace(m, metrics->ServerMethod(service_->service_name() + "." + m->name));
+  }
+}
+
+ServerMethodMetrics* ServicePool::MetricsFor(const ServiceMethod* method) const {
+  auto it = metrics_.find(method);
+  return it == metrics_.end() ? nullptr : it->second;
+}
 
 ServicePool::~ServicePool() { Shutdown(); }
 
@@ -76,6 +88,7 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
                            Status::ServiceUnavailable("server is shutting down"));
       return;
     case ServiceQueue<InboundCall>::PutResult::kFull:
+      if (call->metrics() != nullptr) call->metrics()->rejected_queue_full->Increment();
       call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
                            Status::ServiceUnavailable(
                                "the service queue of " + service_->service_name() + " is full (" +
@@ -116,6 +129,7 @@ void ServicePool::RunCall(std::unique_ptr<InboundCall> call) {
   if (call->deadline() <= MonoTime::Now()) {
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
+    if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
     call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
                          Status::TimedOut("call waited in the service queue past its deadline"));
     return;

@@ -12,8 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "osprey/base/metrics.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/service_if.h"
 #include "osprey/rpc/service_pool_options.h"
 #include "osprey/rpc/service_queue.h"
@@ -21,12 +23,16 @@
 namespace osprey {
 
 class InboundCall;
+class MessengerMetrics;
 
 // Owned by its Messenger through a shared_ptr: workers left running past a
 // shutdown's deadline keep it (and its service) alive until they return.
 class ServicePool : public std::enable_shared_from_this<ServicePool> {
  public:
-  ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options);
+  // `metrics`: where the per-method metrics are made (null: none); it
+  // outlives the pool.
+  ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options,
+              MessengerMetrics* metrics = nullptr);
   ~ServicePool();
 
   Status Start();
@@ -41,6 +47,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   void QueueInboundCall(std::unique_ptr<InboundCall> call);
 
   ServiceIf* service() const { return service_.get(); }
+  // The metrics of one of this service's methods; null when not counted.
+  ServerMethodMetrics* MetricsFor(const ServiceMethod* method) const;
   // True on one of this pool's worker threads (where Shutdown would wait
   // for itself).
   bool OnWorkerThread() const;
@@ -66,6 +74,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   CondVar all_returned_;
   std::shared_ptr<ServicePool> keep_alive_ GUARDED_BY(live_mu_);
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
+  // Made in the constructor, read-only after.
+  std::unordered_map<const ServiceMethod*, ServerMethodMetrics*> metrics_;
 };
 
 }  // namespace osprey

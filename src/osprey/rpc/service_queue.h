@@ -73,6 +73,7 @@ class ServiceQueue {
     return queue_.size();
   }
   size_t capacity() const { return capacity_; }
+
   // Workers blocked in Take(), and workers running a call they took.
   int sleeping_workers() const EXCLUDES(mu_) {
     MutexLock l(mu_);

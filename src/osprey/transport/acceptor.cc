@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "osprey/transport/connection.h"
+#include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
 
@@ -76,6 +77,8 @@ void Acceptor::HandleEvents(uint32_t) {
       VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": " << ns.ToString();
       continue;
     }
+    if (TransportMetrics* m = reactor_->options().metrics.get())
+      m->connections_accepted->Increment();
     Reactor* target = pick_reactor_();
     auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
                                           remote, std::string());

@@ -81,13 +81,13 @@ TEST(ClientCallTableTest, ParkedCallsComeBackInOrderAndTakeAllEmptiesBoth) {
 TEST(ServerCallTableTest, RefusesADuplicateIdWhileInFlightAndPublishesItsSize) {
   std::atomic<size_t> published{0};
   ServerCallTable table(&published);
-  EXPECT_TRUE(table.Add(5));
-  EXPECT_TRUE(table.Add(6));
-  EXPECT_FALSE(table.Add(5));
+  EXPECT_TRUE(table.Add(5, nullptr));
+  EXPECT_TRUE(table.Add(6, nullptr));
+  EXPECT_FALSE(table.Add(5, nullptr));
   EXPECT_EQ(2u, table.size());
   EXPECT_EQ(2u, published.load());
   table.Remove(5);
-  EXPECT_TRUE(table.Add(5));  // answered: the id may come again
+  EXPECT_TRUE(table.Add(5, nullptr));  // answered: the id may come again
   table.Clear();
   EXPECT_TRUE(table.empty());
   EXPECT_EQ(0u, published.load());

@@ -46,8 +46,8 @@ std::vector<std::shared_ptr<ClientCall>> ClientCallTable::TakeAll() {
   return all;
 }
 
-bool ServerCallTable::Add(int32_t id) {
-  if (!ids_.insert(id).second) return false;
+bool ServerCallTable::Add(int32_t id, std::shared_ptr<InboundCallTrace> trace) {
+  if (!ids_.emplace(id, std::move(trace)).second) return false;
   published_->store(ids_.size(), std::memory_order_relaxed);
   return true;
 }

@@ -19,13 +19,36 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "osprey/base/monotime.h"
+#include "osprey/base/sockaddr.h"
 #include "osprey/transport/client_call.h"
 
 namespace osprey::transport {
+
+// What /rpcz shows of a server call in flight. Made by the connection that
+// received it when call tracking is on (ConnectionOptions::track_calls),
+// and shared with the call, which marks it running when its handler starts.
+struct InboundCallTrace {
+  std::string method;  // "<service>.<method>"
+  MonoTime received;
+  std::atomic<bool> running{false};
+};
+
+// One call in flight, as /rpcz lists it.
+struct CallInfo {
+  bool inbound = false;
+  std::string method;
+  Sockaddr remote;
+  std::string user;
+  MonoDelta elapsed;
+  // Inbound: "queued" or "running". Outbound: "awaiting negotiation" or
+  // "awaiting response".
+  std::string state;
+};
 
 class ClientCallTable {
  public:
@@ -47,6 +70,12 @@ class ClientCallTable {
   void ForgetSent(int32_t id, const ClientCall* call);
 
   size_t sent() const { return sent_.size(); }
+  // f(const ClientCall&, bool sent) for each call, parked then sent.
+  template <class F>
+  void ForEach(F&& f) const {
+    for (const auto& c : parked_) f(*c, false);
+    for (const auto& [id, c] : sent_) f(*c, true);
+  }
   // Every call, parked first, leaving the table empty.
   std::vector<std::shared_ptr<ClientCall>> TakeAll();
 
@@ -61,15 +90,22 @@ class ServerCallTable {
   // `size_published`: kept equal to size(), for readers on any thread.
   explicit ServerCallTable(std::atomic<size_t>* size_published) : published_(size_published) {}
 
-  // False if a call with `id` is already in flight.
-  bool Add(int32_t id);
+  // False if a call with `id` is already in flight. `trace` may be null.
+  bool Add(int32_t id, std::shared_ptr<InboundCallTrace> trace);
   void Remove(int32_t id);
   void Clear();
   size_t size() const { return ids_.size(); }
   bool empty() const { return ids_.empty(); }
+  // f(const InboundCallTrace&) for each call in flight that has a trace.
+  template <class F>
+  void ForEachTrace(F&& f) const {
+    for (const auto& [id, trace] : ids_) {
+      if (trace != nullptr) f(*trace);
+    }
+  }
 
  private:
-  std::unordered_set<int32_t> ids_;
+  std::unordered_map<int32_t, std::shared_ptr<InboundCallTrace>> ids_;
   std::atomic<size_t>* const published_;
 };
 

@@ -20,6 +20,7 @@ namespace osprey::transport {
 
 class Connection;
 class Reactor;
+struct InboundCallTrace;
 
 class ClientCall : public std::enable_shared_from_this<ClientCall> {
  public:
@@ -34,6 +35,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual std::string Describe() const = 0;
 
   MonoTime deadline() const { return deadline_; }
+  // When the caller made the call.
+  MonoTime started() const { return started_; }
   void set_deadline(MonoTime d) { deadline_ = d; }
 
   // Any thread. True once the call completed (or began to): exactly one of
@@ -74,6 +77,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void ReleaseTransportState();
 
   MonoTime deadline_ = MonoTime::Max();
+  const MonoTime started_ = MonoTime::Now();
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancel_requested_{false};
   bool no_user_code_ = false;
@@ -89,8 +93,10 @@ class InboundCallHandler {
  public:
   virtual ~InboundCallHandler() = default;
   // Reactor thread of `conn`.
+  // `trace`: what /rpcz shows of the call, if calls are tracked.
   virtual void HandleInboundCall(const std::shared_ptr<Connection>& conn,
-                                 wire::InboundRequest frame) = 0;
+                                 wire::InboundRequest frame,
+                                 std::shared_ptr<InboundCallTrace> trace) = 0;
 };
 
 }  // namespace osprey::transport

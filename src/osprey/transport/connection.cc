@@ -7,7 +7,9 @@
 
 #include <functional>
 
+#include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
+#include "osprey/transport/transport_metrics.h"
 #include "osprey/wire/connection_header.h"
 
 namespace osprey::transport {
@@ -166,6 +168,7 @@ Status Connection::ReadConnectionHeader() {
                                       wire::kConnectionHeaderSize - conn_header_got_, &n));
     if (n == 0) return Status::OK();
     conn_header_got_ += n;
+    if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_received->Increment(n);
   }
   OSPREY_RETURN_NOT_OK(
       wire::ValidateConnectionHeader(Slice(conn_header_, wire::kConnectionHeaderSize)));
@@ -179,12 +182,41 @@ Status Connection::ReadConnectionHeader() {
   return Status::OK();
 }
 
+bool Connection::LooksLikeHttp() const {
+  // A request line starts with a method: the connection header's first
+  // bytes are "GET / H", "HEAD /h" and so on.
+  static constexpr const char* kMethods[] = {"GET ",     "HEAD ",  "POST ",  "PUT ",    "DELETE ",
+                                             "OPTIONS ", "PATCH ", "TRACE ", "CONNECT "};
+  const char* got = reinterpret_cast<const char*>(conn_header_);
+  for (const char* m : kMethods) {
+    size_t n = std::min(strlen(m), conn_header_got_);
+    if (n > 0 && memcmp(got, m, n) == 0) return true;
+  }
+  return false;
+}
+
+void Connection::BecomeHttp() {
+  // The socket and what was read go to an HttpConnection on this reactor;
+  // this connection closes quietly.
+  std::string first(reinterpret_cast<const char*>(conn_header_), conn_header_got_);
+  reactor_->RemoveFd(socket_.fd());
+  auto http =
+      std::make_shared<HttpConnection>(reactor_, std::move(socket_), remote_, std::move(first),
+                                       reactor_->http_handler(), open_counter_);
+  Shutdown(Status::Aborted("served as HTTP"));
+  reactor_->AdoptHttpConnection(std::move(http));
+}
+
 void Connection::ReadAvailable() {
   for (int i = 0; i < kMaxReadsPerEvent; ++i) {
     if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
     last_activity_ = reactor_->loop_time();
     if (state_ == State::kAwaitingConnectionHeader) {
       Status s = ReadConnectionHeader();
+      if (!s.ok() && s.IsCorruption() && LooksLikeHttp() && reactor_->http_handler() != nullptr) {
+        BecomeHttp();
+        return;
+      }
       if (!s.ok()) {
         if (s.IsCorruption()) LOG(WARNING) << ToString() << ": " << s.ToString();
         Shutdown(s);
@@ -212,6 +244,7 @@ void Connection::ReadAvailable() {
       return;
     }
     if (n == 0) return;
+    if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_received->Increment(n);
     if (tls_reading_) {
       DecryptAndDecode(Slice(dst, n));
     } else {
@@ -525,13 +558,22 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  if (!server_calls_.Add(id)) {
+  std::shared_ptr<InboundCallTrace> trace;
+  if (reactor_->options().track_calls) {
+    trace = std::make_shared<InboundCallTrace>();
+    const auto& rm = frame.header.remote_method();
+    trace->method.reserve(rm.service_name().size() + 1 + rm.method_name().size());
+    trace->method.append(rm.service_name()).append(".").append(rm.method_name());
+    trace->received = reactor_->loop_time();
+  }
+  if (!server_calls_.Add(id, trace)) {
     Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
                                   " while a call with that id is in flight");
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame));
+  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame),
+                                                 std::move(trace));
   return Status::OK();
 }
 
@@ -637,9 +679,12 @@ void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
 }
 
 bool Connection::FlushRecords() {
-  bool wrote_any;
-  Status s = tls_->Flush(&socket_, &outbound_, &outbound_bytes_, &wrote_any);
-  if (wrote_any) last_activity_ = reactor_->loop_time();
+  size_t wrote = 0;
+  Status s = tls_->Flush(&socket_, &outbound_, &outbound_bytes_, &wrote);
+  if (wrote > 0) {
+    last_activity_ = reactor_->loop_time();
+    if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_sent->Increment(wrote);
+  }
   if (!s.ok()) {
     Shutdown(s.CloneAndPrepend(ToString()));
     return false;
@@ -671,6 +716,7 @@ void Connection::Flush() {
       return;
     }
     last_activity_ = reactor_->loop_time();
+    if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_sent->Increment(n);
     size_t left = n;
     while (left > 0 && !outbound_.empty()) {
       outbound_.front()->Advance(&left);
@@ -685,13 +731,53 @@ void Connection::Flush() {
     Shutdown(close_reason_);
     return;
   }
+  PublishQueuedBytes();
   UpdateEpollInterest();
+}
+
+void Connection::PublishQueuedBytes() {
+  TransportMetrics* m = reactor_->options().metrics.get();
+  if (m == nullptr) return;
+  int64_t now =
+      state_ == State::kClosed
+          ? 0
+          : static_cast<int64_t>(outbound_bytes_ + (tls_ != nullptr ? tls_->unsent_bytes() : 0));
+  if (now != published_queued_bytes_) {
+    m->queued_outbound_bytes.fetch_add(now - published_queued_bytes_, std::memory_order_relaxed);
+    published_queued_bytes_ = now;
+  }
 }
 
 bool Connection::IdleSince(MonoTime cutoff) const {
   reactor_->AssertCurrentThread();
   return state_ == State::kOpen && client_calls_.sent() == 0 && server_calls_.empty() &&
          !HasUnsentBytes() && last_activity_ < cutoff;
+}
+
+void Connection::CollectCalls(MonoTime now, std::vector<CallInfo>* out) const {
+  reactor_->AssertCurrentThread();
+  if (state_ == State::kClosed) return;
+  if (role_ == Role::kServer) {
+    server_calls_.ForEachTrace([&](const InboundCallTrace& t) {
+      CallInfo& c = out->emplace_back();
+      c.inbound = true;
+      c.method = t.method;
+      c.remote = remote_;
+      c.user = user_;
+      c.elapsed = now - t.received;
+      c.state = t.running.load(std::memory_order_relaxed) ? "running" : "queued";
+    });
+    return;
+  }
+  client_calls_.ForEach([&](const ClientCall& call, bool sent) {
+    if (call.finished()) return;
+    CallInfo& c = out->emplace_back();
+    c.method = call.Describe();
+    c.remote = remote_;
+    c.user = user_;
+    c.elapsed = now - call.started();
+    c.state = sent ? "awaiting response" : "awaiting negotiation";
+  });
 }
 
 ConnectionInfo Connection::Info() const {
@@ -711,6 +797,15 @@ void Connection::Shutdown(const Status& why) {
   reactor_->AssertCurrentThread();
   if (state_ == State::kClosed) return;
   auto self = shared_from_this();
+  if (TransportMetrics* m = reactor_->options().metrics.get()) {
+    // A negotiation that began (a peer that connects and says nothing is
+    // not one) and ended without the messenger shutting down.
+    bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
+                       (state_ == State::kAwaitingConnectionHeader && conn_header_got_ > 0);
+    if (negotiating && !why.IsAborted()) {
+      m->CountNegotiationFailure(TransportMetrics::Classify(why));
+    }
+  }
   state_ = State::kClosed;
   closed_.store(true, std::memory_order_release);
   close_reason_ = why;
@@ -723,6 +818,7 @@ void Connection::Shutdown(const Status& why) {
   }
   outbound_.clear();
   outbound_bytes_ = 0;
+  PublishQueuedBytes();
 
   Status call_status = why;
   if (!(why.IsNetworkError() || why.IsAborted() || why.IsNotAuthorized())) {

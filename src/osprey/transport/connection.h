@@ -93,6 +93,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void Flush();
   bool IdleSince(MonoTime cutoff) const;
   ConnectionInfo Info() const;
+  // Appends the calls in flight on this connection (traced server calls,
+  // every client call).
+  void CollectCalls(MonoTime now, std::vector<CallInfo>* out) const;
   size_t calls_in_flight() const {
     reactor_->AssertCurrentThread();
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();
@@ -110,6 +113,13 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   };
 
   void OnConnected() REQUIRES(reactor_->loop_mu_);
+  // Whether the bytes read in place of the connection header begin an HTTP
+  // request line.
+  bool LooksLikeHttp() const REQUIRES(reactor_->loop_mu_);
+  // Hands the socket to an HttpConnection on this reactor.
+  void BecomeHttp() REQUIRES(reactor_->loop_mu_);
+  // Tells the messenger's metrics how many bytes wait for this peer.
+  void PublishQueuedBytes() REQUIRES(reactor_->loop_mu_);
   void ReadAvailable() REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
   void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
@@ -201,6 +211,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;
   MonoTime last_activity_ GUARDED_BY(reactor_->loop_mu_);
+  int64_t published_queued_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
 };
 
 }  // namespace osprey::transport

@@ -10,7 +10,9 @@
 
 namespace osprey::transport {
 
+class HttpHandler;
 class TlsContext;
+class TransportMetrics;
 
 struct ConnectionOptions {
   size_t max_frame_size = wire::kDefaultMaxFrameSize;
@@ -33,6 +35,18 @@ struct ConnectionOptions {
   // Immutable, shared by every connection of the Messenger.
   std::shared_ptr<const TlsContext> tls_server;
   std::shared_ptr<const TlsContext> tls_client;
+
+  // Null: not counted. Shared by every reactor of the messenger.
+  std::shared_ptr<TransportMetrics> metrics;
+  // What the messenger's calls may touch after the messenger is gone (its
+  // metrics): kept by every reactor, and so by every connection.
+  std::shared_ptr<const void> keepalive;
+  // Where HTTP requests on the RPC port go; null: they are refused, as a
+  // bad connection header. Owned by the messenger.
+  HttpHandler* http_handler = nullptr;
+  // Server calls in flight are traced for /rpcz (one small allocation per
+  // call).
+  bool track_calls = false;
 };
 
 }  // namespace osprey::transport

@@ -9,6 +9,8 @@
 
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
+#include "osprey/transport/http_connection.h"
+#include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
 
@@ -56,8 +58,9 @@ void Reactor::FlushRequested() {
 
 bool Reactor::OnAnyReactorThread() { return tls_on_reactor; }
 
-Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler)
-    : name_(std::move(name)), options_(options), handler_(handler) {}
+Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler,
+                 int index)
+    : name_(std::move(name)), options_(options), handler_(handler), reactor_index_(index) {}
 
 Reactor::~Reactor() {
   Shutdown();
@@ -266,6 +269,13 @@ void Reactor::Loop() {
     // Write everything the events, tasks and timers queued.
     FlushRequested();
     conns_.ReleaseClosed();
+    http_closed_.clear();
+    if (options_.metrics != nullptr) {
+      // The iteration's length is how long an event could wait behind the
+      // others: the loop's lag.
+      MonoDelta busy = MonoTime::Now() - loop_time_;
+      options_.metrics->RecordReactorIteration(reactor_index_, busy);
+    }
   }
 
   // Shutting down. First run what is queued: responses that workers handed
@@ -291,6 +301,10 @@ void Reactor::Loop() {
 }
 
 void Reactor::CloseAllConnections(const Status& why) {
+  std::vector<std::shared_ptr<HttpConnection>> http;
+  for (auto& [ptr, conn] : http_conns_) http.push_back(conn);
+  for (auto& c : http) c->Close(why.ToString());
+  http_closed_.clear();
   // Flush what is queued (responses, fatal errors) as far as the kernel
   // takes it without blocking, then close.
   std::vector<std::shared_ptr<Connection>> conns = conns_.Snapshot();
@@ -350,6 +364,7 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
                                              key.remote, key.user);
     target = conn.get();
+    if (options_.metrics != nullptr) conn->CountIn(options_.metrics->open_outbound);
     conns_.AddClient(key, conn);
     s = conn->Start(in_progress);
     if (!s.ok()) {
@@ -369,11 +384,34 @@ void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {
   if (!s.ok()) conn->Shutdown(s);
 }
 
+void Reactor::AdoptHttpConnection(std::shared_ptr<HttpConnection> conn) {
+  AssertCurrentThread();
+  if (closing()) return;  // dropping it closes the socket
+  HttpConnection* raw = conn.get();
+  http_conns_.emplace(raw, std::move(conn));
+  Status s = raw->Start();
+  if (!s.ok()) raw->Close(s.ToString());
+}
+
+void Reactor::ReleaseHttpConnection(HttpConnection* conn) {
+  AssertCurrentThread();
+  auto it = http_conns_.find(conn);
+  if (it == http_conns_.end()) return;
+  http_closed_.push_back(std::move(it->second));
+  http_conns_.erase(it);
+}
+
 void Reactor::CollectConnections(std::vector<ConnectionInfo>* out) const {
   AssertCurrentThread();
   conns_.ForEach([out](const Connection& conn) {
     if (!conn.is_shut_down()) out->push_back(conn.Info());
   });
+}
+
+void Reactor::CollectCalls(std::vector<CallInfo>* out) const {
+  AssertCurrentThread();
+  MonoTime now = MonoTime::Now();
+  conns_.ForEach([out, now](const Connection& conn) { conn.CollectCalls(now, out); });
 }
 
 void Reactor::RemoveConnection(Connection* conn) {

@@ -38,7 +38,10 @@
 namespace osprey::transport {
 
 class ClientCall;
+struct CallInfo;
 class Connection;
+class HttpConnection;
+class HttpHandler;
 class InboundCallHandler;
 
 // Something with a file descriptor in the reactor's epoll set.
@@ -53,7 +56,9 @@ class EventHandler {
 // destroyed finds the reactor stopped (Schedule refuses), not freed.
 class Reactor : public std::enable_shared_from_this<Reactor> {
  public:
-  Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler);
+  // `index`: its number among its messenger's reactors (a metrics label).
+  Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler,
+          int index = 0);
   ~Reactor();
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
@@ -139,16 +144,25 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call);
   // Takes a freshly accepted server-side socket.
   void AdoptServerConnection(std::shared_ptr<Connection> conn);
+  // Takes a server connection that turned out to speak HTTP, and forgets
+  // it once it closed (kept alive until this loop iteration ends).
+  void AdoptHttpConnection(std::shared_ptr<HttpConnection> conn);
+  void ReleaseHttpConnection(HttpConnection* conn);
+  // Where HTTP requests on the RPC port go; null: they are refused.
+  HttpHandler* http_handler() const { return options_.http_handler; }
   // A connection asks to be written at the end of this loop iteration.
   void RequestFlush(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
   // Appends a snapshot of every open connection.
   void CollectConnections(std::vector<ConnectionInfo>* out) const;
+  // Appends the calls in flight on its connections.
+  void CollectCalls(std::vector<CallInfo>* out) const;
 
  private:
   // A connection's state is guarded by its reactor's loop lock too.
   friend class Connection;
+  friend class HttpConnection;
 
   void Loop();
   void RunTasks() REQUIRES(loop_mu_);
@@ -168,6 +182,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   const std::string name_;
   const ConnectionOptions options_;
   InboundCallHandler* const handler_;
+  const int reactor_index_;
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -214,6 +229,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   TimerQueue timers_ GUARDED_BY(loop_mu_);
   ConnectionTable conns_ GUARDED_BY(loop_mu_);
   std::vector<Connection*> flush_list_ GUARDED_BY(loop_mu_);
+  std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> http_conns_
+      GUARDED_BY(loop_mu_);
+  std::vector<std::shared_ptr<HttpConnection>> http_closed_ GUARDED_BY(loop_mu_);
   MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
   MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
 };

@@ -103,9 +103,9 @@ TEST(TlsRecordLayerTest, ClearPrefixFirstThenOnlyRecordsThatThePeerDecrypts) {
   const std::string secret_b(10000, 'z');  // encrypted in place, not gathered
   FrameQueue frames = Frames({secret_a, secret_b});
   size_t frame_bytes = secret_a.size() + secret_b.size();
-  bool wrote_any = false;
+  size_t wrote_any = 0;
   ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote_any).ok());
-  EXPECT_TRUE(wrote_any);
+  EXPECT_GT(wrote_any, 16u);
   EXPECT_TRUE(frames.empty());
   EXPECT_EQ(0u, frame_bytes);
   EXPECT_EQ(0u, sender.unsent_bytes());
@@ -144,7 +144,7 @@ TEST(TlsRecordLayerTest, AFullSocketKeepsRecordsAndEncryptsALargeFrameInBatches)
   size_t frame_bytes = big.size();
   StringSink sink;
   for (int round = 0; round < 100000 && (!frames.empty() || sender.unsent_bytes() > 0); ++round) {
-    bool wrote_any;
+    size_t wrote_any;
     ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote_any).ok());
     // Never the whole frame as records at once: one batch at most.
     EXPECT_LE(sender.unsent_bytes(), size_t{300 * 1024});
@@ -166,7 +166,8 @@ TEST(TlsRecordLayerTest, ASinkThatStopsEndsDecryptionAndCloseNotifyIsAborted) {
   std::string payload(20000, 'q');
   FrameQueue frames = Frames({payload});
   size_t frame_bytes = payload.size();
-  bool wrote_any, answered;
+  size_t wrote_any;
+  bool answered;
   ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote_any).ok());
   std::string wire = ReadAvailable(&sockets.b);
 

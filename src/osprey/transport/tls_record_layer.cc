@@ -26,14 +26,14 @@ TlsRecordLayer::TlsRecordLayer(std::unique_ptr<TlsSession> session, FrameQueue* 
 }
 
 Status TlsRecordLayer::Flush(Socket* socket, FrameQueue* frames, size_t* frame_bytes,
-                             bool* wrote_any) {
-  *wrote_any = false;
+                             size_t* wrote) {
+  *wrote = 0;
   while (true) {
     if (wire_out_sent_ < wire_out_.size()) {
       iovec v{wire_out_.data() + wire_out_sent_, wire_out_.size() - wire_out_sent_};
       size_t n;
       OSPREY_RETURN_NOT_OK(socket->Writev(&v, 1, &n));
-      *wrote_any |= n > 0;
+      *wrote += n;
       wire_out_sent_ += n;
       if (wire_out_sent_ < wire_out_.size()) return Status::OK();  // the socket is full
       wire_out_.clear();

@@ -52,10 +52,10 @@ class TlsRecordLayer {
   TlsRecordLayer& operator=(const TlsRecordLayer&) = delete;
 
   // Encrypts `frames` and writes the records to `socket` until both are
-  // done or the socket is full (*wrote_any tells whether it took bytes).
+  // done or the socket is full (*wrote: the bytes it took).
   // Frames fully encrypted are popped and their size taken off
   // *frame_bytes. An error is the socket's or the session's.
-  Status Flush(Socket* socket, FrameQueue* frames, size_t* frame_bytes, bool* wrote_any);
+  Status Flush(Socket* socket, FrameQueue* frames, size_t* frame_bytes, size_t* wrote);
 
   // Records made but not yet taken by the socket.
   size_t unsent_bytes() const { return wire_out_.size() - wire_out_sent_; }

@@ -1,0 +1,159 @@
+#include "osprey/base/metrics.h"
+
+#include <algorithm>
+
+namespace osprey {
+
+namespace metrics_internal {
+int ThisThreadShard() {
+  static std::atomic<int> next{0};
+  thread_local const int shard = next.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return shard;
+}
+}  // namespace metrics_internal
+
+int64_t Counter::value() const {
+  int64_t sum = 0;
+  for (const Shard& s : shards_) sum += s.value.load(std::memory_order_relaxed);
+  return sum;
+}
+
+const std::array<int64_t, LatencyHistogram::kBuckets>& LatencyHistogram::BoundsMicros() {
+  static const std::array<int64_t, kBuckets> bounds = {
+      10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
+      25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
+  return bounds;
+}
+
+void LatencyHistogram::RecordMicros(int64_t us) {
+  us = std::max<int64_t>(us, 0);
+  const auto& bounds = BoundsMicros();
+  // The first bound at or above the value; past the last: the overflow bucket.
+  int b = static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), us) - bounds.begin());
+  Shard& s = shards_[metrics_internal::ThisThreadShard()];
+  s.buckets[b].fetch_add(1, std::memory_order_relaxed);
+  s.sum_micros.fetch_add(us, std::memory_order_relaxed);
+}
+
+LatencyHistogram::Reading LatencyHistogram::Read() const {
+  Reading r;
+  std::array<int64_t, kBuckets + 1> per_bucket{};
+  for (const Shard& s : shards_) {
+    for (int b = 0; b <= kBuckets; ++b)
+      per_bucket[b] += s.buckets[b].load(std::memory_order_relaxed);
+    r.sum_micros += s.sum_micros.load(std::memory_order_relaxed);
+  }
+  int64_t running = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    running += per_bucket[b];
+    r.cumulative[b] = running;
+  }
+  r.count = running + per_bucket[kBuckets];
+  return r;
+}
+
+bool IsValidMetricName(const std::string& name) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+              (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status MetricRegistry::FamilyFor(const std::string& name, const std::string& help,
+                                 MetricValue::Type type, const MetricLabels& labels, Family** out) {
+  *out = nullptr;
+  if (!IsValidMetricName(name))
+    return Status::InvalidArgument("invalid metric name '" + name + "'");
+  for (const auto& [label, value] : labels) {
+    // Names starting with "__" are Prometheus' own; "le" is the histogram's.
+    if (!IsValidMetricName(label) || label.find(':') != std::string::npos ||
+        label.rfind("__", 0) == 0 || (type == MetricValue::Type::kHistogram && label == "le")) {
+      return Status::InvalidArgument("invalid label name '" + label + "' on metric " + name);
+    }
+  }
+  auto [it, inserted] = families_.try_emplace(name);
+  if (inserted) {
+    it->second.type = type;
+    it->second.help = help;
+  } else if (it->second.type != type) {
+    return Status::InvalidArgument("metric " + name + " is already registered as another type");
+  }
+  *out = &it->second;
+  return Status::OK();
+}
+
+Status MetricRegistry::GetCounter(const std::string& name, const std::string& help,
+                                  MetricLabels labels, Counter** out) {
+  MutexLock l(mu_);
+  Family* f;
+  *out = nullptr;
+  OSPREY_RETURN_NOT_OK(FamilyFor(name, help, MetricValue::Type::kCounter, labels, &f));
+  auto& slot = f->counters[std::move(labels)];
+  if (slot == nullptr) slot = std::make_unique<Counter>();
+  *out = slot.get();
+  return Status::OK();
+}
+
+Status MetricRegistry::GetHistogram(const std::string& name, const std::string& help,
+                                    MetricLabels labels, LatencyHistogram** out) {
+  MutexLock l(mu_);
+  Family* f;
+  *out = nullptr;
+  OSPREY_RETURN_NOT_OK(FamilyFor(name, help, MetricValue::Type::kHistogram, labels, &f));
+  auto& slot = f->histograms[std::move(labels)];
+  if (slot == nullptr) slot = std::make_unique<LatencyHistogram>();
+  *out = slot.get();
+  return Status::OK();
+}
+
+Status MetricRegistry::AddGauge(const std::string& name, const std::string& help,
+                                MetricLabels labels, std::function<double()> read) {
+  MutexLock l(mu_);
+  Family* f;
+  OSPREY_RETURN_NOT_OK(FamilyFor(name, help, MetricValue::Type::kGauge, labels, &f));
+  f->functions[std::move(labels)] = std::move(read);
+  return Status::OK();
+}
+
+Status MetricRegistry::AddCounterFunction(const std::string& name, const std::string& help,
+                                          MetricLabels labels, std::function<double()> read) {
+  MutexLock l(mu_);
+  Family* f;
+  OSPREY_RETURN_NOT_OK(FamilyFor(name, help, MetricValue::Type::kCounter, labels, &f));
+  f->functions[std::move(labels)] = std::move(read);
+  return Status::OK();
+}
+
+std::vector<MetricValue> MetricRegistry::Snapshot() const {
+  std::vector<MetricValue> out;
+  std::vector<std::pair<size_t, std::function<double()>>> gauges;
+  {
+    MutexLock l(mu_);
+    for (const auto& [name, f] : families_) {
+      auto add = [&, &name = name, &f = f](const MetricLabels& labels) -> MetricValue& {
+        MetricValue& v = out.emplace_back();
+        v.name = name;
+        v.help = f.help;
+        v.type = f.type;
+        v.labels = labels;
+        return v;
+      };
+      for (const auto& [labels, c] : f.counters)
+        add(labels).value = static_cast<double>(c->value());
+      for (const auto& [labels, h] : f.histograms) add(labels).histogram = h->Read();
+      for (const auto& [labels, read] : f.functions) {
+        add(labels);
+        gauges.emplace_back(out.size() - 1, read);
+      }
+    }
+  }
+  // Read outside the lock: a gauge may look at state that has locks of its own.
+  for (auto& [i, read] : gauges) out[i].value = read();
+  return out;
+}
+
+}  // namespace osprey

@@ -1,0 +1,118 @@
+#include "osprey/rpc/rpc_metrics.h"
+
+#include <glog/logging.h>
+
+#include <cctype>
+
+namespace osprey {
+
+namespace {
+
+Counter* MakeCounter(MetricRegistry* r, const std::string& name, const std::string& help,
+                     MetricLabels labels) {
+  Counter* c = nullptr;
+  Status s = r->GetCounter(name, help, std::move(labels), &c);
+  CHECK(s.ok()) << s.ToString();  // the names here are constants
+  return c;
+}
+
+LatencyHistogram* MakeHistogram(MetricRegistry* r, const std::string& name, const std::string& help,
+                                MetricLabels labels) {
+  LatencyHistogram* h = nullptr;
+  Status s = r->GetHistogram(name, help, std::move(labels), &h);
+  CHECK(s.ok()) << s.ToString();
+  return h;
+}
+
+constexpr const char* kServerCallsHelp =
+    "Calls this server answered, by method and outcome (ok, application_error, or the RPC error "
+    "code).";
+
+}  // namespace
+
+ServerMethodMetrics::ServerMethodMetrics(MetricRegistry* registry, std::string method)
+    : registry_(registry), method_(std::move(method)) {
+  MetricLabels m = {{"method", method_}};
+  received = MakeCounter(registry, "osprey_server_calls_received_total",
+                         "Calls this server received, by method.", m);
+  answered = MakeCounter(registry, "osprey_server_calls_answered_total",
+                         "Calls this server answered, by method (received minus answered: in "
+                         "flight).",
+                         m);
+  rejected_queue_full = MakeCounter(
+      registry, "osprey_server_calls_rejected_queue_full_total",
+      "Calls refused with ERROR_SERVER_TOO_BUSY because the service queue was full.", m);
+  deadline_expired_in_queue =
+      MakeCounter(registry, "osprey_server_calls_deadline_expired_in_queue_total",
+                  "Calls dropped because their deadline passed while they waited in the queue.", m);
+  handler_latency = MakeHistogram(registry, "osprey_server_handler_latency_seconds",
+                                  "Time from the handler's start to its answer, by method.", m);
+  queue_time = MakeHistogram(registry, "osprey_server_queue_time_seconds",
+                             "Time from a call's arrival to its handler's start, by method.", m);
+  ok_ = MakeCounter(registry, "osprey_server_calls_total", kServerCallsHelp,
+                    {{"method", method_}, {"outcome", "ok"}});
+}
+
+void ServerMethodMetrics::CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
+  answered->Increment();
+  if (ok) {
+    ok_->Increment();
+    return;
+  }
+  size_t i = static_cast<size_t>(code) & 0xff;
+  Counter* c = by_code_[i].load(std::memory_order_acquire);
+  if (c == nullptr) {
+    std::string outcome = code == wire::ErrorStatusPB::ERROR_APPLICATION
+                              ? "application_error"
+                              : wire::ErrorStatusPB::RpcErrorCodePB_Name(code);
+    if (outcome.empty()) outcome = "code_" + std::to_string(static_cast<int>(code));
+    for (char& ch : outcome) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    // Two threads may both get here: the registry returns the same counter.
+    c = MakeCounter(registry_, "osprey_server_calls_total", kServerCallsHelp,
+                    {{"method", method_}, {"outcome", outcome}});
+    by_code_[i].store(c, std::memory_order_release);
+  }
+  c->Increment();
+}
+
+bool ClientMethodMetrics::method_is(const RemoteMethod& m) const {
+  const std::string& s = m.service();
+  return method_.size() == s.size() + 1 + m.method().size() &&
+         method_.compare(0, s.size(), s) == 0 && method_[s.size()] == '.' &&
+         method_.compare(s.size() + 1, std::string::npos, m.method()) == 0;
+}
+
+ClientMethodMetrics::ClientMethodMetrics(MetricRegistry* registry, const std::string& method)
+    : method_(method) {
+  MetricLabels m = {{"method", method}};
+  started = MakeCounter(registry, "osprey_client_calls_started_total",
+                        "Calls this client started, by method.", m);
+  finished = MakeCounter(registry, "osprey_client_calls_finished_total",
+                         "Calls this client finished, by method (started minus finished: in "
+                         "flight).",
+                         m);
+  latency = MakeHistogram(registry, "osprey_client_call_latency_seconds",
+                          "Time from a call's start to its completion, by method.", m);
+  const char* names[kOutcomes] = {
+      "ok",           "timed_out",           "cancelled", "network_error",
+      "remote_error", "service_unavailable", "other"};
+  for (int i = 0; i < kOutcomes; ++i) {
+    outcomes_[i] = MakeCounter(registry, "osprey_client_calls_total",
+                               "Calls this client finished, by method and outcome.",
+                               {{"method", method}, {"outcome", names[i]}});
+  }
+}
+
+void ClientMethodMetrics::CountOutcome(const Status& s) {
+  finished->Increment();
+  Outcome o = s.ok()                     ? kOk
+              : s.IsTimedOut()           ? kTimedOut
+              : s.IsAborted()            ? kCancelled
+              : s.IsNetworkError()       ? kNetworkError
+              : s.IsRemoteError()        ? kRemoteError
+              : s.IsServiceUnavailable() ? kServiceUnavailable
+                                         : kOther;
+  outcomes_[o]->Increment();
+}
+
+}  // namespace osprey

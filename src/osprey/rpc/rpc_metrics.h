@@ -1,0 +1,81 @@
+// The RPC layer's own metrics, per method on each side, made once per
+// (messenger, method) and then updated without locks or string work:
+//
+//  - ServerMethodMetrics: made when a service is registered, one per
+//    method; calls by outcome ("ok", "application_error", or the RPC error
+//    code, lower case), handler latency, time in the queue, calls refused
+//    because the queue was full, calls dropped because their deadline
+//    passed in the queue, and calls received and answered (their
+//    difference is the gauge of calls in flight).
+//  - ClientMethodMetrics: made on a method's first call through a
+//    messenger; call latency, calls by outcome (ok, timed_out, cancelled,
+//    network_error, remote_error, service_unavailable, other), calls
+//    started and finished.
+//
+// Every field is safe to update from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <string>
+
+#include "osprey/base/metrics.h"
+#include "osprey/base/status.h"
+#include "osprey/rpc/remote_method.h"
+#include "osprey/wire/rpc_header.pb.h"
+
+namespace osprey {
+
+class ServerMethodMetrics {
+ public:
+  // `method`: "<service>.<method>", the label value.
+  ServerMethodMetrics(MetricRegistry* registry, std::string method);
+
+  const std::string& method() const { return method_; }
+  // Counts one answered call: `code` is ignored when `ok`.
+  void CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);
+
+  Counter* received;
+  Counter* answered;
+  Counter* rejected_queue_full;
+  Counter* deadline_expired_in_queue;
+  LatencyHistogram* handler_latency;
+  LatencyHistogram* queue_time;
+
+ private:
+  MetricRegistry* const registry_;
+  const std::string method_;
+  Counter* ok_;
+  // By error code, made on the code's first use (most never occur).
+  std::array<std::atomic<Counter*>, 256> by_code_{};
+};
+
+class ClientMethodMetrics {
+ public:
+  ClientMethodMetrics(MetricRegistry* registry, const std::string& method);
+
+  void CountOutcome(const Status& status);
+  const std::string& method() const { return method_; }
+  // Whether these are the metrics of `m` ("<service>.<method>").
+  bool method_is(const RemoteMethod& m) const;
+
+  Counter* started;
+  Counter* finished;
+  LatencyHistogram* latency;
+
+ private:
+  const std::string method_;
+  enum Outcome {
+    kOk,
+    kTimedOut,
+    kCancelled,
+    kNetworkError,
+    kRemoteError,
+    kServiceUnavailable,
+    kOther,
+    kOutcomes
+  };
+  std::array<Counter*, kOutcomes> outcomes_;
+};
+
+}  // namespace osprey

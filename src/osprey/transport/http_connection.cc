@@ -1,0 +1,224 @@
+#include "osprey/transport/http_connection.h"
+
+#include <glog/logging.h>
+#include <sys/epoll.h>
+
+namespace osprey::transport {
+
+namespace {
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
+  }
+}
+
+// Bytes a client may send ahead of an answer it has not had yet.
+constexpr size_t kMaxBufferedBytes =
+    HttpRequestParser::kMaxHeadBytes + HttpRequestParser::kMaxBodyBytes;
+
+}  // namespace
+
+HttpConnection::HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote,
+                               std::string first_bytes, HttpHandler* handler,
+                               std::shared_ptr<std::atomic<int64_t>> open_counter)
+    : reactor_(reactor),
+      reactor_keepalive_(reactor->shared_from_this()),
+      socket_(std::move(socket)),
+      remote_(remote),
+      handler_(handler),
+      open_counter_(std::move(open_counter)),
+      in_(std::move(first_bytes)) {
+  if (open_counter_) open_counter_->fetch_add(1);
+}
+
+HttpConnection::~HttpConnection() {
+  if (open_counter_) open_counter_->fetch_sub(1);
+}
+
+Status HttpConnection::Start() {
+  reactor_->AssertCurrentThread();
+  OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), EPOLLIN, this));
+  ArmTimer(reactor_->options().negotiation_timeout);
+  Parse();
+  return Status::OK();
+}
+
+void HttpConnection::ArmTimer(MonoDelta after) {
+  if (timer_) reactor_->CancelTimer(timer_);
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  timer_ = reactor_->ScheduleTimer(MonoTime::Now() + after, [weak] {
+    auto c = weak.lock();
+    if (c == nullptr) return;
+    c->reactor_->AssertCurrentThread();  // timers run on the reactor
+    c->timer_ = {};
+    if (c->awaiting_answer_ || c->closed_) return;  // the handler is slow, not the client
+    if (c->in_.empty() && !c->parser_.in_request()) {
+      c->Close("idle");
+    } else {
+      c->close_after_send_ = true;
+      c->SendError(408, "the request was not complete in time");
+    }
+  });
+}
+
+void HttpConnection::HandleEvents(uint32_t events) {
+  reactor_->AssertCurrentThread();
+  auto self = shared_from_this();  // Close() lets the reactor drop its reference
+  if (closed_) return;
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+    uint8_t buf[16 * 1024];
+    for (int i = 0; i < 4 && !closed_; ++i) {
+      size_t n = 0;
+      Status s = socket_.Read(buf, sizeof(buf), &n);
+      if (!s.ok()) {
+        Close(s.ToString());
+        return;
+      }
+      if (n == 0) break;
+      in_.append(reinterpret_cast<const char*>(buf), n);
+      if (in_.size() > kMaxBufferedBytes) {
+        Close("more than " + std::to_string(kMaxBufferedBytes) + " bytes sent ahead of an answer");
+        return;
+      }
+      if (n < sizeof(buf)) break;
+    }
+    Parse();
+  }
+  if (!closed_ && (events & EPOLLOUT)) Flush();
+}
+
+void HttpConnection::Parse() {
+  while (!closed_ && !awaiting_answer_ && !close_after_send_ && !in_.empty()) {
+    size_t consumed = 0;
+    HttpRequestParser::Result r = parser_.Feed(Slice(in_), &consumed);
+    in_.erase(0, consumed);
+    if (r == HttpRequestParser::Result::kNeedMore) return;
+    if (r == HttpRequestParser::Result::kError) {
+      close_after_send_ = true;
+      SendError(parser_.error_status(), parser_.error());
+      return;
+    }
+    Dispatch();
+  }
+}
+
+void HttpConnection::Dispatch() {
+  const HttpRequest& req = parser_.request();
+  head_request_ = req.method == "HEAD";
+  keep_alive_ = req.keep_alive;
+  if (req.method != "GET" && !head_request_) {
+    SendError(405, "only GET and HEAD are served");
+    return;
+  }
+  awaiting_answer_ = true;
+  if (timer_) reactor_->CancelTimer(timer_);
+  timer_ = {};
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  std::shared_ptr<Reactor> reactor = reactor_keepalive_;
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  handler_->HandleHttp(req, remote_, [weak, reactor, answered](HttpResponse response) {
+    if (answered->exchange(true)) return;  // once
+    auto deliver = [weak, r = std::move(response)]() mutable {
+      if (auto c = weak.lock()) {
+        c->reactor_->AssertCurrentThread();
+        c->Send(std::move(r));
+      }
+    };
+    if (reactor->IsCurrentThread()) {
+      deliver();
+    } else {
+      (void)reactor->Schedule(std::move(deliver));  // false: shutting down; the connection goes
+    }
+  });
+}
+
+void HttpConnection::SendError(int status, const std::string& text) {
+  HttpResponse r;
+  r.status = status;
+  r.body = text + "\n";
+  Send(std::move(r));
+}
+
+void HttpConnection::Send(HttpResponse response) {
+  if (closed_) return;
+  awaiting_answer_ = false;
+  const bool keep = keep_alive_ && !close_after_send_;
+  out_.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  out_.append(Reason(response.status)).append("\r\n");
+  out_.append("Content-Type: ").append(response.content_type).append("\r\n");
+  out_.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
+  out_.append("Cache-Control: no-store\r\n");
+  out_.append(keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+  if (!head_request_) out_.append(response.body);
+  if (!keep) close_after_send_ = true;
+  Flush();
+  if (closed_) return;
+  ArmTimer(close_after_send_ ? reactor_->options().negotiation_timeout
+                             : reactor_->options().idle_timeout);
+  Parse();  // a pipelined request may be waiting
+}
+
+void HttpConnection::Flush() {
+  while (out_sent_ < out_.size()) {
+    iovec v{out_.data() + out_sent_, out_.size() - out_sent_};
+    size_t n = 0;
+    Status s = socket_.Writev(&v, 1, &n);
+    if (!s.ok()) {
+      Close(s.ToString());
+      return;
+    }
+    if (n == 0) break;
+    out_sent_ += n;
+  }
+  if (out_sent_ == out_.size()) {
+    out_.clear();
+    out_sent_ = 0;
+    if (close_after_send_) {
+      Close("answered");
+      return;
+    }
+  }
+  const bool want_out = !out_.empty();
+  if (want_out != epollout_) {
+    epollout_ = want_out;
+    Status s =
+        reactor_->ModifyFd(socket_.fd(), EPOLLIN | (want_out ? uint32_t{EPOLLOUT} : 0u), this);
+    if (!s.ok()) Close(s.ToString());
+  }
+}
+
+void HttpConnection::Close(const std::string& why) {
+  reactor_->AssertCurrentThread();
+  if (closed_) return;
+  closed_ = true;
+  VLOG(1) << "HTTP connection from " << remote_.ToString() << " closed: " << why;
+  if (timer_) reactor_->CancelTimer(timer_);
+  timer_ = {};
+  if (socket_.is_open()) {
+    reactor_->RemoveFd(socket_.fd());
+    socket_.Close();
+  }
+  reactor_->ReleaseHttpConnection(this);
+}
+
+}  // namespace osprey::transport

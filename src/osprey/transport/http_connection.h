@@ -1,0 +1,89 @@
+// HttpConnection: a connection to a messenger's RPC port whose first bytes
+// were an HTTP request line instead of "hrpc", served as HTTP/1.1 on the
+// reactor that accepted it, so that one port serves both (as brpc does).
+// Requests come out of an HttpRequestParser one at a time (a pipelined
+// request waits for the answer to the one before it) and go to the
+// HttpHandler, whose answer may come from any thread.
+//
+// Hostile input gets what the RPC wire gets: what the parser refuses is
+// answered 4xx and closes this connection alone; so does a request not
+// complete within the negotiation timeout (408). Keep-alive connections
+// close when idle for the idle timeout.
+//
+// Owned by its Reactor (AdoptHttpConnection); every method runs on that
+// reactor's thread, under its loop lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/socket.h"
+#include "osprey/base/status.h"
+#include "osprey/transport/http_request_parser.h"
+#include "osprey/transport/reactor.h"
+#include "osprey/transport/timer_id.h"
+
+namespace osprey::transport {
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+// Answers HTTP requests (the Messenger's endpoints).
+class HttpHandler {
+ public:
+  virtual ~HttpHandler() = default;
+  // Reactor thread. `respond` must be called once, from any thread; later
+  // calls are ignored.
+  virtual void HandleHttp(const HttpRequest& request, const Sockaddr& remote,
+                          std::function<void(HttpResponse)> respond) = 0;
+};
+
+class HttpConnection : public EventHandler, public std::enable_shared_from_this<HttpConnection> {
+ public:
+  // `first_bytes`: what was read before the connection was known to be HTTP.
+  HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote, std::string first_bytes,
+                 HttpHandler* handler, std::shared_ptr<std::atomic<int64_t>> open_counter);
+  ~HttpConnection() override;
+
+  // Registers with the reactor and parses the first bytes.
+  Status Start();
+  void HandleEvents(uint32_t epoll_events) override;
+  // Closes the socket; the reactor lets go of this connection. Idempotent.
+  void Close(const std::string& why);
+
+ private:
+  void Parse() REQUIRES(reactor_->loop_mu_);
+  void Dispatch() REQUIRES(reactor_->loop_mu_);
+  void Send(HttpResponse response) REQUIRES(reactor_->loop_mu_);
+  void SendError(int status, const std::string& text) REQUIRES(reactor_->loop_mu_);
+  void Flush() REQUIRES(reactor_->loop_mu_);
+  void ArmTimer(MonoDelta after) REQUIRES(reactor_->loop_mu_);
+
+  Reactor* const reactor_;
+  const std::shared_ptr<Reactor> reactor_keepalive_;
+  Socket socket_;
+  const Sockaddr remote_;
+  HttpHandler* const handler_;
+  const std::shared_ptr<std::atomic<int64_t>> open_counter_;
+
+  HttpRequestParser parser_ GUARDED_BY(reactor_->loop_mu_);
+  std::string in_ GUARDED_BY(reactor_->loop_mu_);  // read, not yet parsed
+  bool head_request_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool keep_alive_ GUARDED_BY(reactor_->loop_mu_) = true;
+  bool awaiting_answer_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool close_after_send_ GUARDED_BY(reactor_->loop_mu_) = false;
+  std::string out_ GUARDED_BY(reactor_->loop_mu_);
+  size_t out_sent_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool closed_ GUARDED_BY(reactor_->loop_mu_) = false;
+  TimerId timer_ GUARDED_BY(reactor_->loop_mu_);
+};
+
+}  // namespace osprey::transport

@@ -1,0 +1,91 @@
+#include "osprey/transport/transport_metrics.h"
+
+#include <glog/logging.h>
+
+#include <string>
+
+namespace osprey::transport {
+
+namespace {
+
+Counter* MakeCounter(MetricRegistry* r, const std::string& name, const std::string& help,
+                     MetricLabels labels = {}) {
+  Counter* c = nullptr;
+  Status s = r->GetCounter(name, help, std::move(labels), &c);
+  CHECK(s.ok()) << s.ToString();  // constant names
+  return c;
+}
+
+}  // namespace
+
+TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
+                                   std::shared_ptr<std::atomic<int64_t>> inbound)
+    : open_inbound(std::move(inbound)), open_outbound(std::make_shared<std::atomic<int64_t>>(0)) {
+  bytes_sent = MakeCounter(r, "osprey_bytes_sent_total", "Bytes written to sockets.");
+  bytes_received = MakeCounter(r, "osprey_bytes_received_total", "Bytes read from sockets.");
+  connections_accepted = MakeCounter(r, "osprey_connections_accepted_total",
+                                     "Connections this messenger accepted (RPC and HTTP).");
+  const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network"};
+  for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
+    negotiation_failures_[i] =
+        MakeCounter(r, "osprey_negotiation_failures_total",
+                    "Connections that closed before negotiation finished, by reason.",
+                    {{"reason", reasons[i]}});
+  }
+  auto gauge = [r](const std::string& name, const std::string& help, MetricLabels labels,
+                   std::function<double()> read) {
+    Status s = r->AddGauge(name, help, std::move(labels), std::move(read));
+    CHECK(s.ok()) << s.ToString();
+  };
+  auto in = open_inbound, out = open_outbound;
+  gauge("osprey_connections_open", "Open connections, by direction.", {{"direction", "inbound"}},
+        [in] { return static_cast<double>(in->load(std::memory_order_relaxed)); });
+  gauge("osprey_connections_open", "Open connections, by direction.", {{"direction", "outbound"}},
+        [out] { return static_cast<double>(out->load(std::memory_order_relaxed)); });
+  gauge("osprey_outbound_queued_bytes", "Bytes queued for peers, not yet taken by the kernel.", {},
+        [this] {
+          return static_cast<double>(queued_outbound_bytes.load(std::memory_order_relaxed));
+        });
+  for (int i = 0; i < num_reactors; ++i) {
+    MetricLabels l = {{"reactor", std::to_string(i)}};
+    // Kept in nanoseconds, exposed in seconds (Prometheus' base unit).
+    auto busy = std::make_shared<Counter>();
+    busy_nanos_.push_back(busy);
+    Status bs = r->AddCounterFunction(
+        "osprey_reactor_busy_seconds_total",
+        "Time each reactor spent working, not waiting in epoll_wait; its rate is the reactor's "
+        "busy fraction.",
+        l, [busy] { return static_cast<double>(busy->value()) / 1e9; });
+    CHECK(bs.ok()) << bs.ToString();
+    LatencyHistogram* lag = nullptr;
+    Status s = r->GetHistogram("osprey_reactor_loop_lag_seconds",
+                               "Length of each reactor loop iteration: how long an event can wait "
+                               "behind the others.",
+                               l, &lag);
+    CHECK(s.ok()) << s.ToString();
+    loop_lag_.push_back(lag);
+  }
+}
+
+TransportMetrics::NegotiationFailure TransportMetrics::Classify(const Status& why) {
+  if (why.IsTimedOut()) return NegotiationFailure::kTimeout;
+  if (why.IsNotAuthorized()) return NegotiationFailure::kRefused;
+  const std::string& m = why.message();
+  if (m.find("TLS") != std::string::npos || m.find("SSL") != std::string::npos) {
+    return NegotiationFailure::kTls;
+  }
+  if (why.IsCorruption() || why.IsInvalidArgument()) return NegotiationFailure::kProtocol;
+  return NegotiationFailure::kNetwork;
+}
+
+void TransportMetrics::CountNegotiationFailure(NegotiationFailure why) {
+  negotiation_failures_[static_cast<int>(why)]->Increment();
+}
+
+void TransportMetrics::RecordReactorIteration(int reactor, MonoDelta busy) {
+  if (reactor < 0 || static_cast<size_t>(reactor) >= busy_nanos_.size()) return;
+  busy_nanos_[reactor]->Increment(busy.ToNanoseconds());
+  loop_lag_[reactor]->Record(busy);
+}
+
+}  // namespace osprey::transport

@@ -1,0 +1,51 @@
+// TransportMetrics: what the reactors and connections of one messenger
+// count, registered in its MetricRegistry: bytes sent and received,
+// connections accepted and open (each direction), negotiations that failed
+// by reason, bytes queued for peers, and per reactor its busy time and the
+// length of its loop iterations (how long an event can wait behind the
+// others: the loop's lag).
+//
+// Updated from reactor threads (each its own shard, no lock); read by
+// whoever reads the registry.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "osprey/base/metrics.h"
+#include "osprey/base/status.h"
+
+namespace osprey::transport {
+
+class TransportMetrics {
+ public:
+  enum class NegotiationFailure { kTimeout, kRefused, kTls, kProtocol, kNetwork, kCount };
+
+  // `open_inbound`: the messenger's count of open server connections.
+  TransportMetrics(MetricRegistry* registry, int num_reactors,
+                   std::shared_ptr<std::atomic<int64_t>> open_inbound);
+
+  void CountNegotiationFailure(NegotiationFailure why);
+  // Classifies the status a negotiation ended with.
+  static NegotiationFailure Classify(const Status& why);
+  void RecordReactorIteration(int reactor, MonoDelta busy);
+
+  Counter* bytes_sent;
+  Counter* bytes_received;
+  Counter* connections_accepted;
+  // Open connections by direction, kept by the connections themselves.
+  const std::shared_ptr<std::atomic<int64_t>> open_inbound;
+  const std::shared_ptr<std::atomic<int64_t>> open_outbound;
+  // Bytes queued for peers (frames and TLS records), summed over
+  // connections as each publishes its change at the end of a flush.
+  std::atomic<int64_t> queued_outbound_bytes{0};
+
+ private:
+  Counter* negotiation_failures_[static_cast<int>(NegotiationFailure::kCount)];
+  std::vector<std::shared_ptr<Counter>> busy_nanos_;
+  std::vector<LatencyHistogram*> loop_lag_;
+};
+
+}  // namespace osprey::transport

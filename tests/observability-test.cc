@@ -1,0 +1,378 @@
+// Metrics and the HTTP endpoints, in process: exact counts by method and
+// outcome on both sides, the registry's snapshot, HTTP on the RPC port
+// (/metrics, /healthz, /rpcz, /connections) beside RPC calls, and hostile
+// HTTP input closing only its own connection. The real tools (promtool,
+// Prometheus, Chromium) are in observability-tools-test.sh.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "http_test_util.h"
+#include "osprey/base/countdown_latch.h"
+#include "osprey/base/prometheus_text.h"
+#include "rpc_test_util.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+using nlohmann::json;
+
+// The value of the metric `name` whose labels include all of `labels`.
+double Value(Messenger* m, const std::string& name, const MetricLabels& labels) {
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name != name) continue;
+    bool all = true;
+    for (const auto& want : labels) {
+      bool found = false;
+      for (const auto& have : v.labels) found |= have == want;
+      all &= found;
+    }
+    if (!all) continue;
+    return v.type == MetricValue::Type::kHistogram ? static_cast<double>(v.histogram.count)
+                                                   : v.value;
+  }
+  return -1;
+}
+
+constexpr const char* kAdd = "osprey.rpc_test.CalculatorService.Add";
+constexpr const char* kFail = "osprey.rpc_test.CalculatorService.Fail";
+constexpr const char* kSleep = "osprey.rpc_test.CalculatorService.Sleep";
+
+Status Add(CalculatorServiceProxy& proxy, uint32_t x, uint32_t y) {
+  AddRequestPB req;
+  req.set_x(x);
+  req.set_y(y);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.Add(req, &resp, &ctl);
+  if (s.ok() && resp.result() != x + y) return Status::Corruption("wrong sum");
+  return s;
+}
+
+TEST(MetricsTest, CallsAreCountedByMethodAndOutcomeOnBothSides) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Add(proxy, i, 1).ok());
+  for (int i = 0; i < 3; ++i) {
+    FailRequestPB req;
+    req.set_message("no");
+    FailResponsePB resp;
+    RpcController ctl;
+    EXPECT_TRUE(proxy.Fail(req, &resp, &ctl).IsRemoteError());
+  }
+  Messenger* s = server.messenger.get();
+  EXPECT_EQ(100, Value(s, "osprey_server_calls_total", {{"method", kAdd}, {"outcome", "ok"}}));
+  EXPECT_EQ(3, Value(s, "osprey_server_calls_total",
+                     {{"method", kFail}, {"outcome", "application_error"}}));
+  EXPECT_EQ(100, Value(s, "osprey_server_handler_latency_seconds", {{"method", kAdd}}));
+  EXPECT_EQ(100, Value(s, "osprey_server_queue_time_seconds", {{"method", kAdd}}));
+  EXPECT_EQ(100, Value(s, "osprey_server_calls_received_total", {{"method", kAdd}}));
+  EXPECT_EQ(100, Value(s, "osprey_server_calls_answered_total", {{"method", kAdd}}));
+  EXPECT_EQ(0, Value(s, "osprey_server_calls_rejected_queue_full_total", {{"method", kAdd}}));
+  EXPECT_EQ(1, Value(s, "osprey_connections_open", {{"direction", "inbound"}}));
+  EXPECT_EQ(1, Value(s, "osprey_connections_accepted_total", {}));
+  EXPECT_GT(Value(s, "osprey_bytes_received_total", {}), 100 * 20);
+  EXPECT_GT(Value(s, "osprey_reactor_busy_seconds_total", {{"reactor", "0"}}), 0);
+
+  Messenger* c = client.get();
+  EXPECT_EQ(100, Value(c, "osprey_client_calls_total", {{"method", kAdd}, {"outcome", "ok"}}));
+  EXPECT_EQ(
+      3, Value(c, "osprey_client_calls_total", {{"method", kFail}, {"outcome", "remote_error"}}));
+  EXPECT_EQ(100, Value(c, "osprey_client_call_latency_seconds", {{"method", kAdd}}));
+  EXPECT_EQ(100, Value(c, "osprey_client_calls_started_total", {{"method", kAdd}}));
+  EXPECT_EQ(3, Value(c, "osprey_client_calls_finished_total", {{"method", kFail}}));
+  EXPECT_EQ(1, Value(c, "osprey_connections_open", {{"direction", "outbound"}}));
+  EXPECT_GT(Value(c, "osprey_bytes_sent_total", {}), 100 * 20);
+}
+
+TEST(MetricsTest, FullQueueRejectionsAndTimeoutsAreCountedExactly) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 2;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 30;
+  std::vector<SleepRequestPB> reqs(kCalls);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    reqs[i].set_sleep_micros(20000);
+    ctls[i].set_timeout(MonoDelta::FromSeconds(20));
+    proxy.SleepAsync(reqs[i], &resps[i], &ctls[i], [&] { done.CountDown(); });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30)));
+  int busy = 0, ok = 0;
+  for (auto& c : ctls) {
+    if (c.status().ok()) ++ok;
+    if (c.status().IsServiceUnavailable()) ++busy;
+  }
+  ASSERT_GT(busy, 0);
+  EXPECT_EQ(kCalls, ok + busy);
+  Messenger* s = server.messenger.get();
+  EXPECT_EQ(busy, Value(s, "osprey_server_calls_rejected_queue_full_total", {{"method", kSleep}}));
+  EXPECT_EQ(busy, Value(s, "osprey_server_calls_total",
+                        {{"method", kSleep}, {"outcome", "error_server_too_busy"}}));
+  EXPECT_EQ(ok, Value(s, "osprey_server_calls_total", {{"method", kSleep}, {"outcome", "ok"}}));
+  EXPECT_EQ(busy, Value(client.get(), "osprey_client_calls_total",
+                        {{"method", kSleep}, {"outcome", "service_unavailable"}}));
+
+  // A call that times out on the client is counted as timed out there.
+  SleepRequestPB slow;
+  slow.set_sleep_micros(300000);
+  SleepResponsePB slept;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(30));
+  EXPECT_TRUE(proxy.Sleep(slow, &slept, &ctl).IsTimedOut());
+  EXPECT_EQ(1, Value(client.get(), "osprey_client_calls_total",
+                     {{"method", kSleep}, {"outcome", "timed_out"}}));
+}
+
+TEST(MetricsTest, OffMeansNothingIsRegistered) {
+  TestServer server;
+  ASSERT_TRUE(
+      server.Start(1, ServicePoolOptions(), MessengerBuilder("server").set_metrics(false)).ok());
+  auto client = MakeClient(1, MessengerBuilder("client").set_metrics(false));
+  CalculatorServiceProxy proxy(client, server.address);
+  ASSERT_TRUE(Add(proxy, 1, 2).ok());
+  EXPECT_TRUE(server.messenger->metrics()->Snapshot().empty());
+  EXPECT_TRUE(client->metrics()->Snapshot().empty());
+}
+
+TEST(MetricsTest, UsersRegisterTheirOwnMetricsInTheSameRegistry) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  Counter* mine = nullptr;
+  ASSERT_TRUE(server.messenger->metrics()
+                  ->GetCounter("app_widgets_total", "Widgets made.", {{"kind", "blue"}}, &mine)
+                  .ok());
+  mine->Increment(42);
+  EXPECT_EQ(42, Value(server.messenger.get(), "app_widgets_total", {{"kind", "blue"}}));
+  std::string text = RenderPrometheusText(server.messenger->metrics()->Snapshot());
+  EXPECT_NE(std::string::npos, text.find("app_widgets_total{kind=\"blue\"} 42\n")) << text;
+}
+
+// A server with HTTP on its RPC port.
+struct HttpServer {
+  TestServer server;
+  Status Start(ServicePoolOptions pool = ServicePoolOptions(),
+               MonoDelta negotiation_timeout = MonoDelta::FromSeconds(3)) {
+    return server.Start(1, pool,
+                        MessengerBuilder("observed")
+                            .set_http_endpoints(true)
+                            .set_negotiation_timeout(negotiation_timeout)
+                            .set_slow_call_threshold(MonoDelta::FromSeconds(1)));
+  }
+};
+
+TEST(HttpEndpointsTest, MetricsAndHealthOnTheRpcPortBesideRpcCalls) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Add(proxy, i, i).ok());
+
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.server.address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/metrics", &r).ok());
+  EXPECT_EQ(200, r.status);
+  EXPECT_EQ("text/plain; version=0.0.4; charset=utf-8", r.Header("Content-Type"));
+  EXPECT_NE(std::string::npos, r.body.find("# TYPE osprey_server_calls_total counter\n"));
+  EXPECT_NE(std::string::npos, r.body.find("osprey_server_calls_total{method=\"" +
+                                           std::string(kAdd) + "\",outcome=\"ok\"} 10\n"))
+      << r.body;
+  EXPECT_NE(std::string::npos,
+            r.body.find("# TYPE osprey_server_handler_latency_seconds histogram"));
+  // Keep-alive: the same connection serves the next request.
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  EXPECT_EQ("OK\n", r.body);
+  ASSERT_TRUE(http.Get("/nope", &r).ok());
+  EXPECT_EQ(404, r.status);
+  // RPC goes on, on the same port.
+  ASSERT_TRUE(Add(proxy, 2, 3).ok());
+  // The HTTP connection is counted as accepted and open.
+  EXPECT_EQ(2, Value(hs.server.messenger.get(), "osprey_connections_accepted_total", {}));
+}
+
+TEST(HttpEndpointsTest, HealthzSays503OnceShutdownHasBegun) {
+  HttpServer hs;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(hs.Start(pool).ok());
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.server.address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  // A handler that runs a while keeps the shutdown waiting, with the
+  // reactors still serving.
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  SleepRequestPB req;
+  req.set_sleep_micros(1500000);
+  SleepResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done(1);
+  proxy.SleepAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  ASSERT_TRUE(hs.server.service->WaitForSleepsStarted(1));
+  std::thread stopper([&] { hs.server.messenger->Shutdown(); });
+  ASSERT_TRUE(WaitUntil([&] { return hs.server.messenger->shutting_down(); }));
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(503, r.status);
+  EXPECT_EQ("shutting down\n", r.body);
+  stopper.join();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+}
+
+TEST(HttpEndpointsTest, RpczShowsALongCallWhileItRunsThenAmongSlowCalls) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  SleepRequestPB req;
+  req.set_sleep_micros(2000000);
+  SleepResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(20));
+  CountDownLatch done(1);
+  proxy.SleepAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  ASSERT_TRUE(hs.server.service->WaitForSleepsStarted(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // let it run past 1 s
+
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.server.address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/rpcz", &r).ok());
+  ASSERT_EQ(200, r.status);
+  EXPECT_EQ("application/json", r.Header("Content-Type"));
+  json j = json::parse(r.body);
+  bool seen = false;
+  for (const auto& c : j["in_flight"]) {
+    if (c["method"] == kSleep && c["direction"] == "inbound") {
+      seen = true;
+      EXPECT_EQ("running", c["state"]);
+      EXPECT_GE(c["elapsed_ms"].get<double>(), 1000.0);
+      EXPECT_NE(std::string::npos, c["peer"].get<std::string>().find("127.0.0.1:"));
+    }
+  }
+  EXPECT_TRUE(seen) << r.body;
+
+  ASSERT_TRUE(http.Get("/connections", &r).ok());
+  json conns = json::parse(r.body)["connections"];
+  bool rpc_conn = false;
+  for (const auto& c : conns) {
+    if (c["direction"] == "inbound" && c["calls_in_flight"] == 1) {
+      rpc_conn = true;
+      EXPECT_EQ("clear", c["security"]);
+      EXPECT_TRUE(c["negotiated"].get<bool>());
+    }
+  }
+  EXPECT_TRUE(rpc_conn) << r.body;
+
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+  ASSERT_TRUE(http.Get("/rpcz", &r).ok());
+  j = json::parse(r.body);
+  bool slow = false;
+  for (const auto& c : j["slow_calls"]) {
+    if (c["method"] == kSleep && c["direction"] == "inbound") {
+      slow = true;
+      EXPECT_GE(c["took_ms"].get<double>(), 2000.0);
+      EXPECT_EQ("ok", c["outcome"]);
+    }
+  }
+  EXPECT_TRUE(slow) << r.body;
+  // And as a page for a person.
+  ASSERT_TRUE(http.Get("/rpcz", &r, "Accept: text/html\r\n").ok());
+  EXPECT_EQ("text/html; charset=utf-8", r.Header("Content-Type"));
+  EXPECT_NE(std::string::npos, r.body.find(kSleep));
+  EXPECT_NE(std::string::npos, r.body.find("<table>"));
+}
+
+// Each hostile request gets its answer (where one can be given) and closes
+// only its own connection: RPC calls and other HTTP clients go on.
+TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start(ServicePoolOptions(), MonoDelta::FromMilliseconds(500)).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  HttpClient bystander;
+  ASSERT_TRUE(bystander.Connect(hs.server.address).ok());
+  HttpReply hello;  // at once: a connection that says nothing is closed
+  ASSERT_TRUE(bystander.Get("/healthz", &hello).ok());
+
+  struct Case {
+    const char* name;
+    std::string bytes;
+    int status;  // 0: closed without an answer
+  };
+  std::vector<Case> cases = {
+      {"garbage after the method", "GET \x01\x02\x03 HTTP/1.1\r\n\r\n", 400},
+      {"a head over 8 KiB",
+       "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n", 431},
+      {"a body over 64 KiB",
+       "GET /metrics HTTP/1.1\r\nContent-Length: 70000\r\n\r\n" + std::string(70000, 'b'), 413},
+      {"POST", "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405},
+      {"an upgrade", "GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400},
+      {"a request never finished", "GET /metrics HTTP/1.1\r\nHost: x\r\n", 408},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    HttpClient h;
+    ASSERT_TRUE(h.Connect(hs.server.address).ok());
+    ASSERT_TRUE(h.SendRaw(c.bytes).ok());
+    HttpReply r;
+    Status s = h.Read(&r, MonoDelta::FromSeconds(10));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(c.status, r.status) << r.body;
+    if (c.status != 405) {
+      EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
+    }
+    ASSERT_TRUE(Add(proxy, 4, 5).ok());
+    HttpReply ok;
+    ASSERT_TRUE(bystander.Get("/healthz", &ok).ok());
+    EXPECT_EQ(200, ok.status);
+  }
+
+  // Two requests in one write are answered in order.
+  HttpClient pipelined;
+  ASSERT_TRUE(pipelined.Connect(hs.server.address).ok());
+  ASSERT_TRUE(pipelined
+                  .SendRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                           "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+                  .ok());
+  HttpReply first, second;
+  ASSERT_TRUE(pipelined.Read(&first).ok());
+  ASSERT_TRUE(pipelined.Read(&second).ok());
+  EXPECT_EQ(200, first.status);
+  EXPECT_EQ(404, second.status);
+
+  // HTTP/1.0 without keep-alive is answered, then closed.
+  HttpClient old;
+  ASSERT_TRUE(old.Connect(hs.server.address).ok());
+  ASSERT_TRUE(old.SendRaw("GET /healthz HTTP/1.0\r\n\r\n").ok());
+  HttpReply r;
+  ASSERT_TRUE(old.Read(&r).ok());
+  EXPECT_EQ(200, r.status);
+  EXPECT_TRUE(old.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+TEST(HttpEndpointsTest, WithoutHttpEndpointsAnHttpRequestIsClosed) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  HttpClient h;
+  ASSERT_TRUE(h.Connect(server.address).ok());
+  ASSERT_TRUE(h.SendRaw("GET /metrics HTTP/1.1\r\n\r\n").ok());
+  EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test
