@@ -6,8 +6,8 @@
 
 #include "osprey/base/countdown_latch.h"
 #include "osprey/rpc/http_endpoints.h"
-#include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/service_pool.h"
@@ -269,8 +269,7 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
                                   const ServicePoolOptions& options) {
   if (!service) return Status::InvalidArgument("null service");
   std::string name = service->service_name();
-  auto pool = std::make_shared<ServicePool>(std::move(service), options,
-                                            metrics_.get());
+  auto pool = std::make_shared<ServicePool>(std::move(service), options, metrics_.get());
   MutexLock l(mu_);
   if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   if (services_.count(name)) {

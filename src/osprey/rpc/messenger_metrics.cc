@@ -9,7 +9,8 @@ MessengerMetrics::MessengerMetrics(bool counting, bool track_slow_calls,
     transport_ = std::make_shared<transport::TransportMetrics>(&registry_, num_reactors,
                                                                std::move(open_inbound));
   }
-  if (counting || track_slow_calls) slow_calls_ = std::make_unique<SlowCallLog>(slow_call_threshold);
+  if (counting || track_slow_calls)
+    slow_calls_ = std::make_unique<SlowCallLog>(slow_call_threshold);
 }
 
 ServerMethodMetrics* MessengerMetrics::ServerMethod(const std::string& method) {
