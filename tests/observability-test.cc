@@ -71,7 +71,7 @@ TEST(MetricsTest, CallsAreCountedByMethodAndOutcomeOnBothSides) {
   EXPECT_EQ(100, Value(s, "osprey_server_handler_latency_seconds", {{"method", kAdd}}));
   EXPECT_EQ(100, Value(s, "osprey_server_queue_time_seconds", {{"method", kAdd}}));
   EXPECT_EQ(100, Value(s, "osprey_server_calls_received_total", {{"method", kAdd}}));
-  EXPECT_EQ(100, Value(s, "osprey_server_calls_answered_total", {{"method", kAdd}}));
+  EXPECT_EQ(0, Value(s, "osprey_server_calls_in_flight", {{"method", kAdd}}));
   EXPECT_EQ(0, Value(s, "osprey_server_calls_rejected_queue_full_total", {{"method", kAdd}}));
   EXPECT_EQ(1, Value(s, "osprey_connections_open", {{"direction", "inbound"}}));
   EXPECT_EQ(1, Value(s, "osprey_connections_accepted_total", {}));
@@ -84,7 +84,7 @@ TEST(MetricsTest, CallsAreCountedByMethodAndOutcomeOnBothSides) {
       3, Value(c, "osprey_client_calls_total", {{"method", kFail}, {"outcome", "remote_error"}}));
   EXPECT_EQ(100, Value(c, "osprey_client_call_latency_seconds", {{"method", kAdd}}));
   EXPECT_EQ(100, Value(c, "osprey_client_calls_started_total", {{"method", kAdd}}));
-  EXPECT_EQ(3, Value(c, "osprey_client_calls_finished_total", {{"method", kFail}}));
+  EXPECT_EQ(0, Value(c, "osprey_client_calls_in_flight", {{"method", kFail}}));
   EXPECT_EQ(1, Value(c, "osprey_connections_open", {{"direction", "outbound"}}));
   EXPECT_GT(Value(c, "osprey_bytes_sent_total", {}), 100 * 20);
 }

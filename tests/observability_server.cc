@@ -67,12 +67,19 @@ int main(int argc, char** argv) {
   std::vector<SleepResponsePB> slept(kFill);
   std::vector<RpcController> sleep_ctls(kFill);
   CountDownLatch fill_done(kFill);
+  // The long one first, and running, so that the five after it wait in
+  // the queue (sent together, the worker might not have taken the first
+  // before the sixth arrived).
   for (int i = 0; i < kFill; ++i) {
     sleeps[i].set_sleep_micros(i == 0 ? 3000000 : 1000);
     sleep_ctls[i].set_timeout(MonoDelta::FromSeconds(30));
     proxy.SleepAsync(sleeps[i], &slept[i], &sleep_ctls[i], [&] { fill_done.CountDown(); });
+    if (i == 0 && !server.service->WaitForSleepsStarted(1)) {
+      fprintf(stderr, "observability_server: the first Sleep did not start\n");
+      return 1;
+    }
   }
-  if (!server.service->WaitForSleepsStarted(1) || !WaitUntil([&] {
+  if (!WaitUntil([&] {
         for (const MetricValue& v : server.messenger->metrics()->Snapshot()) {
           if (v.name == "osprey_server_calls_received_total" && !v.labels.empty() &&
               v.labels[0].second == "osprey.rpc_test.CalculatorService.Sleep") {
@@ -92,7 +99,13 @@ int main(int argc, char** argv) {
     AddResponsePB resp;
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
-    if (proxy.Add(req, &resp, &ctl).IsServiceUnavailable()) ++refused;
+    Status st = proxy.Add(req, &resp, &ctl);
+    if (st.IsServiceUnavailable()) {
+      ++refused;
+    } else {
+      fprintf(stderr, "observability_server: a call meant to be refused: %s\n",
+              st.ToString().c_str());
+    }
   }
   fill_done.Wait();
   if (refused != busy) {

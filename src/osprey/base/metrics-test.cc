@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <thread>
 #include <vector>
 
@@ -40,6 +42,24 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndTheOverflowOnlyInTheCount) {
   EXPECT_EQ(4, r.cumulative[LatencyHistogram::kBuckets - 1]);
   EXPECT_EQ(5, r.count);
   EXPECT_EQ(10 + 11 + 3000 + 0 + 60000000, r.sum_micros);
+}
+
+TEST(MetricsTest, EveryValueLandsInTheFirstBucketThatHoldsIt) {
+  // Against a plain search, around every bound and at the extremes.
+  const auto& bounds = LatencyHistogram::BoundsMicros();
+  std::vector<int64_t> values = {0, 1, 2, 3, INT64_MAX / 2, INT64_MAX};
+  for (int64_t b : bounds) {
+    for (int64_t d : {-1, 0, 1}) values.push_back(b + d);
+  }
+  for (int64_t v : values) {
+    LatencyHistogram h;
+    h.RecordMicros(v);
+    LatencyHistogram::Reading r = h.Read();
+    int want = static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
+    for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+      EXPECT_EQ(b >= want ? 1 : 0, r.cumulative[b]) << "value " << v << ", bucket " << b;
+    }
+  }
 }
 
 TEST(MetricsTest, RegistryKeepsOneMetricPerLabelsAndRefusesBadNamesAndTypeClashes) {

@@ -1,14 +1,20 @@
 #include "osprey/base/metrics.h"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 
 namespace osprey {
 
 namespace metrics_internal {
-int ThisThreadShard() {
-  static std::atomic<int> next{0};
-  thread_local const int shard = next.fetch_add(1, std::memory_order_relaxed) % kShards;
-  return shard;
+namespace {
+std::atomic<int> next_shard{0};
+}  // namespace
+constinit thread_local int this_thread_shard = -1;
+
+int AssignThisThreadShard() {
+  this_thread_shard = next_shard.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return this_thread_shard;
 }
 }  // namespace metrics_internal
 
@@ -25,11 +31,29 @@ const std::array<int64_t, LatencyHistogram::kBuckets>& LatencyHistogram::BoundsM
   return bounds;
 }
 
+namespace {
+// For each bit width of a value, the first bucket whose bound could hold
+// it: a value of width w is at least 2^(w-1). From there a step or two
+// finds its bucket, instead of a binary search over every bound.
+std::array<uint8_t, 65> MakeFirstCandidates() {
+  std::array<uint8_t, 65> first{};
+  const auto& bounds = LatencyHistogram::BoundsMicros();
+  for (int w = 0; w <= 64; ++w) {
+    int64_t lowest = w <= 1 ? 0 : (w >= 64 ? INT64_MAX : int64_t{1} << (w - 1));
+    first[w] = static_cast<uint8_t>(std::lower_bound(bounds.begin(), bounds.end(), lowest) -
+                                    bounds.begin());
+  }
+  return first;
+}
+}  // namespace
+
 void LatencyHistogram::RecordMicros(int64_t us) {
   us = std::max<int64_t>(us, 0);
+  static const std::array<uint8_t, 65> first = MakeFirstCandidates();
   const auto& bounds = BoundsMicros();
   // The first bound at or above the value; past the last: the overflow bucket.
-  int b = static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), us) - bounds.begin());
+  int b = first[std::bit_width(static_cast<uint64_t>(us))];
+  while (b < kBuckets && bounds[b] < us) ++b;
   Shard& s = shards_[metrics_internal::ThisThreadShard()];
   s.buckets[b].fetch_add(1, std::memory_order_relaxed);
   s.sum_micros.fetch_add(us, std::memory_order_relaxed);

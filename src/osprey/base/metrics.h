@@ -34,8 +34,14 @@ using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
 namespace metrics_internal {
 constexpr int kShards = 8;
-// This thread's shard: threads are dealt shards round robin.
-int ThisThreadShard();
+// This thread's shard: threads are dealt shards round robin, on first use.
+// A constant-initialized thread_local, so that reading it is one load.
+extern constinit thread_local int this_thread_shard;
+int AssignThisThreadShard();
+inline int ThisThreadShard() {
+  int s = this_thread_shard;
+  return s >= 0 ? s : AssignThisThreadShard();
+}
 }  // namespace metrics_internal
 
 // A count that only goes up.

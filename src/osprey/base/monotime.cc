@@ -11,6 +11,14 @@ std::string MonoDelta::ToString() const {
   return buf;
 }
 
+MonoTime MonoTime::NowCoarse() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  // steady_clock is CLOCK_MONOTONIC on Linux: the same timeline.
+  return MonoTime(Clock::time_point(std::chrono::seconds(ts.tv_sec) +
+                                    std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
 MonoTime MonoTime::operator+(MonoDelta d) const {
   // Saturate so that Now() + a huge timeout stays "far future" instead of
   // wrapping into the past.

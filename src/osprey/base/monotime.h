@@ -61,6 +61,10 @@ class MonoTime {
 
   constexpr MonoTime() = default;  // The clock's epoch; see Min().
   static MonoTime Now() { return MonoTime(Clock::now()); }
+  // The same clock, read cheaply (no hardware counter) at the kernel tick's
+  // resolution, a few milliseconds behind Now() at most: for checks against
+  // thresholds far above that, before reading Now().
+  static MonoTime NowCoarse();
   static constexpr MonoTime Min() { return MonoTime(Clock::time_point::min()); }
   static constexpr MonoTime Max() { return MonoTime(Clock::time_point::max()); }
 

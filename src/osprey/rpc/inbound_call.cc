@@ -24,26 +24,22 @@ void InboundCall::set_method(const ServiceMethod* m, ServerMethodMetrics* metric
   if (metrics_ != nullptr) metrics_->received->Increment();
 }
 
-void InboundCall::MarkHandlerStarted() {
+void InboundCall::MarkHandlerStarted(MonoTime start) {
   if (trace_ != nullptr) trace_->running.store(true, std::memory_order_relaxed);
-  if (metrics_ == nullptr && slow_calls_ == nullptr) return;
-  handler_started_ = MonoTime::Now();
-  handler_ran_ = true;
-  if (metrics_ != nullptr) metrics_->queue_time->Record(handler_started_ - received_at_);
+  if (metrics_ != nullptr) metrics_->queue_time->Record(start - received_at_);
 }
 
 void InboundCall::CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
-  if (metrics_ == nullptr && slow_calls_ == nullptr) return;
-  MonoTime now = MonoTime::Now();
-  if (metrics_ != nullptr) {
-    metrics_->CountOutcome(ok, code);
-    if (handler_ran_) metrics_->handler_latency->Record(now - handler_started_);
-  }
-  if (slow_calls_ != nullptr) {
-    slow_calls_->MaybeRecord(/*inbound=*/true, metrics_ != nullptr ? metrics_->method() : "",
-                             remote_address(), remote_user(), now - received_at_,
-                             ok ? "ok" : wire::ErrorStatusPB::RpcErrorCodePB_Name(code));
-  }
+  if (metrics_ != nullptr) metrics_->CountOutcome(ok, code);
+  if (slow_calls_ == nullptr) return;
+  // The coarse clock first: only a call near the threshold pays for Now().
+  MonoDelta margin = MonoDelta::FromMilliseconds(20);
+  if (MonoTime::NowCoarse() - received_at_ + margin < slow_calls_->threshold()) return;
+  const std::string* label = trace_ != nullptr ? trace_->method.load() : nullptr;
+  std::string method = metrics_ != nullptr ? metrics_->method() : label != nullptr ? *label : "";
+  slow_calls_->MaybeRecord(/*inbound=*/true, method, remote_address(), remote_user(),
+                           MonoTime::Now() - received_at_,
+                           ok ? "ok" : wire::ErrorStatusPB::RpcErrorCodePB_Name(code));
 }
 
 void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,

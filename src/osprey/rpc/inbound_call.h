@@ -52,8 +52,10 @@ class InboundCall {
   void set_method(const ServiceMethod* m, ServerMethodMetrics* metrics, SlowCallLog* slow_calls);
   ServerMethodMetrics* metrics() const { return metrics_; }
   void set_trace(std::shared_ptr<transport::InboundCallTrace> trace) { trace_ = std::move(trace); }
-  // A worker (or the reactor) is about to run the handler.
-  void MarkHandlerStarted();
+  transport::InboundCallTrace* trace() const { return trace_.get(); }
+  // The handler starts now (`start`, read by the pool): counts the time in
+  // the queue and shows the call as running.
+  void MarkHandlerStarted(MonoTime start);
 
   // Each sends the one response of this call. Any thread.
   void RespondSuccess(const google::protobuf::MessageLite& response,
@@ -73,10 +75,8 @@ class InboundCall {
   ServerMethodMetrics* metrics_ = nullptr;
   SlowCallLog* slow_calls_ = nullptr;
   std::shared_ptr<transport::InboundCallTrace> trace_;
-  MonoTime handler_started_;
-  bool handler_ran_ = false;
 
-  // Counts the answer: outcome, and handler latency if the handler ran.
+  // Counts the answer's outcome; lists the call if it was slow.
   void CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);
 };
 

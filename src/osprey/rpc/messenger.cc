@@ -428,6 +428,9 @@ void Messenger::InboundHandler::HandleInboundCall(
     }
   }
   call->set_method(method, pool->MetricsFor(method), m->metrics_->slow_calls());
+  if (call->trace() != nullptr) {
+    call->trace()->method.store(pool->LabelFor(method), std::memory_order_release);
+  }
   pool->QueueInboundCall(std::move(call));
 }
 

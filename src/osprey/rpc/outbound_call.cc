@@ -93,6 +93,7 @@ void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow
                                  const Sockaddr& remote, const std::string& user) {
   metrics_ = metrics;
   slow_calls_ = slow_calls;
+  if (metrics_ != nullptr || slow_calls_ != nullptr) mark_started();
   if (metrics_ != nullptr) metrics_->started->Increment();
   if (slow_calls_ != nullptr) {
     remote_ = remote;
@@ -105,7 +106,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
   if (metrics_ != nullptr || slow_calls_ != nullptr) {
-    MonoDelta took = MonoTime::Now() - started();
+    MonoDelta took = LoopTime() - started();  // the reactor's clock reading, when on one
     if (metrics_ != nullptr) {
       metrics_->CountOutcome(status);
       metrics_->latency->Record(took);

@@ -35,10 +35,10 @@ ServerMethodMetrics::ServerMethodMetrics(MetricRegistry* registry, std::string m
   MetricLabels m = {{"method", method_}};
   received = MakeCounter(registry, "osprey_server_calls_received_total",
                          "Calls this server received, by method.", m);
-  answered = MakeCounter(registry, "osprey_server_calls_answered_total",
-                         "Calls this server answered, by method (received minus answered: in "
-                         "flight).",
-                         m);
+  Status g = registry->AddGauge(
+      "osprey_server_calls_in_flight", "Calls received and not answered yet, by method.", m,
+      [this] { return static_cast<double>(received->value() - Answered()); });
+  CHECK(g.ok()) << g.ToString();
   rejected_queue_full = MakeCounter(
       registry, "osprey_server_calls_rejected_queue_full_total",
       "Calls refused with ERROR_SERVER_TOO_BUSY because the service queue was full.", m);
@@ -53,8 +53,15 @@ ServerMethodMetrics::ServerMethodMetrics(MetricRegistry* registry, std::string m
                     {{"method", method_}, {"outcome", "ok"}});
 }
 
+int64_t ServerMethodMetrics::Answered() const {
+  int64_t n = ok_->value();
+  for (const auto& c : by_code_) {
+    if (Counter* p = c.load(std::memory_order_acquire)) n += p->value();
+  }
+  return n;
+}
+
 void ServerMethodMetrics::CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
-  answered->Increment();
   if (ok) {
     ok_->Increment();
     return;
@@ -87,10 +94,7 @@ ClientMethodMetrics::ClientMethodMetrics(MetricRegistry* registry, const std::st
   MetricLabels m = {{"method", method}};
   started = MakeCounter(registry, "osprey_client_calls_started_total",
                         "Calls this client started, by method.", m);
-  finished = MakeCounter(registry, "osprey_client_calls_finished_total",
-                         "Calls this client finished, by method (started minus finished: in "
-                         "flight).",
-                         m);
+
   latency = MakeHistogram(registry, "osprey_client_call_latency_seconds",
                           "Time from a call's start to its completion, by method.", m);
   const char* names[kOutcomes] = {
@@ -101,10 +105,19 @@ ClientMethodMetrics::ClientMethodMetrics(MetricRegistry* registry, const std::st
                                "Calls this client finished, by method and outcome.",
                                {{"method", method}, {"outcome", names[i]}});
   }
+  Status g = registry->AddGauge(
+      "osprey_client_calls_in_flight", "Calls started and not finished yet, by method.", m,
+      [this] { return static_cast<double>(started->value() - Finished()); });
+  CHECK(g.ok()) << g.ToString();
+}
+
+int64_t ClientMethodMetrics::Finished() const {
+  int64_t n = 0;
+  for (Counter* c : outcomes_) n += c->value();
+  return n;
 }
 
 void ClientMethodMetrics::CountOutcome(const Status& s) {
-  finished->Increment();
   Outcome o = s.ok()                     ? kOk
               : s.IsTimedOut()           ? kTimedOut
               : s.IsAborted()            ? kCancelled

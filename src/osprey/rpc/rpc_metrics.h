@@ -5,12 +5,12 @@
 //    method; calls by outcome ("ok", "application_error", or the RPC error
 //    code, lower case), handler latency, time in the queue, calls refused
 //    because the queue was full, calls dropped because their deadline
-//    passed in the queue, and calls received and answered (their
-//    difference is the gauge of calls in flight).
+//    passed in the queue, and calls received; calls in flight are received
+//    minus answered, computed when read.
 //  - ClientMethodMetrics: made on a method's first call through a
 //    messenger; call latency, calls by outcome (ok, timed_out, cancelled,
 //    network_error, remote_error, service_unavailable, other), calls
-//    started and finished.
+//    started; calls in flight are computed when read.
 //
 // Every field is safe to update from any thread.
 #pragma once
@@ -36,7 +36,6 @@ class ServerMethodMetrics {
   void CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);
 
   Counter* received;
-  Counter* answered;
   Counter* rejected_queue_full;
   Counter* deadline_expired_in_queue;
   LatencyHistogram* handler_latency;
@@ -46,6 +45,7 @@ class ServerMethodMetrics {
   MetricRegistry* const registry_;
   const std::string method_;
   Counter* ok_;
+  int64_t Answered() const;
   // By error code, made on the code's first use (most never occur).
   std::array<std::atomic<Counter*>, 256> by_code_{};
 };
@@ -60,7 +60,6 @@ class ClientMethodMetrics {
   bool method_is(const RemoteMethod& m) const;
 
   Counter* started;
-  Counter* finished;
   LatencyHistogram* latency;
 
  private:
@@ -76,6 +75,7 @@ class ClientMethodMetrics {
     kOutcomes
   };
   std::array<Counter*, kOutcomes> outcomes_;
+  int64_t Finished() const;
 };
 
 }  // namespace osprey

@@ -27,7 +27,7 @@ void ServiceIf::RegisterMethod(ServiceMethod method) {
   methods_.insert_or_assign(std::move(name), std::move(method));
 }
 
-void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
+bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   const ServiceMethod* m = call->method();
   std::unique_ptr<google::protobuf::Message> req(m->request_prototype->New());
   Slice body = call->request_body();
@@ -35,17 +35,17 @@ void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
                          Status::InvalidArgument("request for " + service_name() + "." + m->name +
                                                  " does not parse as " + req->GetTypeName()));
-    return;
+    return false;
   }
   if (!req->IsInitialized()) {
     call->RespondFailure(
         wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
         Status::InvalidArgument("request for " + service_name() + "." + m->name +
                                 " lacks required fields: " + req->InitializationErrorString()));
-    return;
+    return false;
   }
   std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());
-  call->MarkHandlerStarted();
+  call->MarkHandlerStarted(start);
   auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
   // The server keeps serving whatever a handler throws: its call is
   // answered with the exception's text, unless the handler answered first.
@@ -53,12 +53,13 @@ void ServiceIf::Handle(std::unique_ptr<InboundCall> call) {
     m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
   } catch (const std::exception& e) {
     ctx->HandlerDone(e.what());
-    return;
+    return true;
   } catch (...) {
     ctx->HandlerDone("an exception not derived from std::exception");
-    return;
+    return true;
   }
   ctx->HandlerDone(nullptr);
+  return true;
 }
 
 }  // namespace osprey

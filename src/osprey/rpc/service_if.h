@@ -6,6 +6,8 @@
 
 #include <google/protobuf/message.h>
 
+#include "osprey/base/monotime.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,9 +48,10 @@ class ServiceIf {
   // handler never runs. None by default. Any thread: must not block.
   virtual bool SupportsFeature(uint32_t feature) const;
 
-  // Parses the request and runs the handler on the calling thread. The
-  // handler owns the call through its RpcContext from then on.
-  void Handle(std::unique_ptr<InboundCall> call);
+  // Parses the request and runs the handler on the calling thread, which
+  // read the clock at `start`. The handler owns the call through its
+  // RpcContext from then on. True if the handler ran.
+  bool Handle(std::unique_ptr<InboundCall> call, MonoTime start);
 
  protected:
   void RegisterMethod(ServiceMethod method);

@@ -16,10 +16,18 @@ bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
 ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options,
                          MessengerMetrics* metrics)
     : service_(std::move(service)), options_(options), queue_(options.queue_length) {
+  for (const ServiceMethod* m : service_->methods()) {
+    labels_.emplace(m, service_->service_name() + "." + m->name);
+  }
   if (metrics == nullptr || !metrics->counting()) return;
   for (const ServiceMethod* m : service_->methods()) {
     metrics_.emplace(m, metrics->ServerMethod(service_->service_name() + "." + m->name));
   }
+}
+
+const std::string* ServicePool::LabelFor(const ServiceMethod* method) const {
+  auto it = labels_.find(method);
+  return it == labels_.end() ? nullptr : &it->second;
 }
 
 ServerMethodMetrics* ServicePool::MetricsFor(const ServiceMethod* method) const {
@@ -77,7 +85,10 @@ bool ServicePool::Shutdown(MonoTime deadline) {
 
 void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
   if (options_.worker_threads == 0) {
-    RunCall(std::move(call));
+    MonoTime start = MonoTime::Now();
+    if (ServerMethodMetrics* m = RunCall(std::move(call), start)) {
+      m->handler_latency->Record(MonoTime::Now() - start);
+    }
     return;
   }
   switch (queue_.Put(&call)) {
@@ -103,8 +114,12 @@ void ServicePool::RunWorker() {
   int64_t took = -1;
   while (queue_.Take(&call, took)) {
     MonoTime start = MonoTime::Now();
-    RunCall(std::move(call));
-    took = (MonoTime::Now() - start).ToNanoseconds();
+    ServerMethodMetrics* m = RunCall(std::move(call), start);
+    MonoDelta ran = MonoTime::Now() - start;
+    // The handler's time: until it returns (an answer it defers to another
+    // thread is not waited for).
+    if (m != nullptr) m->handler_latency->Record(ran);
+    took = ran.ToNanoseconds();
   }
   std::shared_ptr<ServicePool> last;  // if abandoned, this pool dies with it
   {
@@ -118,23 +133,24 @@ void ServicePool::RunWorker() {
   // Nothing of this pool may be touched past here: `last` may free it.
 }
 
-void ServicePool::RunCall(std::unique_ptr<InboundCall> call) {
+ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, MonoTime start) {
   if (call->connection_closed()) {
     // The client vanished while the call waited: nobody can read the
     // answer, and running it would keep live clients waiting.
     dropped_calls_of_closed_connections_.fetch_add(1, std::memory_order_relaxed);
     VLOG(1) << "dropping call " << call->call_id() << " whose client connection closed";
-    return;
+    return nullptr;
   }
-  if (call->deadline() <= MonoTime::Now()) {
+  if (call->deadline() <= start) {
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
     if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
     call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
                          Status::TimedOut("call waited in the service queue past its deadline"));
-    return;
+    return nullptr;
   }
-  service_->Handle(std::move(call));
+  ServerMethodMetrics* metrics = call->metrics();
+  return service_->Handle(std::move(call), start) ? metrics : nullptr;
 }
 
 }  // namespace osprey

@@ -49,6 +49,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   ServiceIf* service() const { return service_.get(); }
   // The metrics of one of this service's methods; null when not counted.
   ServerMethodMetrics* MetricsFor(const ServiceMethod* method) const;
+  // "<service>.<method>" of one of its methods, for as long as the pool.
+  const std::string* LabelFor(const ServiceMethod* method) const;
   // True on one of this pool's worker threads (where Shutdown would wait
   // for itself).
   bool OnWorkerThread() const;
@@ -60,7 +62,10 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
 
  private:
   void RunWorker();
-  void RunCall(std::unique_ptr<InboundCall> call);
+  // Runs the call's handler, unless its client left or its deadline passed;
+  // `start`: the clock, read just before. Returns the metrics the caller
+  // records the handler's time in (null: it did not run, or not counted).
+  ServerMethodMetrics* RunCall(std::unique_ptr<InboundCall> call, MonoTime start);
 
   const std::unique_ptr<ServiceIf> service_;
   const ServicePoolOptions options_;
@@ -76,6 +81,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
   // Made in the constructor, read-only after.
   std::unordered_map<const ServiceMethod*, ServerMethodMetrics*> metrics_;
+  std::unordered_map<const ServiceMethod*, std::string> labels_;
 };
 
 }  // namespace osprey

@@ -33,7 +33,9 @@ namespace osprey::transport {
 // received it when call tracking is on (ConnectionOptions::track_calls),
 // and shared with the call, which marks it running when its handler starts.
 struct InboundCallTrace {
-  std::string method;  // "<service>.<method>"
+  // "<service>.<method>", once the call is routed to its service; owned by
+  // the service pool, which outlives the reactors' work.
+  std::atomic<const std::string*> method{nullptr};
   MonoTime received;
   std::atomic<bool> running{false};
 };

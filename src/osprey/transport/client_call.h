@@ -35,8 +35,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual std::string Describe() const = 0;
 
   MonoTime deadline() const { return deadline_; }
-  // When the caller made the call.
+  // When the caller made the call, if anything watches it (metrics,
+  // /rpcz): the clock is read only then.
   MonoTime started() const { return started_; }
+  void mark_started() { started_ = MonoTime::Now(); }
   void set_deadline(MonoTime d) { deadline_ = d; }
 
   // Any thread. True once the call completed (or began to): exactly one of
@@ -77,7 +79,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void ReleaseTransportState();
 
   MonoTime deadline_ = MonoTime::Max();
-  const MonoTime started_ = MonoTime::Now();
+  MonoTime started_;
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancel_requested_{false};
   bool no_user_code_ = false;

@@ -561,9 +561,6 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
   std::shared_ptr<InboundCallTrace> trace;
   if (reactor_->options().track_calls) {
     trace = std::make_shared<InboundCallTrace>();
-    const auto& rm = frame.header.remote_method();
-    trace->method.reserve(rm.service_name().size() + 1 + rm.method_name().size());
-    trace->method.append(rm.service_name()).append(".").append(rm.method_name());
     trace->received = reactor_->loop_time();
   }
   if (!server_calls_.Add(id, trace)) {
@@ -761,7 +758,8 @@ void Connection::CollectCalls(MonoTime now, std::vector<CallInfo>* out) const {
     server_calls_.ForEachTrace([&](const InboundCallTrace& t) {
       CallInfo& c = out->emplace_back();
       c.inbound = true;
-      c.method = t.method;
+      const std::string* method = t.method.load(std::memory_order_acquire);
+      c.method = method != nullptr ? *method : "(not routed yet)";
       c.remote = remote_;
       c.user = user_;
       c.elapsed = now - t.received;
