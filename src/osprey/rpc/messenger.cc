@@ -269,7 +269,7 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
                                   const ServicePoolOptions& options) {
   if (!service) return Status::InvalidArgument("null service");
   std::string name = service->service_name();
-  auto pool = std::make_shared<ServicePool>(std::move(service), options, metrics_.get());
+  auto pool = std::make_shared<ServicePool>(std::move(service), options, metrics_);
   MutexLock l(mu_);
   if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   if (services_.count(name)) {

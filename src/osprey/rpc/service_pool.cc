@@ -14,14 +14,17 @@ thread_local const ServicePool* tls_worker_of = nullptr;
 bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
 
 ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options,
-                         MessengerMetrics* metrics)
-    : service_(std::move(service)), options_(options), queue_(options.queue_length) {
+                         std::shared_ptr<MessengerMetrics> metrics)
+    : service_(std::move(service)),
+      options_(options),
+      queue_(options.queue_length),
+      messenger_metrics_(std::move(metrics)) {
   for (const ServiceMethod* m : service_->methods()) {
     labels_.emplace(m, service_->service_name() + "." + m->name);
   }
-  if (metrics == nullptr || !metrics->counting()) return;
+  if (messenger_metrics_ == nullptr || !messenger_metrics_->counting()) return;
   for (const ServiceMethod* m : service_->methods()) {
-    metrics_.emplace(m, metrics->ServerMethod(service_->service_name() + "." + m->name));
+    metrics_.emplace(m, messenger_metrics_->ServerMethod(service_->service_name() + "." + m->name));
   }
 }
 

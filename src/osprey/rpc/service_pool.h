@@ -29,10 +29,10 @@ class MessengerMetrics;
 // shutdown's deadline keep it (and its service) alive until they return.
 class ServicePool : public std::enable_shared_from_this<ServicePool> {
  public:
-  // `metrics`: where the per-method metrics are made (null: none); it
-  // outlives the pool.
+  // `metrics`: where the per-method metrics are made (null: none). Kept as
+  // long as the pool, which a handler running past a shutdown keeps alive.
   ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOptions& options,
-              MessengerMetrics* metrics = nullptr);
+              std::shared_ptr<MessengerMetrics> metrics = nullptr);
   ~ServicePool();
 
   Status Start();
@@ -80,6 +80,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   std::shared_ptr<ServicePool> keep_alive_ GUARDED_BY(live_mu_);
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
   // Made in the constructor, read-only after.
+  const std::shared_ptr<MessengerMetrics> messenger_metrics_;
   std::unordered_map<const ServiceMethod*, ServerMethodMetrics*> metrics_;
   std::unordered_map<const ServiceMethod*, std::string> labels_;
 };
