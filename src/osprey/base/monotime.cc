@@ -15,8 +15,8 @@ MonoTime MonoTime::NowCoarse() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   // steady_clock is CLOCK_MONOTONIC on Linux: the same timeline.
-  return MonoTime(Clock::time_point(std::chrono::seconds(ts.tv_sec) +
-                                    std::chrono::nanoseconds(ts.tv_nsec)));
+  return MonoTime(
+      Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
 MonoTime MonoTime::operator+(MonoDelta d) const {
