@@ -6,8 +6,6 @@
 
 #include <google/protobuf/message.h>
 
-#include "osprey/base/monotime.h"
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +13,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "osprey/base/monotime.h"
 
 namespace osprey {
 
