@@ -218,6 +218,14 @@ for mode, line in zip(["sync", "async"], lines):
         sys.exit(f"{mode}: latencies out of order: {lat}")
     if r.get("first_error") != "":
         sys.exit(f"{mode}: first_error is {r.get('first_error')!r}")
+    # The in-process server's per-method histograms (-metrics, the default).
+    add = r.get("server_metrics", {}).get("kudu.rpc_test.CalculatorService.Add")
+    if not add or not add["handler_latency_seconds"]["count"] > 0:
+        sys.exit(f"{mode}: no server handler-latency histogram for Add: {r.get('server_metrics')!r}")
+    buckets = add["handler_latency_seconds"]["buckets"]
+    counts = [b["count"] for b in buckets]
+    if counts != sorted(counts) or counts[-1] > add["handler_latency_seconds"]["count"]:
+        sys.exit(f"{mode}: buckets are not cumulative: {buckets}")
 EOF
 
 # --------------------------------------------------------------- payload
@@ -325,6 +333,16 @@ start_server
 CHECK="client against -server_only at $ADDR"
 run client -server_address "$ADDR" "${SMALL[@]}"
 check_text_run client 0
+
+# The server can be watched while it runs: /metrics counts the client's
+# calls, /healthz says it serves.
+CHECK="-server_only serves /metrics and /healthz on $ADDR"
+grep -q "^Metrics at http://$ADDR/metrics" "$TMP/server.out" ||
+  { show "$TMP/server.out"; fail "no 'Metrics at' line"; }
+curl -sS --max-time 10 "http://$ADDR/metrics" >"$TMP/metrics.txt" || fail "GET /metrics failed"
+grep -Eq '^osprey_server_calls_total\{method="kudu.rpc_test.CalculatorService.Add",outcome="ok"\} [1-9]' \
+  "$TMP/metrics.txt" || { show "$TMP/metrics.txt"; fail "/metrics does not count the Add calls"; }
+[[ "$(curl -sS --max-time 10 "http://$ADDR/healthz")" == "OK" ]] || fail "/healthz is not OK"
 
 CHECK="-enable_encryption client against a server without TLS"
 run tlsclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
