@@ -45,8 +45,9 @@ ServerMethodMetrics::ServerMethodMetrics(MetricRegistry* registry, std::string m
   deadline_expired_in_queue =
       MakeCounter(registry, "osprey_server_calls_deadline_expired_in_queue_total",
                   "Calls dropped because their deadline passed while they waited in the queue.", m);
-  handler_latency = MakeHistogram(registry, "osprey_server_handler_latency_seconds",
-                                  "Time from the handler's start to its answer, by method.", m);
+  handler_latency =
+      MakeHistogram(registry, "osprey_server_handler_latency_seconds",
+                    "Time each handler ran, from its start until it returned, by method.", m);
   queue_time = MakeHistogram(registry, "osprey_server_queue_time_seconds",
                              "Time from a call's arrival to its handler's start, by method.", m);
   ok_ = MakeCounter(registry, "osprey_server_calls_total", kServerCallsHelp,
