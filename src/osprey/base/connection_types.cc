@@ -2,32 +2,27 @@
 
 namespace osprey {
 
-const char* ConnectionSecurityName(ConnectionSecurity security) {
+namespace {
+struct SecurityNames {
+  const char* name;
+  const char* slug;
+};
+SecurityNames NamesOf(ConnectionSecurity security) {
   switch (security) {
     case ConnectionSecurity::kNegotiating:
-      return "negotiating";
+      return {"negotiating", "negotiating"};
     case ConnectionSecurity::kClear:
-      return "clear";
+      return {"clear", "clear"};
     case ConnectionSecurity::kTlsAuthenticationOnly:
-      return "TLS (authentication only)";
+      return {"TLS (authentication only)", "tls_authentication_only"};
     case ConnectionSecurity::kTlsEncrypted:
-      return "TLS (encrypted)";
+      return {"TLS (encrypted)", "tls_encrypted"};
   }
-  return "unknown";
+  return {"unknown", "unknown"};
 }
+}  // namespace
 
-const char* ConnectionSecuritySlug(ConnectionSecurity security) {
-  switch (security) {
-    case ConnectionSecurity::kNegotiating:
-      return "negotiating";
-    case ConnectionSecurity::kClear:
-      return "clear";
-    case ConnectionSecurity::kTlsAuthenticationOnly:
-      return "tls_authentication_only";
-    case ConnectionSecurity::kTlsEncrypted:
-      return "tls_encrypted";
-  }
-  return "unknown";
-}
+const char* ConnectionSecurityName(ConnectionSecurity security) { return NamesOf(security).name; }
+const char* ConnectionSecuritySlug(ConnectionSecurity security) { return NamesOf(security).slug; }
 
 }  // namespace osprey
