@@ -27,6 +27,38 @@ TEST(MetricsTest, CounterSumsEveryThreadsIncrements) {
   EXPECT_EQ(120005, c.value());
 }
 
+// More threads than there are owned shards, in rounds, so that later
+// threads take shards earlier ones gave back and the rest share: no update
+// may be lost on either path.
+TEST(MetricsTest, CountsStayExactAsThreadsComeAndGoAndOutnumberTheOwnedShards) {
+  Counter c;
+  LatencyHistogram h;
+  c.Increment();  // this thread's shard is taken before the baseline
+  const int owned_before = metrics_internal::OwnedShardsInUse();
+  constexpr int kRounds = 3;
+  constexpr int kThreads = metrics_internal::kShards + 4;
+  constexpr int kEach = 5000;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kEach; ++i) {
+          c.Increment();
+          h.RecordMicros(7);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Every thread gave its owned shard back as it exited.
+    EXPECT_EQ(owned_before, metrics_internal::OwnedShardsInUse());
+  }
+  EXPECT_EQ(1 + int64_t{kRounds} * kThreads * kEach, c.value());
+  LatencyHistogram::Reading r = h.Read();
+  EXPECT_EQ(int64_t{kRounds} * kThreads * kEach, r.count);
+  EXPECT_EQ(r.count, r.cumulative[0]);
+  EXPECT_EQ(7 * r.count, r.sum_micros);
+}
+
 TEST(MetricsTest, HistogramBucketsAreCumulativeAndTheOverflowOnlyInTheCount) {
   LatencyHistogram h;
   h.RecordMicros(10);                        // on the first bound: counted in le=10us

@@ -8,14 +8,49 @@ namespace osprey {
 
 namespace metrics_internal {
 namespace {
-std::atomic<int> next_shard{0};
+static_assert(kOwnedShards < kShards && kOwnedShards <= 32);
+
+// Bit i set: a live thread owns shard i.
+std::atomic<uint32_t> owned_shards{0};
+std::atomic<int> next_shared_shard{0};
+
+int NextSharedShard() {
+  return kOwnedShards +
+         next_shared_shard.fetch_add(1, std::memory_order_relaxed) % (kShards - kOwnedShards);
+}
+
+// Gives a thread's owned shard back when the thread exits. The release
+// pairs with the next owner's acquire, so that it adds to the values this
+// thread left. Updates from later thread_local destructors go to a shared
+// shard.
+struct OwnedShardReturn {
+  int shard;
+  ~OwnedShardReturn() {
+    this_thread_shard = NextSharedShard();
+    owned_shards.fetch_and(~(uint32_t{1} << shard), std::memory_order_release);
+  }
+};
 }  // namespace
 constinit thread_local int this_thread_shard = -1;
 
 int AssignThisThreadShard() {
-  this_thread_shard = next_shard.fetch_add(1, std::memory_order_relaxed) % kShards;
+  uint32_t taken = owned_shards.load(std::memory_order_relaxed);
+  while (true) {
+    int free = std::countr_one(taken);
+    if (free >= kOwnedShards) break;
+    if (owned_shards.compare_exchange_weak(taken, taken | (uint32_t{1} << free),
+                                           std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+      thread_local OwnedShardReturn give_back{free};
+      this_thread_shard = give_back.shard;
+      return this_thread_shard;
+    }
+  }
+  this_thread_shard = NextSharedShard();
   return this_thread_shard;
 }
+
+int OwnedShardsInUse() { return std::popcount(owned_shards.load(std::memory_order_acquire)); }
 }  // namespace metrics_internal
 
 int64_t Counter::value() const {
@@ -54,9 +89,10 @@ void LatencyHistogram::RecordMicros(int64_t us) {
   // The first bound at or above the value; past the last: the overflow bucket.
   int b = first[std::bit_width(static_cast<uint64_t>(us))];
   while (b < kBuckets && bounds[b] < us) ++b;
-  Shard& s = shards_[metrics_internal::ThisThreadShard()];
-  s.buckets[b].fetch_add(1, std::memory_order_relaxed);
-  s.sum_micros.fetch_add(us, std::memory_order_relaxed);
+  int shard = metrics_internal::ThisThreadShard();
+  Shard& s = shards_[shard];
+  metrics_internal::AddToShard(s.buckets[b], 1, shard);
+  metrics_internal::AddToShard(s.sum_micros, us, shard);
 }
 
 LatencyHistogram::Reading LatencyHistogram::Read() const {

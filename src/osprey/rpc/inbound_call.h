@@ -51,8 +51,9 @@ class InboundCall {
   // `slow_calls` (null: none).
   void set_method(const ServiceMethod* m, ServerMethodMetrics* metrics, SlowCallLog* slow_calls);
   ServerMethodMetrics* metrics() const { return metrics_; }
-  void set_trace(std::shared_ptr<transport::InboundCallTrace> trace) { trace_ = std::move(trace); }
-  transport::InboundCallTrace* trace() const { return trace_.get(); }
+  // Owned by conn_'s call table (see InboundCallTrace).
+  void set_trace(transport::InboundCallTrace* trace) { trace_ = trace; }
+  transport::InboundCallTrace* trace() const { return trace_; }
   // The handler starts now (`start`, read by the pool): counts the time in
   // the queue and shows the call as running.
   void MarkHandlerStarted(MonoTime start);
@@ -74,7 +75,7 @@ class InboundCall {
   const ServiceMethod* method_ = nullptr;
   ServerMethodMetrics* metrics_ = nullptr;
   SlowCallLog* slow_calls_ = nullptr;
-  std::shared_ptr<transport::InboundCallTrace> trace_;
+  transport::InboundCallTrace* trace_ = nullptr;
 
   // Counts the answer's outcome; lists the call if it was slow.
   void CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);

@@ -203,20 +203,16 @@ ClientMethodMetrics* Messenger::ClientMetricsFor(const RemoteMethod& method) {
   if (!metrics_->counting()) return nullptr;
   struct Entry {
     uint64_t messenger;
-    const RemoteMethod* method;
+    uint64_t method;  // RemoteMethod::id(): the same names, not only the same address
     ClientMethodMetrics* metrics;
   };
   thread_local std::vector<Entry> cache;
   for (const Entry& e : cache) {
-    // The same object, and still the same method (a caller's RemoteMethod
-    // on the stack may be another method at the same address next time).
-    if (e.messenger == id_ && e.method == &method && e.metrics->method_is(method)) {
-      return e.metrics;
-    }
+    if (e.messenger == id_ && e.method == method.id()) return e.metrics;
   }
   ClientMethodMetrics* found = metrics_->ClientMethod(method.service() + "." + method.method());
   if (cache.size() >= 32) cache.erase(cache.begin());
-  cache.push_back({id_, &method, found});
+  cache.push_back({id_, method.id(), found});
   return found;
 }
 
@@ -383,8 +379,7 @@ class Messenger::InboundHandler final : public transport::InboundCallHandler {
   explicit InboundHandler(Messenger* m) : m_(m) {}
   // Reactor thread of `conn`.
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
-                         wire::InboundRequest frame,
-                         std::shared_ptr<transport::InboundCallTrace> trace) override;
+                         wire::InboundRequest frame, transport::InboundCallTrace* trace) override;
 
  private:
   Messenger* const m_;
@@ -392,10 +387,10 @@ class Messenger::InboundHandler final : public transport::InboundCallHandler {
 
 void Messenger::InboundHandler::HandleInboundCall(
     const std::shared_ptr<transport::Connection>& conn, wire::InboundRequest frame,
-    std::shared_ptr<transport::InboundCallTrace> trace) {
+    transport::InboundCallTrace* trace) {
   Messenger* m = m_;
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
-  if (trace != nullptr) call->set_trace(std::move(trace));
+  if (trace != nullptr) call->set_trace(trace);
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
   {

@@ -83,13 +83,6 @@ void ServerMethodMetrics::CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCod
   c->Increment();
 }
 
-bool ClientMethodMetrics::method_is(const RemoteMethod& m) const {
-  const std::string& s = m.service();
-  return method_.size() == s.size() + 1 + m.method().size() &&
-         method_.compare(0, s.size(), s) == 0 && method_[s.size()] == '.' &&
-         method_.compare(s.size() + 1, std::string::npos, m.method()) == 0;
-}
-
 ClientMethodMetrics::ClientMethodMetrics(MetricRegistry* registry, const std::string& method)
     : method_(method) {
   MetricLabels m = {{"method", method}};

@@ -56,8 +56,6 @@ class ClientMethodMetrics {
 
   void CountOutcome(const Status& status);
   const std::string& method() const { return method_; }
-  // Whether these are the metrics of `m` ("<service>.<method>").
-  bool method_is(const RemoteMethod& m) const;
 
   Counter* started;
   LatencyHistogram* latency;

@@ -81,16 +81,55 @@ TEST(ClientCallTableTest, ParkedCallsComeBackInOrderAndTakeAllEmptiesBoth) {
 TEST(ServerCallTableTest, RefusesADuplicateIdWhileInFlightAndPublishesItsSize) {
   std::atomic<size_t> published{0};
   ServerCallTable table(&published);
-  EXPECT_TRUE(table.Add(5, nullptr));
-  EXPECT_TRUE(table.Add(6, nullptr));
-  EXPECT_FALSE(table.Add(5, nullptr));
+  InboundCallTrace* trace;
+  EXPECT_TRUE(table.Add(5, false, MonoTime(), &trace));
+  EXPECT_EQ(nullptr, trace);
+  EXPECT_TRUE(table.Add(6, false, MonoTime(), &trace));
+  EXPECT_FALSE(table.Add(5, false, MonoTime(), &trace));
   EXPECT_EQ(2u, table.size());
   EXPECT_EQ(2u, published.load());
   table.Remove(5);
-  EXPECT_TRUE(table.Add(5, nullptr));  // answered: the id may come again
+  EXPECT_TRUE(table.Add(5, false, MonoTime(), &trace));  // answered: the id may come again
+  table.Remove(99);                                       // never added: nothing happens
+  EXPECT_EQ(2u, table.size());
   table.Clear();
   EXPECT_TRUE(table.empty());
   EXPECT_EQ(0u, published.load());
+}
+
+TEST(ServerCallTableTest, AnAnsweredCallsTraceIsReusedFreshAndAClearedOnesIsNot) {
+  std::atomic<size_t> published{0};
+  ServerCallTable table(&published);
+  const MonoTime t1 = MonoTime::Now();
+  InboundCallTrace* first;
+  ASSERT_TRUE(table.Add(1, true, t1, &first));
+  ASSERT_NE(nullptr, first);
+  EXPECT_EQ(t1, first->received);
+  static const std::string kMethod = "svc.M";
+  first->method.store(&kMethod);
+  first->running.store(true);
+  int listed = 0;
+  table.ForEachTrace([&](const InboundCallTrace& t) {
+    ++listed;
+    EXPECT_EQ(&kMethod, t.method.load());
+  });
+  EXPECT_EQ(1, listed);
+
+  table.Remove(1);
+  InboundCallTrace* second;
+  const MonoTime t2 = t1 + MonoDelta::FromSeconds(1);
+  ASSERT_TRUE(table.Add(2, true, t2, &second));
+  EXPECT_EQ(first, second);  // reused, not allocated again
+  EXPECT_EQ(nullptr, second->method.load());
+  EXPECT_FALSE(second->running.load());
+  EXPECT_EQ(t2, second->received);
+
+  // A call dropped by Clear may still be on a worker: its trace is not
+  // handed to the next call.
+  table.Clear();
+  InboundCallTrace* third;
+  ASSERT_TRUE(table.Add(3, true, t2, &third));
+  EXPECT_NE(second, third);
 }
 
 }  // namespace

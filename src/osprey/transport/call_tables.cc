@@ -46,14 +46,33 @@ std::vector<std::shared_ptr<ClientCall>> ClientCallTable::TakeAll() {
   return all;
 }
 
-bool ServerCallTable::Add(int32_t id, std::shared_ptr<InboundCallTrace> trace) {
-  if (!ids_.emplace(id, std::move(trace)).second) return false;
+bool ServerCallTable::Add(int32_t id, bool traced, MonoTime received, InboundCallTrace** trace) {
+  *trace = nullptr;
+  auto [it, inserted] = ids_.emplace(id, nullptr);
+  if (!inserted) return false;
+  if (traced) {
+    InboundCallTrace* t;
+    if (free_traces_.empty()) {
+      t = &traces_.emplace_back();
+    } else {
+      t = free_traces_.back();
+      free_traces_.pop_back();
+      t->method.store(nullptr, std::memory_order_relaxed);
+      t->running.store(false, std::memory_order_relaxed);
+    }
+    t->received = received;
+    it->second = t;
+    *trace = t;
+  }
   published_->store(ids_.size(), std::memory_order_relaxed);
   return true;
 }
 
 void ServerCallTable::Remove(int32_t id) {
-  ids_.erase(id);
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return;
+  if (it->second != nullptr) free_traces_.push_back(it->second);
+  ids_.erase(it);
   published_->store(ids_.size(), std::memory_order_relaxed);
 }
 

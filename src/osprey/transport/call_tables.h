@@ -29,9 +29,12 @@
 
 namespace osprey::transport {
 
-// What /rpcz shows of a server call in flight. Made by the connection that
-// received it when call tracking is on (ConnectionOptions::track_calls),
-// and shared with the call, which marks it running when its handler starts.
+// What /rpcz shows of a server call in flight, when call tracking is on
+// (ConnectionOptions::track_calls). Owned by the connection's
+// ServerCallTable, which reuses it once the call's answer is queued; the
+// call (on a worker) marks it running when its handler starts and reads
+// its method when it answers, both before its answer is queued, and keeps
+// the connection (and so the table) alive meanwhile.
 struct InboundCallTrace {
   // "<service>.<method>", once the call is routed to its service; owned by
   // the service pool, which outlives the reactors' work.
@@ -92,8 +95,10 @@ class ServerCallTable {
   // `size_published`: kept equal to size(), for readers on any thread.
   explicit ServerCallTable(std::atomic<size_t>* size_published) : published_(size_published) {}
 
-  // False if a call with `id` is already in flight. `trace` may be null.
-  bool Add(int32_t id, std::shared_ptr<InboundCallTrace> trace);
+  // False if a call with `id` is already in flight. With `traced`, sets
+  // *trace to the call's trace (see InboundCallTrace for how long it may be
+  // used), else to null.
+  bool Add(int32_t id, bool traced, MonoTime received, InboundCallTrace** trace);
   void Remove(int32_t id);
   void Clear();
   size_t size() const { return ids_.size(); }
@@ -107,7 +112,12 @@ class ServerCallTable {
   }
 
  private:
-  std::unordered_map<int32_t, std::shared_ptr<InboundCallTrace>> ids_;
+  std::unordered_map<int32_t, InboundCallTrace*> ids_;
+  // Every trace made, at stable addresses; reused from free_traces_ instead
+  // of allocated per call. Clear() does not free the traces of the calls it
+  // drops: their workers may still hold them.
+  std::deque<InboundCallTrace> traces_;
+  std::vector<InboundCallTrace*> free_traces_;
   std::atomic<size_t>* const published_;
 };
 

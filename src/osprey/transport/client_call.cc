@@ -14,6 +14,8 @@ void ClientCall::ReleaseTransportState() {
   conn_ = nullptr;
 }
 
+void ClientCall::mark_started() { started_ = Reactor::LoopTimeOrNow(); }
+
 MonoTime ClientCall::LoopTime() const {
   return reactor_ != nullptr ? reactor_->loop_time() : MonoTime::Now();
 }

@@ -36,9 +36,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
 
   MonoTime deadline() const { return deadline_; }
   // When the caller made the call, if anything watches it (metrics,
-  // /rpcz): the clock is read only then.
+  // /rpcz): stamped only then, from the loop time when the caller is a
+  // reactor thread (a callback making the next call).
   MonoTime started() const { return started_; }
-  void mark_started() { started_ = MonoTime::Now(); }
+  void mark_started();
   void set_deadline(MonoTime d) { deadline_ = d; }
 
   // Any thread. True once the call completed (or began to): exactly one of
@@ -95,10 +96,10 @@ class InboundCallHandler {
  public:
   virtual ~InboundCallHandler() = default;
   // Reactor thread of `conn`.
-  // `trace`: what /rpcz shows of the call, if calls are tracked.
+  // `trace`: what /rpcz shows of the call, if calls are tracked, else null;
+  // owned by `conn` (see InboundCallTrace).
   virtual void HandleInboundCall(const std::shared_ptr<Connection>& conn,
-                                 wire::InboundRequest frame,
-                                 std::shared_ptr<InboundCallTrace> trace) = 0;
+                                 wire::InboundRequest frame, InboundCallTrace* trace) = 0;
 };
 
 }  // namespace osprey::transport

@@ -558,19 +558,14 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  std::shared_ptr<InboundCallTrace> trace;
-  if (reactor_->options().track_calls) {
-    trace = std::make_shared<InboundCallTrace>();
-    trace->received = reactor_->loop_time();
-  }
-  if (!server_calls_.Add(id, trace)) {
+  InboundCallTrace* trace;
+  if (!server_calls_.Add(id, reactor_->options().track_calls, reactor_->loop_time(), &trace)) {
     Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
                                   " while a call with that id is in flight");
     SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
     return s;
   }
-  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame),
-                                                 std::move(trace));
+  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame), trace);
   return Status::OK();
 }
 

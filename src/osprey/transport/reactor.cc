@@ -15,14 +15,15 @@
 namespace osprey::transport {
 
 namespace {
-thread_local bool tls_on_reactor = false;
+// The reactor whose loop this thread runs, if any.
+thread_local Reactor* tls_reactor = nullptr;
 thread_local const Reactor* tls_borrowed = nullptr;
 }  // namespace
 
 bool Reactor::BorrowedHere() const { return tls_borrowed == this; }
 
 bool Reactor::BeginBorrow() {
-  if (closing() || !sleeping_.load() || tls_on_reactor || tls_borrowed != nullptr) return false;
+  if (closing() || !sleeping_.load() || tls_reactor != nullptr || tls_borrowed != nullptr) return false;
   if (!loop_mu_.TryLock()) return false;
   if (closing()) {
     loop_mu_.Unlock();
@@ -56,7 +57,12 @@ void Reactor::FlushRequested() {
   }
 }
 
-bool Reactor::OnAnyReactorThread() { return tls_on_reactor; }
+bool Reactor::OnAnyReactorThread() { return tls_reactor != nullptr; }
+
+MonoTime Reactor::LoopTimeOrNow() {
+  if (tls_reactor == nullptr) return MonoTime::Now();
+  return tls_reactor->loop_time();
+}
 
 Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler,
                  int index)
@@ -180,16 +186,18 @@ void Reactor::CancelTimer(TimerId id) {
   timers_.Cancel(id);
 }
 
-int Reactor::NextTimeoutMillis() const {
+int Reactor::NextTimeoutMillis(MonoTime now) const {
   MonoTime next = std::min(next_idle_check_, timers_.NextDeadline());
-  MonoDelta d = next - MonoTime::Now();
+  MonoDelta d = next - now;
   if (d <= MonoDelta()) return 0;
   // Round up so the timer has expired when epoll_wait returns.
   return static_cast<int>(std::min<int64_t>((d.ToMicroseconds() + 999) / 1000, 1000));
 }
 
 void Reactor::RunTimers() {
-  MonoTime now = MonoTime::Now();
+  // The iteration's start: a timer that expires while this iteration runs
+  // waits for the next one, which follows at once (its timeout is zero).
+  MonoTime now = loop_time_;
   timers_.RunExpired(now);
   if (now >= next_idle_check_) {
     CheckIdleConnections();
@@ -233,12 +241,15 @@ void Reactor::RequestFlush(Connection* conn) {
 
 void Reactor::Loop() {
   thread_id_.store(std::this_thread::get_id());
-  tls_on_reactor = true;
+  tls_reactor = this;
   std::vector<epoll_event> events(256);
   loop_mu_.Lock();
-  next_idle_check_ = MonoTime::Now() + MonoDelta::FromSeconds(1);
+  // Two clock reads per iteration: when it starts (loop_time_) and when it
+  // ends, which also times the next wait.
+  MonoTime now = MonoTime::Now();
+  next_idle_check_ = now + MonoDelta::FromSeconds(1);
   while (true) {
-    int timeout = NextTimeoutMillis();
+    int timeout = NextTimeoutMillis(now);
     bool shutdown = false;
     sleeping_.store(true);
     {
@@ -247,7 +258,7 @@ void Reactor::Loop() {
       shutdown = shutdown_requested_;
     }
     if (shutdown) break;
-    planned_wake_ = MonoTime::Now() + MonoDelta::FromMilliseconds(timeout);
+    planned_wake_ = now + MonoDelta::FromMilliseconds(timeout);
     loop_mu_.Unlock();
     int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     sleeping_.store(false);
@@ -270,11 +281,11 @@ void Reactor::Loop() {
     FlushRequested();
     conns_.ReleaseClosed();
     http_closed_.clear();
+    now = MonoTime::Now();
     if (options_.metrics != nullptr) {
       // The iteration's length is how long an event could wait behind the
       // others: the loop's lag.
-      MonoDelta busy = MonoTime::Now() - loop_time_;
-      options_.metrics->RecordReactorIteration(reactor_index_, busy);
+      options_.metrics->RecordReactorIteration(reactor_index_, now - loop_time_);
     }
   }
 

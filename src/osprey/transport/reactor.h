@@ -89,6 +89,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
 
   // True on any reactor thread of any Messenger: blocking there deadlocks.
   static bool OnAnyReactorThread();
+  // On a reactor thread, its loop_time(); elsewhere MonoTime::Now(). For
+  // stamps where a loop iteration's staleness does not matter, so that
+  // calls made from callbacks read no clock.
+  static MonoTime LoopTimeOrNow();
 
   // Any thread but this reactor's. If the reactor is asleep in epoll_wait,
   // runs `fn` on the calling thread in the reactor's place (the reactor
@@ -168,7 +172,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void RunTasks() REQUIRES(loop_mu_);
   void RunTimers() REQUIRES(loop_mu_);
   void CheckIdleConnections() REQUIRES(loop_mu_);
-  int NextTimeoutMillis() const REQUIRES(loop_mu_);
+  int NextTimeoutMillis(MonoTime now) const REQUIRES(loop_mu_);
   void Wake();
   bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
   void EndBorrow() RELEASE(loop_mu_);
