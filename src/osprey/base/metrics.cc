@@ -39,8 +39,7 @@ int AssignThisThreadShard() {
     int free = std::countr_one(taken);
     if (free >= kOwnedShards) break;
     if (owned_shards.compare_exchange_weak(taken, taken | (uint32_t{1} << free),
-                                           std::memory_order_acquire,
-                                           std::memory_order_relaxed)) {
+                                           std::memory_order_acquire, std::memory_order_relaxed)) {
       thread_local OwnedShardReturn give_back{free};
       this_thread_shard = give_back.shard;
       return this_thread_shard;

@@ -90,7 +90,7 @@ TEST(ServerCallTableTest, RefusesADuplicateIdWhileInFlightAndPublishesItsSize) {
   EXPECT_EQ(2u, published.load());
   table.Remove(5);
   EXPECT_TRUE(table.Add(5, false, MonoTime(), &trace));  // answered: the id may come again
-  table.Remove(99);                                       // never added: nothing happens
+  table.Remove(99);                                      // never added: nothing happens
   EXPECT_EQ(2u, table.size());
   table.Clear();
   EXPECT_TRUE(table.empty());

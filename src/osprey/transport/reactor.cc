@@ -23,7 +23,8 @@ thread_local const Reactor* tls_borrowed = nullptr;
 bool Reactor::BorrowedHere() const { return tls_borrowed == this; }
 
 bool Reactor::BeginBorrow() {
-  if (closing() || !sleeping_.load() || tls_reactor != nullptr || tls_borrowed != nullptr) return false;
+  if (closing() || !sleeping_.load() || tls_reactor != nullptr || tls_borrowed != nullptr)
+    return false;
   if (!loop_mu_.TryLock()) return false;
   if (closing()) {
     loop_mu_.Unlock();
