@@ -58,20 +58,13 @@ int64_t Counter::value() const {
   return sum;
 }
 
-const std::array<int64_t, LatencyHistogram::kBuckets>& LatencyHistogram::BoundsMicros() {
-  static const std::array<int64_t, kBuckets> bounds = {
-      10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
-      25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
-  return bounds;
-}
-
 namespace {
 // For each bit width of a value, the first bucket whose bound could hold
 // it: a value of width w is at least 2^(w-1). From there a step or two
 // finds its bucket, instead of a binary search over every bound.
-std::array<uint8_t, 65> MakeFirstCandidates() {
+constexpr std::array<uint8_t, 65> MakeFirstCandidates() {
   std::array<uint8_t, 65> first{};
-  const auto& bounds = LatencyHistogram::BoundsMicros();
+  const auto& bounds = LatencyHistogram::kBoundsMicros;
   for (int w = 0; w <= 64; ++w) {
     int64_t lowest = w <= 1 ? 0 : (w >= 64 ? INT64_MAX : int64_t{1} << (w - 1));
     first[w] = static_cast<uint8_t>(std::lower_bound(bounds.begin(), bounds.end(), lowest) -
@@ -83,8 +76,8 @@ std::array<uint8_t, 65> MakeFirstCandidates() {
 
 void LatencyHistogram::RecordMicros(int64_t us) {
   us = std::max<int64_t>(us, 0);
-  static const std::array<uint8_t, 65> first = MakeFirstCandidates();
-  const auto& bounds = BoundsMicros();
+  static constexpr std::array<uint8_t, 65> first = MakeFirstCandidates();
+  const auto& bounds = kBoundsMicros;
   // The first bound at or above the value; past the last: the overflow bucket.
   int b = first[std::bit_width(static_cast<uint64_t>(us))];
   while (b < kBuckets && bounds[b] < us) ++b;

@@ -84,7 +84,10 @@ class LatencyHistogram {
  public:
   static constexpr int kBuckets = 19;  // finite upper bounds; +Inf is the count
   // Upper bounds, in microseconds.
-  static const std::array<int64_t, kBuckets>& BoundsMicros();
+  static constexpr std::array<int64_t, kBuckets> kBoundsMicros = {
+      10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
+      25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
+  static const std::array<int64_t, kBuckets>& BoundsMicros() { return kBoundsMicros; }
 
   void Record(MonoDelta d) { RecordMicros(d.ToMicroseconds()); }
   void RecordMicros(int64_t us);

@@ -422,9 +422,11 @@ void Messenger::InboundHandler::HandleInboundCall(
       return;
     }
   }
-  call->set_method(method, pool->MetricsFor(method), m->metrics_->slow_calls());
-  if (call->trace() != nullptr) {
-    call->trace()->method.store(pool->LabelFor(method), std::memory_order_release);
+  const ServicePool::MethodObservers* observers = pool->ObserversFor(method);
+  call->set_method(method, observers != nullptr ? observers->metrics : nullptr,
+                   m->metrics_->slow_calls());
+  if (call->trace() != nullptr && observers != nullptr) {
+    call->trace()->method.store(&observers->label, std::memory_order_release);
   }
   pool->QueueInboundCall(std::move(call));
 }

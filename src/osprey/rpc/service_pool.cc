@@ -19,23 +19,17 @@ ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOp
       options_(options),
       queue_(options.queue_length),
       messenger_metrics_(std::move(metrics)) {
+  const bool counting = messenger_metrics_ != nullptr && messenger_metrics_->counting();
   for (const ServiceMethod* m : service_->methods()) {
-    labels_.emplace(m, service_->service_name() + "." + m->name);
-  }
-  if (messenger_metrics_ == nullptr || !messenger_metrics_->counting()) return;
-  for (const ServiceMethod* m : service_->methods()) {
-    metrics_.emplace(m, messenger_metrics_->ServerMethod(service_->service_name() + "." + m->name));
+    std::string label = service_->service_name() + "." + m->name;
+    ServerMethodMetrics* metrics = counting ? messenger_metrics_->ServerMethod(label) : nullptr;
+    observers_.emplace(m, MethodObservers{std::move(label), metrics});
   }
 }
 
-const std::string* ServicePool::LabelFor(const ServiceMethod* method) const {
-  auto it = labels_.find(method);
-  return it == labels_.end() ? nullptr : &it->second;
-}
-
-ServerMethodMetrics* ServicePool::MetricsFor(const ServiceMethod* method) const {
-  auto it = metrics_.find(method);
-  return it == metrics_.end() ? nullptr : it->second;
+const ServicePool::MethodObservers* ServicePool::ObserversFor(const ServiceMethod* method) const {
+  auto it = observers_.find(method);
+  return it == observers_.end() ? nullptr : &it->second;
 }
 
 ServicePool::~ServicePool() { Shutdown(); }

@@ -47,10 +47,13 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   void QueueInboundCall(std::unique_ptr<InboundCall> call);
 
   ServiceIf* service() const { return service_.get(); }
-  // The metrics of one of this service's methods; null when not counted.
-  ServerMethodMetrics* MetricsFor(const ServiceMethod* method) const;
-  // "<service>.<method>" of one of its methods, for as long as the pool.
-  const std::string* LabelFor(const ServiceMethod* method) const;
+  // What watches one of this service's methods, for as long as the pool
+  // (one lookup per call for both); null for a method not of this service.
+  struct MethodObservers {
+    const std::string label;             // "<service>.<method>"
+    ServerMethodMetrics* const metrics;  // null when not counted
+  };
+  const MethodObservers* ObserversFor(const ServiceMethod* method) const;
   // True on one of this pool's worker threads (where Shutdown would wait
   // for itself).
   bool OnWorkerThread() const;
@@ -81,8 +84,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
   // Made in the constructor, read-only after.
   const std::shared_ptr<MessengerMetrics> messenger_metrics_;
-  std::unordered_map<const ServiceMethod*, ServerMethodMetrics*> metrics_;
-  std::unordered_map<const ServiceMethod*, std::string> labels_;
+  std::unordered_map<const ServiceMethod*, MethodObservers> observers_;
 };
 
 }  // namespace osprey
