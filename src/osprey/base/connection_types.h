@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 
 namespace osprey {
@@ -15,6 +16,31 @@ namespace osprey {
 // Kudu's --rpc_encryption. kOptional: TLS when both sides can do it.
 // kRequired: a peer without TLS is refused (FATAL_UNAUTHORIZED).
 enum class RpcEncryption { kDisabled, kOptional, kRequired };
+
+// How a TCP connection (either role) finds out that its peer is gone when
+// no FIN or RST will ever come: the host lost power, a link or a firewall
+// drops everything. Without it such a connection, and every call on it
+// without a deadline, waits forever (Kudu's KUDU-2192).
+//  - Quiet connection: after `idle` without traffic the kernel sends a
+//    probe every `interval`; `count` unanswered probes close it
+//    (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT).
+//  - Data sent and not acknowledged for `user_timeout` closes it too
+//    (TCP_USER_TIMEOUT); zero leaves the kernel's default, about 15
+//    minutes of retransmissions.
+// The defaults are Kudu's (--tcp_keepalive_probe_period_s=60,
+// --tcp_keepalive_retry_period_s=3, --tcp_keepalive_retry_count=10), with
+// the user timeout equal to the time keepalive needs: 90 s. Unix sockets
+// have neither.
+struct TcpKeepalive {
+  bool enabled = true;
+  MonoDelta idle = MonoDelta::FromSeconds(60);
+  MonoDelta interval = MonoDelta::FromSeconds(3);
+  int count = 10;
+  MonoDelta user_timeout = MonoDelta::FromSeconds(90);
+
+  // The longest a dead peer goes unnoticed on a quiet connection.
+  MonoDelta DetectionBound() const { return idle + interval * count; }
+};
 
 // What the connection's traffic is, once negotiation has chosen.
 enum class ConnectionSecurity {

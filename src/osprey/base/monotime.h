@@ -43,6 +43,7 @@ class MonoDelta {
     if (__builtin_sub_overflow(ns_, o.ns_, &r)) return o.ns_ < 0 ? Max() : Min();
     return MonoDelta(r);
   }
+  constexpr MonoDelta operator*(int64_t k) const { return Scaled(ns_, k); }
   constexpr auto operator<=>(const MonoDelta&) const = default;
 
  private:

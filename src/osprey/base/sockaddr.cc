@@ -2,8 +2,11 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/un.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstring>
 
 namespace osprey {
@@ -28,7 +31,44 @@ Sockaddr Sockaddr::FromNative(const sockaddr* addr, socklen_t len) {
   return a;
 }
 
-Status Sockaddr::Parse(std::string_view host_port, Sockaddr* out) {
+namespace {
+constexpr std::string_view kUnixPrefix = "unix:";
+
+const sockaddr_un* AsUnix(const sockaddr_storage& s) {
+  return reinterpret_cast<const sockaddr_un*>(&s);
+}
+
+// "unix:/path" or "unix:@abstract" into `out`.
+Status ParseUnix(std::string_view input, sockaddr_storage* out) {
+  std::string_view path = input.substr(kUnixPrefix.size());
+  auto* un = reinterpret_cast<sockaddr_un*>(out);
+  std::memset(out, 0, sizeof(*out));
+  un->sun_family = AF_UNIX;
+  const bool abstract = !path.empty() && path.front() == '@';
+  std::string_view name = abstract ? path.substr(1) : path;
+  if (name.empty()) {
+    return Status::InvalidArgument("invalid address '" + std::string(input) +
+                                   "': expected unix:/PATH or unix:@NAME");
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    return Status::InvalidArgument("invalid address: a Unix socket path may not hold a NUL byte");
+  }
+  // A path needs its terminating NUL; an abstract name its leading one.
+  if (name.size() + 1 > sizeof(un->sun_path)) {
+    return Status::InvalidArgument("invalid address '" + std::string(input) + "': longer than " +
+                                   std::to_string(sizeof(un->sun_path) - 1) +
+                                   " bytes, the most a Unix socket address holds");
+  }
+  std::memcpy(un->sun_path + (abstract ? 1 : 0), name.data(), name.size());
+  return Status::OK();
+}
+
+struct HostAndPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+Status SplitHostPort(std::string_view host_port, HostAndPort* out) {
   std::string input(host_port);
   if (host_port.empty()) {
     return Status::InvalidArgument("empty address: expected HOST:PORT");
@@ -67,29 +107,71 @@ Status Sockaddr::Parse(std::string_view host_port, Sockaddr* out) {
     return Status::InvalidArgument("invalid address '" + input + "': port '" +
                                    std::string(port_str) + "' is not a number from 0 to 65535");
   }
+  out->host = std::string(host);
+  out->port = static_cast<uint16_t>(port);
+  return Status::OK();
+}
 
+bool IsNumericHost(const std::string& host) {
+  in6_addr a6;
+  in_addr a4;
+  return inet_pton(AF_INET, host.c_str(), &a4) == 1 || inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+}  // namespace
+
+bool Sockaddr::IsName(std::string_view host_port) {
+  if (host_port.substr(0, kUnixPrefix.size()) == kUnixPrefix) return false;
+  HostAndPort hp;
+  return SplitHostPort(host_port, &hp).ok() && !IsNumericHost(hp.host);
+}
+
+Status Sockaddr::ResolveAll(std::string_view host_port, std::vector<Sockaddr>* out) {
+  out->clear();
+  if (host_port.substr(0, kUnixPrefix.size()) == kUnixPrefix) {
+    Sockaddr a;
+    OSPREY_RETURN_NOT_OK(ParseUnix(host_port, &a.storage_));
+    out->push_back(a);
+    return Status::OK();
+  }
+  HostAndPort hp;
+  OSPREY_RETURN_NOT_OK(SplitHostPort(host_port, &hp));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  std::string host_s(host);
-  int rc = getaddrinfo(host_s.c_str(), nullptr, &hints, &res);
+  int rc = getaddrinfo(hp.host.c_str(), nullptr, &hints, &res);
   if (rc != 0) {
-    return Status::NetworkError("unable to resolve host '" + host_s + "': " + gai_strerror(rc));
+    return Status::NetworkError("unable to resolve host '" + hp.host + "': " + gai_strerror(rc));
   }
-  *out = FromNative(res->ai_addr, res->ai_addrlen);
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+    Sockaddr a = FromNative(ai->ai_addr, ai->ai_addrlen);
+    a.set_port(hp.port);
+    if (std::find(out->begin(), out->end(), a) == out->end()) out->push_back(a);
+  }
   freeaddrinfo(res);
-  out->set_port(static_cast<uint16_t>(port));
+  if (out->empty()) {
+    return Status::NetworkError("host '" + hp.host + "' has no IPv4 or IPv6 address");
+  }
+  return Status::OK();
+}
+
+Status Sockaddr::Parse(std::string_view host_port, Sockaddr* out) {
+  std::vector<Sockaddr> all;
+  OSPREY_RETURN_NOT_OK(ResolveAll(host_port, &all));
+  *out = all.front();
   return Status::OK();
 }
 
 uint16_t Sockaddr::port() const {
+  if (is_unix()) return 0;
   if (family() == AF_INET6)
     return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
   return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
 }
 
 void Sockaddr::set_port(uint16_t port) {
+  if (is_unix()) return;
   if (family() == AF_INET6) {
     reinterpret_cast<sockaddr_in6*>(&storage_)->sin6_port = htons(port);
   } else {
@@ -98,6 +180,7 @@ void Sockaddr::set_port(uint16_t port) {
 }
 
 bool Sockaddr::IsLoopback() const {
+  if (is_unix()) return true;
   if (family() == AF_INET6) {
     return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr);
   }
@@ -105,7 +188,17 @@ bool Sockaddr::IsLoopback() const {
   return (a >> 24) == 127;
 }
 
+std::string Sockaddr::unix_path() const {
+  if (!is_unix()) return "";
+  const char* path = AsUnix(storage_)->sun_path;
+  const size_t cap = sizeof(AsUnix(storage_)->sun_path);
+  if (path[0] != '\0') return std::string(path, strnlen(path, cap));
+  size_t n = strnlen(path + 1, cap - 1);
+  return n == 0 ? "" : "@" + std::string(path + 1, n);
+}
+
 std::string Sockaddr::host() const {
+  if (is_unix()) return ToString();
   char buf[INET6_ADDRSTRLEN] = {0};
   if (family() == AF_INET6) {
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, buf,
@@ -118,16 +211,27 @@ std::string Sockaddr::host() const {
 }
 
 std::string Sockaddr::ToString() const {
+  if (is_unix()) {
+    std::string path = unix_path();
+    return std::string(kUnixPrefix) + (path.empty() ? "(unnamed)" : path);
+  }
   if (family() == AF_INET6) return "[" + host() + "]:" + std::to_string(port());
   return host() + ":" + std::to_string(port());
 }
 
 socklen_t Sockaddr::addrlen() const {
+  if (is_unix()) {
+    std::string path = unix_path();
+    // An abstract name counts its leading NUL, a path its terminating one.
+    return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
+                                  (path.empty() ? 0 : path.size() + 1));
+  }
   return family() == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
 bool Sockaddr::operator==(const Sockaddr& o) const {
   if (family() != o.family()) return false;
+  if (is_unix()) return unix_path() == o.unix_path();
   if (family() == AF_INET6) {
     auto* a = reinterpret_cast<const sockaddr_in6*>(&storage_);
     auto* b = reinterpret_cast<const sockaddr_in6*>(&o.storage_);
@@ -141,6 +245,10 @@ bool Sockaddr::operator==(const Sockaddr& o) const {
 
 size_t Sockaddr::Hash() const {
   // On the hot path of every client call: hash the raw address, no strings.
+  if (is_unix()) {
+    return std::hash<std::string_view>()(
+        std::string_view(AsUnix(storage_)->sun_path, sizeof(AsUnix(storage_)->sun_path)));
+  }
   if (family() == AF_INET6) {
     auto* a = reinterpret_cast<const sockaddr_in6*>(&storage_);
     return std::hash<std::string_view>()(std::string_view(

@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <string>
 
 namespace osprey {
 
@@ -54,6 +57,27 @@ Status Socket::SetNoDelay(bool enabled) {
     return Status::NetworkError("setsockopt(TCP_NODELAY)", errno);
   }
   return Status::OK();
+}
+
+Status Socket::SetTcpKeepalive(const TcpKeepalive& k) {
+  auto set = [this](int level, int name, int v, const char* what) -> Status {
+    if (::setsockopt(fd_, level, name, &v, sizeof(v)) != 0) {
+      return Status::NetworkError(std::string("setsockopt(") + what + ")", errno);
+    }
+    return Status::OK();
+  };
+  auto seconds = [](MonoDelta d) {
+    return static_cast<int>(std::clamp<int64_t>((d.ToMilliseconds() + 999) / 1000, 1, 32767));
+  };
+  OSPREY_RETURN_NOT_OK(set(SOL_SOCKET, SO_KEEPALIVE, k.enabled ? 1 : 0, "SO_KEEPALIVE"));
+  if (k.enabled) {
+    OSPREY_RETURN_NOT_OK(set(IPPROTO_TCP, TCP_KEEPIDLE, seconds(k.idle), "TCP_KEEPIDLE"));
+    OSPREY_RETURN_NOT_OK(set(IPPROTO_TCP, TCP_KEEPINTVL, seconds(k.interval), "TCP_KEEPINTVL"));
+    OSPREY_RETURN_NOT_OK(set(IPPROTO_TCP, TCP_KEEPCNT, std::clamp(k.count, 1, 127), "TCP_KEEPCNT"));
+  }
+  int64_t user_ms = k.user_timeout.ToMilliseconds();
+  int user = user_ms <= 0 ? 0 : static_cast<int>(std::min<int64_t>(user_ms, INT32_MAX));
+  return set(IPPROTO_TCP, TCP_USER_TIMEOUT, user, "TCP_USER_TIMEOUT");
 }
 
 Status Socket::SetReuseAddr(bool enabled) {

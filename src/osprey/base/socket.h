@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 
@@ -35,6 +36,10 @@ class Socket {
   Status SetNonBlocking(bool enabled);
   Status SetNoDelay(bool enabled);
   Status SetReuseAddr(bool enabled);
+  // A TCP socket's keepalive and user timeout, as `k` says; the kernel
+  // counts in whole seconds (keepalive) and milliseconds (user timeout), so
+  // shorter settings round up to 1 s and 1 ms.
+  Status SetTcpKeepalive(const TcpKeepalive& k);
 
   Status Bind(const Sockaddr& addr);
   Status Listen(int backlog);

@@ -138,6 +138,9 @@ class OspreyGenerator : public CodeGenerator {
           " public:\n"
           "  $name$Proxy(std::shared_ptr<::osprey::Messenger> messenger,\n"
           "      const ::osprey::Sockaddr& remote);\n"
+          "  // `host_port`: \"name:port\", resolved as ::osprey::Proxy says.\n"
+          "  $name$Proxy(std::shared_ptr<::osprey::Messenger> messenger,\n"
+          "      std::string host_port);\n"
           "  ~$name$Proxy();\n\n",
           "name", svc->name(), "full", svc->full_name());
       for (int j = 0; j < svc->method_count(); ++j) {
@@ -190,6 +193,10 @@ class OspreyGenerator : public CodeGenerator {
           "    const ::osprey::Sockaddr& remote)\n"
           "    : ::osprey::Proxy(std::move(messenger), remote, $name$If::static_service_name()) "
           "{}\n\n"
+          "$name$Proxy::$name$Proxy(std::shared_ptr<::osprey::Messenger> messenger,\n"
+          "    std::string host_port)\n"
+          "    : ::osprey::Proxy(std::move(messenger), std::move(host_port),\n"
+          "                      $name$If::static_service_name()) {}\n\n"
           "$name$Proxy::~$name$Proxy() = default;\n\n",
           "name", svc->name());
       for (int j = 0; j < svc->method_count(); ++j) {

@@ -51,6 +51,10 @@ MessengerBuilder& MessengerBuilder::set_max_server_connections(size_t n) {
   MutableOptions().max_server_connections = n;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_tcp_keepalive(const TcpKeepalive& keepalive) {
+  MutableOptions().tcp_keepalive = keepalive;
+  return *this;
+}
 MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
   MutableOptions().max_outbound_queue_bytes = bytes;
   return *this;
@@ -107,6 +111,15 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   if (o.max_outbound_queue_bytes < o.max_frame_size) {
     return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
+  }
+  if (o.tcp_keepalive.enabled &&
+      (o.tcp_keepalive.idle <= MonoDelta() || o.tcp_keepalive.interval <= MonoDelta() ||
+       o.tcp_keepalive.count < 1 || o.tcp_keepalive.count > 127)) {
+    return Status::InvalidArgument(
+        "TCP keepalive needs a positive idle time and interval and a probe count from 1 to 127");
+  }
+  if (o.tcp_keepalive.user_timeout < MonoDelta()) {
+    return Status::InvalidArgument("TCP user timeout must not be negative (0: the kernel's)");
   }
   if (slow_call_threshold_ < MonoDelta()) {
     return Status::InvalidArgument("slow call threshold must not be negative");

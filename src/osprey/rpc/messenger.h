@@ -67,6 +67,9 @@ class MessengerBuilder {
   MessengerBuilder& set_idle_timeout(MonoDelta timeout);
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
   MessengerBuilder& set_max_server_connections(size_t n);
+  // TCP keepalive and user timeout on every TCP connection, client and
+  // server: on by default, with Kudu's values (see TcpKeepalive).
+  MessengerBuilder& set_tcp_keepalive(const TcpKeepalive& keepalive);
 
   // TLS, as Kudu's --rpc_encryption: disabled (the default), optional (TLS
   // when the peer can) or required (a peer without TLS is refused).

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/rpc_controller.h"
 #include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/slow_call_log.h"
@@ -117,6 +118,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
                                status.ok() ? "ok" : Status::CodeName(status.code()));
     }
   }
+  if (resolution_ != nullptr && status.IsNetworkError()) resolution_->MarkStale();
   ResponseCallback cb = std::move(callback_);
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
   cb();

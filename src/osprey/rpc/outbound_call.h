@@ -19,6 +19,7 @@
 namespace osprey {
 
 class ClientMethodMetrics;
+class NameResolution;
 class RpcController;
 class SlowCallLog;
 using ResponseCallback = std::function<void()>;
@@ -46,6 +47,11 @@ class OutboundCall final : public transport::ClientCall {
   // list it in `slow_calls` if it is slow (null: not listed).
   void set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls, const Sockaddr& remote,
                      const std::string& user);
+  // Before the call is queued: the named proxy's resolution, which a
+  // network error makes stale.
+  void set_resolution(std::shared_ptr<NameResolution> resolution) {
+    resolution_ = std::move(resolution);
+  }
   void Cancel();
 
  private:
@@ -65,6 +71,7 @@ class OutboundCall final : public transport::ClientCall {
   SlowCallLog* slow_calls_ = nullptr;
   Sockaddr remote_;
   std::string user_;
+  std::shared_ptr<NameResolution> resolution_;
 };
 
 }  // namespace osprey

@@ -5,6 +5,7 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/user.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/transport/reactor.h"
 
@@ -16,7 +17,16 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {}
 
+Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name)
+    : messenger_(std::move(messenger)),
+      host_port_(std::move(host_port)),
+      resolution_(std::make_shared<NameResolution>(host_port_)),
+      service_name_(std::move(service_name)),
+      user_(CurrentUserName()) {}
+
 Proxy::~Proxy() = default;
+
+Sockaddr Proxy::remote() const { return resolution_ != nullptr ? resolution_->first() : remote_; }
 
 void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,
                          google::protobuf::Message* response, RpcController* controller,
@@ -40,7 +50,19 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
   call->set_sidecars(controller->StartCall(call));
-  call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls(), remote_,
+  const Sockaddr* remote = &remote_;
+  std::shared_ptr<const std::vector<Sockaddr>> addresses;
+  if (resolution_ != nullptr) {
+    Status resolved = resolution_->Addresses(&addresses);
+    if (!resolved.ok()) {
+      call->FailUnsent(resolved);
+      return;
+    }
+    remote = &addresses->front();
+    call->set_resolution(resolution_);
+    if (addresses->size() > 1) call->set_fallbacks(addresses, 1);
+  }
+  call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls(), *remote,
                       user_);
   // A sync call's callback only counts down the caller's latch.
   if (sync) call->set_completion_runs_no_user_code();
@@ -50,7 +72,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                                 " lacks required fields: " + request.InitializationErrorString()));
     return;
   }
-  messenger_->QueueCall(remote_, user_, std::move(call), sync);
+  messenger_->QueueCall(*remote, user_, std::move(call), sync);
 }
 
 template <class M>

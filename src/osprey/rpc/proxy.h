@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
@@ -17,11 +18,19 @@
 namespace osprey {
 
 class Messenger;
+class NameResolution;
 using ResponseCallback = std::function<void()>;
 
 class Proxy {
  public:
   Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::string service_name);
+  // `host_port` names its host ("db-7.example:7050"; an address works too).
+  // The name is resolved (getaddrinfo, on the calling thread) by the first
+  // call, and again by the first call after a call failed with a network
+  // error, so a server that moved is found (Kudu's KUDU-75). Each call
+  // tries the name's addresses in order until one accepts a connection. A
+  // name that does not resolve fails the call with NetworkError.
+  Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name);
   ~Proxy();
 
   // Sends the call and returns at once; `callback` runs exactly once, on a
@@ -46,12 +55,20 @@ class Proxy {
 
   // Authenticate as `user` instead of the OS user (a separate connection).
   void set_user(std::string user) { user_ = std::move(user); }
-  const Sockaddr& remote() const { return remote_; }
+  // The address calls go to; a named proxy's is the first of its name's
+  // last resolution (0.0.0.0:0 before the first).
+  Sockaddr remote() const;
+  // A named proxy's "host:port"; empty for one made with an address.
+  const std::string& host_port() const { return host_port_; }
   const std::string& service_name() const { return service_name_; }
 
  private:
   std::shared_ptr<Messenger> messenger_;
   Sockaddr remote_;
+  const std::string host_port_;
+  // Named proxies only; shared with their calls, which mark it stale when
+  // they fail with a network error.
+  std::shared_ptr<NameResolution> resolution_;
   std::string service_name_;
   std::string user_;
 

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -19,11 +20,37 @@ Acceptor::Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> 
 
 Acceptor::~Acceptor() = default;
 
+namespace {
+// A Unix socket's file outlives a process that crashed; binding again
+// finds it in use. It is stale when nobody accepts on it: then it goes.
+Status BindUnix(Socket* s, const Sockaddr& addr) {
+  Status bound = s->Bind(addr);
+  if (bound.ok() || bound.posix_errno() != EADDRINUSE || addr.unix_path().rfind('@', 0) == 0) {
+    return bound;
+  }
+  Socket probe;
+  OSPREY_RETURN_NOT_OK(probe.Init(addr));
+  Status connected = probe.Connect(addr);
+  if (connected.ok() || connected.posix_errno() != ECONNREFUSED) {
+    return Status::NetworkError(addr.ToString() + " is in use: another process listens on it");
+  }
+  LOG(INFO) << "removing stale Unix socket " << addr.unix_path() << " (nobody listens on it)";
+  if (::unlink(addr.unix_path().c_str()) != 0 && errno != ENOENT) {
+    return Status::NetworkError("removing stale Unix socket " + addr.unix_path(), errno);
+  }
+  return s->Bind(addr);
+}
+}  // namespace
+
 Status Acceptor::Listen(const Sockaddr& addr, Socket* listener, Sockaddr* bound) {
   Socket s;
   OSPREY_RETURN_NOT_OK(s.Init(addr));
-  OSPREY_RETURN_NOT_OK(s.SetReuseAddr(true));
-  OSPREY_RETURN_NOT_OK(s.Bind(addr));
+  if (addr.is_unix()) {
+    OSPREY_RETURN_NOT_OK(BindUnix(&s, addr));
+  } else {
+    OSPREY_RETURN_NOT_OK(s.SetReuseAddr(true));
+    OSPREY_RETURN_NOT_OK(s.Bind(addr));
+  }
   OSPREY_RETURN_NOT_OK(s.Listen(1024));
   OSPREY_RETURN_NOT_OK(s.SetNonBlocking(true));
   OSPREY_RETURN_NOT_OK(s.GetLocalAddress(bound));
@@ -36,6 +63,14 @@ Status Acceptor::Start() { return reactor_->AddFd(listener_.fd(), EPOLLIN, this)
 void Acceptor::Stop() {
   if (!listener_.is_open()) return;
   reactor_->RemoveFd(listener_.fd());
+  // A Unix socket's file would stay behind, and refuse the next listener.
+  Sockaddr local;
+  if (listener_.GetLocalAddress(&local).ok() && local.is_unix() &&
+      local.unix_path().rfind('@', 0) != 0 && !local.unix_path().empty()) {
+    if (::unlink(local.unix_path().c_str()) != 0 && errno != ENOENT) {
+      PLOG(WARNING) << "removing Unix socket " << local.unix_path();
+    }
+  }
   listener_.Close();
 }
 
@@ -72,7 +107,9 @@ void Acceptor::HandleEvents(uint32_t) {
       }
       continue;  // `conn` closes here
     }
-    Status ns = conn.SetNoDelay(true);
+    Status ns;
+    if (!remote.is_unix()) ns = conn.SetNoDelay(true);
+    if (ns.ok() && !remote.is_unix()) ns = conn.SetTcpKeepalive(reactor_->options().tcp_keepalive);
     if (!ns.ok()) {
       VLOG(1) << "dropping accepted connection from " << remote.ToString() << ": " << ns.ToString();
       continue;

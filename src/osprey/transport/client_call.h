@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "osprey/base/monotime.h"
+#include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame.h"
@@ -61,6 +63,15 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // waking the reactor for it.
   void set_completion_runs_no_user_code() { no_user_code_ = true; }
 
+  // Before the call is queued: where to go next, in order, if no
+  // connection can be made to the address it was queued for (nothing of it
+  // was sent, so trying another address is always safe). The other
+  // addresses of the name it was made for.
+  void set_fallbacks(std::shared_ptr<const std::vector<Sockaddr>> addresses, size_t next) {
+    fallbacks_ = std::move(addresses);
+    next_fallback_ = next;
+  }
+
  protected:
   // The owning reactor's loop time (reactor thread), or the clock.
   MonoTime LoopTime() const;
@@ -78,6 +89,12 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   bool Finish(const Status& status);
   bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
+  // Reactor thread: the next fallback address, if any is left.
+  bool TakeFallback(Sockaddr* next) {
+    if (fallbacks_ == nullptr || next_fallback_ >= fallbacks_->size()) return false;
+    *next = (*fallbacks_)[next_fallback_++];
+    return true;
+  }
 
   MonoTime deadline_ = MonoTime::Max();
   MonoTime started_;
@@ -89,6 +106,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   int32_t call_id_ = -1;
   TimerId timer_id_;
   MonoDelta timeout_;
+  std::shared_ptr<const std::vector<Sockaddr>> fallbacks_;
+  size_t next_fallback_ = 0;
 };
 
 // Receives server-side request frames from connections (the Messenger).

@@ -799,6 +799,9 @@ void Connection::Shutdown(const Status& why) {
       m->CountNegotiationFailure(TransportMetrics::Classify(why));
     }
   }
+  // Nothing was sent on a connection that never connected: its calls may
+  // go to their names' next addresses.
+  const bool never_connected = role_ == Role::kClient && state_ == State::kConnecting;
   state_ = State::kClosed;
   closed_.store(true, std::memory_order_release);
   close_reason_ = why;
@@ -820,7 +823,17 @@ void Connection::Shutdown(const Status& why) {
   // Name the connection once: some reasons already start with it.
   const std::string where = ToString();
   if (call_status.message().rfind(where, 0) != 0) call_status = call_status.CloneAndPrepend(where);
-  for (auto& c : client_calls_.TakeAll()) c->Finish(call_status);
+  for (auto& c : client_calls_.TakeAll()) {
+    Sockaddr next;
+    if (never_connected && c->TakeFallback(&next)) {
+      VLOG(1) << c->Describe() << ": " << call_status.ToString() << "; trying " << next.ToString();
+      // Queued anew from the reactor's next iteration, not from inside this
+      // connection's close.
+      c->ReleaseTransportState();
+      if (reactor_->ScheduleCall({next, user_}, std::move(c))) continue;
+    }
+    c->Finish(call_status);
+  }
   server_calls_.Clear();
   reactor_->RemoveConnection(this);
 }

@@ -25,6 +25,8 @@ struct ConnectionOptions {
   // Server connections open at once; the acceptor closes any beyond this at
   // once, so existing connections keep their file descriptors and memory.
   size_t max_server_connections = 50000;
+  // Set on every TCP connection, both roles.
+  TcpKeepalive tcp_keepalive;
 
   RpcEncryption encryption = RpcEncryption::kDisabled;
   // As Kudu: on a loopback connection both sides offer
@@ -44,8 +46,7 @@ struct ConnectionOptions {
   // Where HTTP requests on the RPC port go; null: they are refused, as a
   // bad connection header. Owned by the messenger.
   HttpHandler* http_handler = nullptr;
-  // Server calls in flight are traced for /rpcz (one small allocation per
-  // call).
+  // Server calls in flight are traced for /rpcz.
   bool track_calls = false;
 };
 

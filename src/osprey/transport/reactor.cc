@@ -366,11 +366,12 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     Socket sock;
     Status s = sock.Init(key.remote);
     if (s.ok()) s = sock.SetNonBlocking(true);
-    if (s.ok()) s = sock.SetNoDelay(true);
+    if (s.ok() && !key.remote.is_unix()) s = sock.SetNoDelay(true);
+    if (s.ok() && !key.remote.is_unix()) s = sock.SetTcpKeepalive(options_.tcp_keepalive);
     bool in_progress = false;
     if (s.ok()) s = sock.Connect(key.remote, &in_progress);
     if (!s.ok()) {
-      call->Finish(s);
+      FinishOrTryNextAddress(std::move(call), key.user, s);
       return;
     }
     auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
@@ -381,11 +382,23 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     s = conn->Start(in_progress);
     if (!s.ok()) {
       conn->Shutdown(s);
-      call->Finish(Status::NetworkError(s.ToString()));
+      FinishOrTryNextAddress(std::move(call), key.user, Status::NetworkError(s.ToString()));
       return;
     }
   }
   target->QueueCall(std::move(call));
+}
+
+void Reactor::FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const std::string& user,
+                                     const Status& why) {
+  Sockaddr next;
+  if (!call->TakeFallback(&next)) {
+    call->Finish(why);
+    return;
+  }
+  VLOG(1) << call->Describe() << ": " << why.ToString() << "; trying " << next.ToString();
+  call->ReleaseTransportState();  // its timer: AssignCall sets it again
+  AssignCall({next, user}, std::move(call));
 }
 
 void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {

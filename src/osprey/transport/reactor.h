@@ -173,6 +173,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void RunTimers() REQUIRES(loop_mu_);
   void CheckIdleConnections() REQUIRES(loop_mu_);
   int NextTimeoutMillis(MonoTime now) const REQUIRES(loop_mu_);
+  // A call no connection could be made for: to its next fallback address
+  // (ClientCall::set_fallbacks), or finished with `why`.
+  void FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const std::string& user,
+                              const Status& why) REQUIRES(loop_mu_);
   void Wake();
   bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
   void EndBorrow() RELEASE(loop_mu_);
