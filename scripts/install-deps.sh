@@ -11,6 +11,8 @@ packages=(
   libhttp-parser-dev nlohmann-json3-dev prometheus-cpp-dev
   # The observability tests check /metrics and /rpcz with the real tools.
   prometheus python3-prometheus-client chromium python3-pil curl
+  # The cross-host tests make network namespaces and drop packets.
+  iproute2 nftables
 )
 # clang builds the sanitizer and fuzz targets and checks formatting in CI; it
 # is optional elsewhere.
