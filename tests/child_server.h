@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <string>
+#include <vector>
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
@@ -31,22 +32,30 @@ class ChildServer {
   ~ChildServer() { Kill(); }
 
   // Starts it on `port` (0: any) and waits for its "listening on" line.
-  Status Spawn(uint16_t port, Sockaddr* addr) {
+  Status Spawn(uint16_t port, Sockaddr* addr) { return Spawn(std::to_string(port), {}, addr); }
+
+  // Starts it listening on `listen` (a port or an address), run through
+  // `wrapper` (such as {"ip", "netns", "exec", NS}, which execs it: the PID
+  // stays the server's).
+  Status Spawn(const std::string& listen, const std::vector<std::string>& wrapper, Sockaddr* addr) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe2", errno);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    std::string path = OSPREY_TEST_SERVER;
-    std::string port_arg = std::to_string(port);
-    char* argv[] = {path.data(), port_arg.data(), nullptr};
-    int rc = posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv, environ);
+    std::vector<std::string> args = wrapper;
+    args.push_back(OSPREY_TEST_SERVER);
+    args.push_back(listen);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     close(fds[1]);
     if (rc != 0) {
       pid_ = -1;
       close(fds[0]);
-      return Status::IOError("posix_spawn " + path, rc);
+      return Status::IOError(std::string("posix_spawn ") + argv[0], rc);
     }
     std::string line;
     MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(30);
@@ -65,8 +74,9 @@ class ChildServer {
     if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) {
       return Status::IllegalState("test_server did not report its address: '" + line + "'");
     }
-    *addr = Sockaddr::Loopback(static_cast<uint16_t>(std::stoi(line.substr(colon + 1))));
-    return Status::OK();
+    std::string reported = line.substr(13);
+    reported.erase(reported.find_last_not_of("\r\n") + 1);
+    return Sockaddr::Parse(reported, addr);
   }
 
   void Kill() {

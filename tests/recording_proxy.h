@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -26,6 +27,9 @@ namespace osprey::rpc_test {
 class RecordingProxy {
  public:
   explicit RecordingProxy(const Sockaddr& target) : target_(target) {}
+  // Listening on `listen` instead of beside the target.
+  RecordingProxy(const Sockaddr& target, const Sockaddr& listen)
+      : target_(target), listen_(listen), has_listen_(true) {}
   ~RecordingProxy() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
@@ -34,6 +38,15 @@ class RecordingProxy {
   Status Start(Sockaddr* addr) {
     Sockaddr local = target_;
     local.set_port(0);
+    if (has_listen_) {
+      local = listen_;
+    } else if (target_.is_unix()) {
+      // Beside a Unix target: an abstract name, so no file is left behind.
+      static std::atomic<int> next{0};
+      OSPREY_RETURN_NOT_OK(Sockaddr::Parse(
+          "unix:@osprey-recording-proxy-" + std::to_string(getpid()) + "-" + std::to_string(next++),
+          &local));
+    }
     OSPREY_RETURN_NOT_OK(listener_.Init(local));
     OSPREY_RETURN_NOT_OK(listener_.Bind(local));
     OSPREY_RETURN_NOT_OK(listener_.Listen(16));
@@ -105,6 +118,8 @@ class RecordingProxy {
   }
 
   const Sockaddr target_;
+  const Sockaddr listen_;
+  const bool has_listen_ = false;
   Socket listener_;
   std::thread thread_;
   std::atomic<bool> stop_{false};

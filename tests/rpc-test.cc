@@ -1,6 +1,6 @@
 // End-to-end tests of the RPC core over loopback: a server Messenger with
 // CalculatorService and client Messengers calling it through generated
-// proxies.
+// proxies. RpcTest runs over TCPv4, TCPv6 and a Unix socket.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,10 +16,12 @@
 namespace osprey::rpc_test {
 namespace {
 
-class RpcTest : public ::testing::Test {
+class RpcTest : public ::testing::TestWithParam<TestTransport> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(server_.Start().ok());
+    Status s = server_.Start(2, ServicePoolOptions(), MessengerBuilder("server"),
+                             ListenAddressFor(GetParam()));
+    ASSERT_TRUE(s.ok()) << s.ToString();
     client_ = MakeClient(1);
   }
   CalculatorServiceProxy MakeProxy() { return CalculatorServiceProxy(client_, server_.address); }
@@ -28,7 +30,7 @@ class RpcTest : public ::testing::Test {
   std::shared_ptr<Messenger> client_;
 };
 
-TEST_F(RpcTest, SyncAdd) {
+TEST_P(RpcTest, SyncAdd) {
   auto proxy = MakeProxy();
   AddRequestPB req;
   req.set_x(20);
@@ -47,7 +49,7 @@ TEST_F(RpcTest, SyncAdd) {
   EXPECT_EQ(23u, resp.result());
 }
 
-TEST_F(RpcTest, AsyncAdd) {
+TEST_P(RpcTest, AsyncAdd) {
   auto proxy = MakeProxy();
   AddRequestPB req;
   req.set_x(5);
@@ -61,7 +63,7 @@ TEST_F(RpcTest, AsyncAdd) {
   EXPECT_EQ(11u, resp.result());
 }
 
-TEST_F(RpcTest, ServerSeesUserAddressAndDeadline) {
+TEST_P(RpcTest, ServerSeesUserAddressAndDeadline) {
   auto proxy = MakeProxy();
   WhoAmIRequestPB req;
   WhoAmIResponsePB resp;
@@ -69,10 +71,17 @@ TEST_F(RpcTest, ServerSeesUserAddressAndDeadline) {
   ctl.set_timeout(MonoDelta::FromSeconds(30));
   ASSERT_TRUE(proxy.WhoAmI(req, &resp, &ctl).ok());
   EXPECT_EQ(CurrentUserName(), resp.user());
-  EXPECT_EQ(0u, resp.address().rfind("127.0.0.1:", 0)) << resp.address();
+  // The client's address as the server sees it: a Unix client's socket has
+  // no name.
+  const char* expected = GetParam() == TestTransport::kTcp4   ? "127.0.0.1:"
+                         : GetParam() == TestTransport::kTcp6 ? "[::1]:"
+                                                              : "unix:(unnamed)";
+  EXPECT_EQ(0u, resp.address().rfind(expected, 0)) << resp.address();
   EXPECT_GT(resp.client_deadline_ms_left(), 20000u);
   EXPECT_LE(resp.client_deadline_ms_left(), 30000u);
 }
+
+OSPREY_INSTANTIATE_OVER_TRANSPORTS(RpcTest);
 
 TEST(RpcManyCallsTest, TenThousandAsyncCallsOverFourClientReactors) {
   TestServer server;
@@ -113,7 +122,7 @@ TEST(RpcManyCallsTest, TenThousandAsyncCallsOverFourClientReactors) {
   EXPECT_EQ(kCalls, callbacks.load());
 }
 
-TEST_F(RpcTest, ThreadsShareOneProxy) {
+TEST_P(RpcTest, ThreadsShareOneProxy) {
   auto proxy = MakeProxy();
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
@@ -135,7 +144,7 @@ TEST_F(RpcTest, ThreadsShareOneProxy) {
   EXPECT_EQ(8 * 200, ok.load());
 }
 
-TEST_F(RpcTest, TimeoutThenLateResponseIsDropped) {
+TEST_P(RpcTest, TimeoutThenLateResponseIsDropped) {
   auto proxy = MakeProxy();
   SleepRequestPB req;
   req.set_sleep_micros(300000);
@@ -161,7 +170,7 @@ TEST_F(RpcTest, TimeoutThenLateResponseIsDropped) {
   EXPECT_EQ(3u, add_resp.result());
 }
 
-TEST_F(RpcTest, CancelCompletesWithAborted) {
+TEST_P(RpcTest, CancelCompletesWithAborted) {
   auto proxy = MakeProxy();
   SleepRequestPB req;
   req.set_sleep_micros(500000);
@@ -222,7 +231,7 @@ TEST(RpcQueueTest, FullQueueGivesServiceUnavailable) {
   EXPECT_GE(ok, 1);
 }
 
-TEST_F(RpcTest, UnknownServiceAndMethod) {
+TEST_P(RpcTest, UnknownServiceAndMethod) {
   OtherServiceProxy other(client_, server_.address);
   AddRequestPB req;
   req.set_x(1);
@@ -258,7 +267,7 @@ TEST_F(RpcTest, UnknownServiceAndMethod) {
 // RpcController::RequireServerFeature sends required_feature_flags; the
 // server refuses a call that needs a flag its service lacks, as Kudu's do,
 // without running the handler, and the client learns which flags.
-TEST_F(RpcTest, RequiredFeatureFlags) {
+TEST_P(RpcTest, RequiredFeatureFlags) {
   auto proxy = MakeProxy();
   AddRequestPB req;
   req.set_x(1);
@@ -315,7 +324,7 @@ TEST_F(RpcTest, RequiredFeatureFlags) {
   EXPECT_EQ(2, server_.service->adds_run.load());
 }
 
-TEST_F(RpcTest, ApplicationErrors) {
+TEST_P(RpcTest, ApplicationErrors) {
   auto proxy = MakeProxy();
   FailRequestPB req;
   req.set_message("no such thing");
@@ -339,7 +348,7 @@ TEST_F(RpcTest, ApplicationErrors) {
   EXPECT_EQ("details: no such thing", app.extra_error_data());
 }
 
-TEST_F(RpcTest, RequestMissingRequiredFieldsFailsLocally) {
+TEST_P(RpcTest, RequestMissingRequiredFieldsFailsLocally) {
   auto proxy = MakeProxy();
   AddRequestPB req;
   req.set_x(1);  // y missing
@@ -350,7 +359,7 @@ TEST_F(RpcTest, RequestMissingRequiredFieldsFailsLocally) {
   EXPECT_NE(std::string::npos, s.message().find("y")) << s.ToString();
 }
 
-TEST_F(RpcTest, EightMebibyteRequestAndResponse) {
+TEST_P(RpcTest, EightMebibyteRequestAndResponse) {
   auto proxy = MakeProxy();
   EchoRequestPB req;
   std::string data(8 * 1024 * 1024, 'a');
@@ -364,7 +373,7 @@ TEST_F(RpcTest, EightMebibyteRequestAndResponse) {
   EXPECT_TRUE(resp.data() == data);
 }
 
-TEST_F(RpcTest, SidecarsBothWays) {
+TEST_P(RpcTest, SidecarsBothWays) {
   auto proxy = MakeProxy();
   EchoRequestPB req;
   req.set_data("main");

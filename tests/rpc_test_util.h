@@ -3,18 +3,67 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "osprey/rpc/messenger.h"
 #include "rpc_test.osprey.h"
 
 namespace osprey::rpc_test {
+
+// What the end-to-end suites run over, as Kudu's rpc-test does.
+enum class TestTransport { kTcp4, kTcp6, kUnix };
+
+inline std::string TransportName(const ::testing::TestParamInfo<TestTransport>& info) {
+  switch (info.param) {
+    case TestTransport::kTcp4:
+      return "TCPv4";
+    case TestTransport::kTcp6:
+      return "TCPv6";
+    case TestTransport::kUnix:
+      return "Unix";
+  }
+  return "?";
+}
+
+// Where a server of `t` listens: a free port on 127.0.0.1 or ::1, or a new
+// Unix socket file under $TMPDIR (the listener removes it when it stops).
+inline Sockaddr ListenAddressFor(TestTransport t) {
+  static std::atomic<int> next{0};
+  std::string spec;
+  switch (t) {
+    case TestTransport::kTcp4:
+      spec = "127.0.0.1:0";
+      break;
+    case TestTransport::kTcp6:
+      spec = "[::1]:0";
+      break;
+    case TestTransport::kUnix: {
+      const char* tmp = getenv("TMPDIR");
+      spec = "unix:" + std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/osprey-" +
+             std::to_string(getpid()) + "-" + std::to_string(next++) + ".sock";
+      break;
+    }
+  }
+  Sockaddr a;
+  Status s = Sockaddr::Parse(spec, &a);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return a;
+}
+
+#define OSPREY_INSTANTIATE_OVER_TRANSPORTS(fixture)                                     \
+  INSTANTIATE_TEST_SUITE_P(Transports, fixture,                                         \
+                           ::testing::Values(::osprey::rpc_test::TestTransport::kTcp4,  \
+                                             ::osprey::rpc_test::TestTransport::kTcp6,  \
+                                             ::osprey::rpc_test::TestTransport::kUnix), \
+                           ::osprey::rpc_test::TransportName)
 
 constexpr int kCalculatorErrorExtension = 100;
 

@@ -1,24 +1,29 @@
-// A tiny server process for the peer-loss tests: a Messenger serving
-// CalculatorService on 127.0.0.1:<port> (argv[1]; 0 picks a free port). It
-// prints "listening on <host:port>" on stdout once ready, then sleeps until
+// A tiny server process for the peer-loss and cross-host tests: a Messenger
+// serving CalculatorService on 127.0.0.1:<port> (argv[1]; 0 picks a free
+// port), or on argv[1] itself when it is an address (198.18.0.1:7050). It
+// prints "listening on <address>" on stdout once ready, then sleeps until
 // killed.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "rpc_test_util.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <port>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <port>|<host:port>\n", argv[0]);
     return 2;
   }
-  int port = std::atoi(argv[1]);
+  osprey::Sockaddr bind = osprey::Sockaddr::Loopback(static_cast<uint16_t>(std::atoi(argv[1])));
+  osprey::Status s;
+  if (std::strchr(argv[1], ':') != nullptr) s = osprey::Sockaddr::Parse(argv[1], &bind);
   osprey::rpc_test::TestServer server;
-  osprey::Status s =
-      server.Start(1, osprey::ServicePoolOptions(), osprey::MessengerBuilder("test-server"),
-                   osprey::Sockaddr::Loopback(static_cast<uint16_t>(port)));
+  if (s.ok()) {
+    s = server.Start(1, osprey::ServicePoolOptions(), osprey::MessengerBuilder("test-server"),
+                     bind);
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "test_server: %s\n", s.ToString().c_str());
     return 1;

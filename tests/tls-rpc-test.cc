@@ -101,7 +101,9 @@ Status CallEcho(const std::shared_ptr<Messenger>& client, const Sockaddr& addr,
   return Status::OK();
 }
 
-class TlsRpcTest : public ::testing::Test {
+// Runs over TCPv4, TCPv6 and a Unix socket: a Unix socket, like loopback,
+// stays authentication-only unless loopback encryption is asked for.
+class TlsRpcTest : public ::testing::TestWithParam<TestTransport> {
  protected:
   void SetUp() override {
     server_id_ = MakeCert(dir_, "server");
@@ -118,14 +120,16 @@ class TlsRpcTest : public ::testing::Test {
     pool.queue_length = 1000;  // every call of a test may be in flight at once
     ASSERT_TRUE(server_
                     .Start(2, pool,
-                           TlsBuilder("server", policy, &server_id_, &ca_bundle_, encrypt_loopback))
+                           TlsBuilder("server", policy, &server_id_, &ca_bundle_, encrypt_loopback),
+                           ListenAddressFor(GetParam()))
                     .ok());
   }
   // A server with its own certificate and no CA: any client may connect.
   void StartServerTrustingNobody() {
     ASSERT_TRUE(server_
                     .Start(1, ServicePoolOptions(),
-                           TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr))
+                           TlsBuilder("server", RpcEncryption::kRequired, &server_id_, nullptr),
+                           ListenAddressFor(GetParam()))
                     .ok());
   }
   std::shared_ptr<Messenger> TlsClient(RpcEncryption policy = RpcEncryption::kRequired,
@@ -138,7 +142,12 @@ class TlsRpcTest : public ::testing::Test {
   TestServer server_;
 };
 
-TEST_F(TlsRpcTest, SyncAndAsyncCallsTravelEncrypted) {
+OSPREY_INSTANTIATE_OVER_TRANSPORTS(TlsRpcTest);
+
+// Against a hand-made TLS server on TCP loopback: not parameterized.
+class TlsHandServerTest : public TlsRpcTest {};
+
+TEST_P(TlsRpcTest, SyncAndAsyncCallsTravelEncrypted) {
   StartServer(RpcEncryption::kRequired);
   RecordingProxy wire(server_.address);
   Sockaddr via;
@@ -181,7 +190,7 @@ TEST_F(TlsRpcTest, SyncAndAsyncCallsTravelEncrypted) {
   EXPECT_FALSE(Contains(c2s, "PLAIN"));
 }
 
-TEST_F(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
+TEST_P(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
   // Kudu's default on loopback: TLS authenticates, the calls stay clear.
   StartServer(RpcEncryption::kRequired, /*encrypt_loopback=*/false);
   RecordingProxy wire(server_.address);
@@ -216,12 +225,13 @@ TEST_F(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
   EXPECT_TRUE(Contains(c2s, "PLAIN"));
 }
 
-TEST_F(TlsRpcTest, OptionalEncryptionWithASelfSignedServerCertificate) {
+TEST_P(TlsRpcTest, OptionalEncryptionWithASelfSignedServerCertificate) {
   // No files at all: the server makes its own certificate, the client does
   // not verify it.
   ASSERT_TRUE(server_
                   .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kOptional, nullptr, nullptr))
+                         TlsBuilder("server", RpcEncryption::kOptional, nullptr, nullptr),
+                         ListenAddressFor(GetParam()))
                   .ok());
   RecordingProxy wire(server_.address);
   Sockaddr via;
@@ -237,7 +247,7 @@ TEST_F(TlsRpcTest, OptionalEncryptionWithASelfSignedServerCertificate) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, RequiredServerRefusesAClientWithoutTls) {
+TEST_P(TlsRpcTest, RequiredServerRefusesAClientWithoutTls) {
   StartServer(RpcEncryption::kRequired);
   auto plain_client = MakeClient(1);
   Status s = CallEcho(plain_client, server_.address, "x");
@@ -249,15 +259,18 @@ TEST_F(TlsRpcTest, RequiredServerRefusesAClientWithoutTls) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, RequiredClientRefusesAServerWithoutTls) {
-  ASSERT_TRUE(server_.Start(1).ok());
+TEST_P(TlsRpcTest, RequiredClientRefusesAServerWithoutTls) {
+  ASSERT_TRUE(
+      server_
+          .Start(1, ServicePoolOptions(), MessengerBuilder("server"), ListenAddressFor(GetParam()))
+          .ok());
   Status s = CallEcho(TlsClient(), server_.address, "x");
   ASSERT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "server does not support TLS, which this client requires"))
       << s.ToString();
 }
 
-TEST_F(TlsRpcTest, WrongCaFailsVerification) {
+TEST_P(TlsRpcTest, WrongCaFailsVerification) {
   StartServer(RpcEncryption::kRequired);
   CertFiles other = MakeCert(dir_, "other-ca");
   auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &client_id_, &other));
@@ -268,7 +281,7 @@ TEST_F(TlsRpcTest, WrongCaFailsVerification) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, ServerWithCaRefusesAClientWithoutCertificate) {
+TEST_P(TlsRpcTest, ServerWithCaRefusesAClientWithoutCertificate) {
   // A server given a CA bundle requires client certificates. It rejects
   // the handshake after the client's last token, when the client already
   // speaks records; the client still reports the server's reason.
@@ -280,7 +293,7 @@ TEST_F(TlsRpcTest, ServerWithCaRefusesAClientWithoutCertificate) {
   EXPECT_TRUE(Contains(s.message(), "certificate")) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, SixteenMebibyteCallWithSidecars) {
+TEST_P(TlsRpcTest, SixteenMebibyteCallWithSidecars) {
   StartServer(RpcEncryption::kRequired);
   auto client = TlsClient();
   CalculatorServiceProxy proxy(client, server_.address);
@@ -312,7 +325,7 @@ TEST_F(TlsRpcTest, SixteenMebibyteCallWithSidecars) {
   }
 }
 
-TEST_F(TlsRpcTest, ManyCallsOfMixedSizesInFlight) {
+TEST_P(TlsRpcTest, ManyCallsOfMixedSizesInFlight) {
   StartServer(RpcEncryption::kRequired);
   auto client = TlsClient();
   CalculatorServiceProxy proxy(client, server_.address);
@@ -396,7 +409,7 @@ class HandTlsClient {
   std::unique_ptr<TlsSession> tls_;
 };
 
-TEST_F(TlsRpcTest, GarbageInPlaceOfRecordsClosesOnlyThatConnection) {
+TEST_P(TlsRpcTest, GarbageInPlaceOfRecordsClosesOnlyThatConnection) {
   StartServerTrustingNobody();
   auto good = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
   ASSERT_TRUE(CallEcho(good, server_.address, "before").ok());
@@ -413,7 +426,7 @@ TEST_F(TlsRpcTest, GarbageInPlaceOfRecordsClosesOnlyThatConnection) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, PeerClosingMidRecordClosesOnlyThatConnection) {
+TEST_P(TlsRpcTest, PeerClosingMidRecordClosesOnlyThatConnection) {
   StartServerTrustingNobody();
   auto good = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
   ASSERT_TRUE(CallEcho(good, server_.address, "before").ok());
@@ -432,7 +445,7 @@ TEST_F(TlsRpcTest, PeerClosingMidRecordClosesOnlyThatConnection) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_F(TlsRpcTest, ServerShutdownEndsTheSessionWithCloseNotify) {
+TEST_P(TlsRpcTest, ServerShutdownEndsTheSessionWithCloseNotify) {
   StartServerTrustingNobody();
   HandTlsClient client;
   ASSERT_TRUE(client.Handshake(server_.address).ok());
@@ -469,7 +482,7 @@ TEST_F(TlsRpcTest, ServerShutdownEndsTheSessionWithCloseNotify) {
 // A TLS 1.2 peer (older OpenSSL, as some Kudu builds): the handshake takes
 // two round trips and it is the server whose last token ends it, in the
 // clear, just before the records begin. Driven by hand with OpenSSL.
-TEST_F(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
+TEST_P(TlsRpcTest, TlsOnePointTwoClientHandshakeAndSasl) {
   StartServerTrustingNobody();
   SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
   ASSERT_NE(nullptr, ctx);
@@ -717,7 +730,7 @@ struct PendingEcho {
 // OpenSSL) whose last token ends the client's handshake without the client
 // having anything left to send; SASL, the context and the call must then
 // follow as records.
-TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
+TEST_F(TlsHandServerTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
   HandTlsServer server(TLS1_2_VERSION);
   Sockaddr addr;
   ASSERT_TRUE(server.Listen(&addr).ok());
@@ -754,7 +767,7 @@ TEST_F(TlsRpcTest, TlsOnePointTwoServerSeenFromAnOspreyClient) {
 // With TLS 1.3 a server rejects the client after the client's last token,
 // in the clear, while the client already reads records. Even when that
 // error frame arrives in pieces, the client reports the server's reason.
-TEST_F(TlsRpcTest, ClearErrorFrameInPiecesAfterTheHandshake) {
+TEST_F(TlsHandServerTest, ClearErrorFrameInPiecesAfterTheHandshake) {
   HandTlsServer server(TLS1_3_VERSION);
   Sockaddr addr;
   ASSERT_TRUE(server.Listen(&addr).ok());

@@ -29,6 +29,25 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
+// The client's whole latency histogram, so that runs of several processes
+// can be merged exactly: the non-empty buckets as [upper_bound, count], the
+// upper bound included, in nanoseconds. A bucket's lower bound is the upper
+// bound itself below 128, else upper_bound + 1 - 2^(floor(log2(upper_bound))
+// - 7) (128 buckets per power of two); its percentile value is the middle,
+// lower + (upper - lower + 1) / 2, clamped to [min, max].
+std::string LatencyHistogramJson(const Histogram& h) {
+  std::ostringstream o;
+  o << "{\"unit\":\"ns\",\"count\":" << h.count() << ",\"sum\":" << h.sum()
+    << ",\"min\":" << h.min() << ",\"max\":" << h.max() << ",\"buckets\":[";
+  bool first = true;
+  for (const Histogram::Bucket& b : h.NonEmptyBuckets()) {
+    o << (first ? "" : ",") << "[" << b.high << "," << b.count << "]";
+    first = false;
+  }
+  o << "]}";
+  return o.str();
+}
+
 }  // namespace
 
 // Never in exponent form, so that scripts reading the report see plain
@@ -135,7 +154,11 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
-    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error);
+    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error)
+    << ",\"user_cpu_us\":" << r.cpu.user.ToMicroseconds()
+    << ",\"sys_cpu_us\":" << r.cpu.system.ToMicroseconds()
+    << ",\"context_switches\":" << r.cpu.context_switches
+    << ",\"latency_histogram\":" << LatencyHistogramJson(r.latency);
   if (server_metrics != nullptr)
     o << ",\"server_metrics\":" << ServerHistogramsJson(server_metrics);
   o << "}\n";

@@ -51,6 +51,21 @@ void Histogram::Clear() {
   min_ = UINT64_MAX;
 }
 
+std::vector<Histogram::Bucket> Histogram::NonEmptyBuckets() const {
+  std::vector<Bucket> out;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i] == 0) continue;
+    if (i < kSubBuckets) {
+      out.push_back({i, i, buckets_[i]});
+      continue;
+    }
+    uint64_t shift = i / kSubBuckets - 1;
+    uint64_t low = (kSubBuckets + i % kSubBuckets) << shift;
+    out.push_back({low, low + ((uint64_t{1} << shift) - 1), buckets_[i]});
+  }
+  return out;
+}
+
 uint64_t Histogram::Percentile(double p) const {
   if (count_ == 0) return 0;
   p = std::clamp(p, 0.0, 100.0);

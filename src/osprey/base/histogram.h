@@ -21,10 +21,24 @@ class Histogram {
   uint64_t count() const { return count_; }
   uint64_t min() const { return count_ ? min_ : 0; }
   uint64_t max() const { return max_; }
+  uint64_t sum() const { return sum_; }
   double mean() const { return count_ ? static_cast<double>(sum_) / count_ : 0; }
   // The value at percentile p (0..100): a value whose bucket holds the
   // p-th ranked sample, never above max().
   uint64_t Percentile(double p) const;
+
+  // One bucket: the values from `low` to `high`, both included.
+  struct Bucket {
+    uint64_t low;
+    uint64_t high;
+    uint64_t count;
+  };
+  // The non-empty buckets, lowest first. Every histogram has the same bucket
+  // bounds, so adding up the counts of equal bounds (and the counts, sums,
+  // mins and maxes) gives exactly what Merge() gives. Percentile() reports
+  // low + (high - low + 1) / 2 of the bucket it picks, clamped to
+  // [min(), max()].
+  std::vector<Bucket> NonEmptyBuckets() const;
 
  private:
   static constexpr int kSubBucketBits = 7;  // 128 per power of two
