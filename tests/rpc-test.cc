@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -488,8 +489,72 @@ TEST(RpcConnectTest, RefusedConnectionFailsWithNetworkError) {
   EXPECT_NE(std::string::npos, st.ToString().find("refused")) << st.ToString();
 }
 
+TEST(RpcUnixSocketTest, AStaleSocketFileIsReplacedALiveOneRefusedAndTheFileGoesAtShutdown) {
+  Sockaddr path = ListenAddressFor(TestTransport::kUnix);
+  {
+    // What a crashed server leaves: a socket file nobody accepts on.
+    Socket stale;
+    ASSERT_TRUE(stale.Init(path).ok());
+    ASSERT_TRUE(stale.Bind(path).ok());
+  }
+  ASSERT_TRUE(std::filesystem::exists(path.unix_path()));
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), MessengerBuilder("server"), path);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(path, server.address);
+
+  // A second server on the same path is refused, and the first keeps it.
+  TestServer second;
+  s = second.Start(1, ServicePoolOptions(), MessengerBuilder("second"), path);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("another process listens on it")) << s.ToString();
+  auto client = MakeClient();
+  CalculatorServiceProxy proxy(client, path);
+  AddRequestPB req;
+  req.set_x(2);
+  req.set_y(3);
+  AddResponsePB resp;
+  RpcController ctl;
+  ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+  EXPECT_EQ(5u, resp.result());
+
+  server.messenger->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(path.unix_path()));
+}
+
+TEST(RpcNamedProxyTest, LocalhostByNameAndANameThatDoesNotResolve) {
+  TestServer server;
+  ASSERT_TRUE(server.Start().ok());
+  auto client = MakeClient();
+  // localhost may list ::1 first, where nothing listens: the call goes on
+  // to 127.0.0.1.
+  CalculatorServiceProxy proxy(client, "localhost:" + std::to_string(server.address.port()));
+  AddRequestPB req;
+  req.set_x(2);
+  req.set_y(3);
+  AddResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(5u, resp.result());
+  EXPECT_TRUE(proxy.remote().IsLoopback()) << proxy.remote().ToString();
+
+  CalculatorServiceProxy nowhere(client, "no-such-host.invalid:7050");
+  ctl.Reset();
+  s = nowhere.Add(req, &resp, &ctl);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("cannot reach no-such-host.invalid:7050"))
+      << s.ToString();
+}
+
 TEST(RpcBuilderTest, BadSettingsAreRejected) {
   std::shared_ptr<Messenger> m;
+  TcpKeepalive no_probes;
+  no_probes.count = 0;
+  EXPECT_TRUE(MessengerBuilder("x").set_tcp_keepalive(no_probes).Build(&m).IsInvalidArgument());
+  TcpKeepalive negative;
+  negative.user_timeout = MonoDelta::FromSeconds(-1);
+  EXPECT_TRUE(MessengerBuilder("x").set_tcp_keepalive(negative).Build(&m).IsInvalidArgument());
   EXPECT_TRUE(MessengerBuilder("x").set_num_reactors(0).Build(&m).IsInvalidArgument());
   EXPECT_TRUE(MessengerBuilder("x").set_max_frame_size(1).Build(&m).IsInvalidArgument());
   EXPECT_TRUE(MessengerBuilder("x")

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace osprey {
 namespace {
@@ -115,6 +116,53 @@ TEST(SockaddrTest, FromNativeRoundTrip) {
   Sockaddr b = Sockaddr::FromNative(a.addr(), a.addrlen());
   EXPECT_EQ(a, b);
   EXPECT_EQ(b.ToString(), "127.0.0.1:4242");
+}
+
+TEST(SockaddrTest, UnixPathsAndAbstractNames) {
+  Sockaddr a;
+  ASSERT_TRUE(Sockaddr::Parse("unix:/run/osprey/x.sock", &a).ok());
+  EXPECT_TRUE(a.is_unix());
+  EXPECT_EQ("/run/osprey/x.sock", a.unix_path());
+  EXPECT_EQ("unix:/run/osprey/x.sock", a.ToString());
+  EXPECT_EQ(0, a.port());
+  a.set_port(9);  // nothing to set
+  EXPECT_EQ("unix:/run/osprey/x.sock", a.ToString());
+  EXPECT_TRUE(a.IsLoopback());  // never leaves the host
+  EXPECT_FALSE(Sockaddr::IsName("unix:/run/osprey/x.sock"));
+
+  Sockaddr b;
+  ASSERT_TRUE(Sockaddr::Parse("unix:@osprey-abstract", &b).ok());
+  EXPECT_EQ("@osprey-abstract", b.unix_path());
+  EXPECT_EQ("unix:@osprey-abstract", b.ToString());
+  EXPECT_FALSE(a == b);
+
+  Sockaddr a2;
+  ASSERT_TRUE(Sockaddr::Parse(a.ToString(), &a2).ok());
+  EXPECT_TRUE(a == a2);
+  EXPECT_EQ(a.Hash(), a2.Hash());
+  Sockaddr round = Sockaddr::FromNative(a.addr(), a.addrlen());
+  EXPECT_TRUE(round == a);
+
+  ExpectParseError("unix:", "expected unix:/PATH or unix:@NAME");
+  ExpectParseError("unix:@", "expected unix:/PATH or unix:@NAME");
+  ExpectParseError("unix:/" + std::string(200, 'x'), "longer than 107 bytes");
+}
+
+TEST(SockaddrTest, ResolveAllGivesEveryAddressOnceAndNamesAreTold) {
+  std::vector<Sockaddr> all;
+  ASSERT_TRUE(Sockaddr::ResolveAll("localhost:7050", &all).ok());
+  ASSERT_FALSE(all.empty());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(all[i].IsLoopback()) << all[i].ToString();
+    EXPECT_EQ(7050, all[i].port());
+    for (size_t j = 0; j < i; ++j) EXPECT_FALSE(all[i] == all[j]) << all[i].ToString();
+  }
+  EXPECT_TRUE(Sockaddr::IsName("localhost:7050"));
+  EXPECT_FALSE(Sockaddr::IsName("127.0.0.1:7050"));
+  EXPECT_FALSE(Sockaddr::IsName("[::1]:7050"));
+  Status s = Sockaddr::ResolveAll("no-such-host.invalid:1", &all);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_TRUE(all.empty());
 }
 
 }  // namespace

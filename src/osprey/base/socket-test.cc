@@ -1,6 +1,8 @@
 #include "osprey/base/socket.h"
 
 #include <gtest/gtest.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <string>
@@ -176,6 +178,35 @@ TEST(SocketTest, MoveTransfersOwnership) {
   d.Close();
   d.Close();  // closing twice is harmless
   EXPECT_FALSE(d.is_open());
+}
+
+TEST(SocketTest, KeepaliveSettingsReachTheKernel) {
+  Socket s;
+  ASSERT_TRUE(s.Init(Sockaddr::Loopback(0)).ok());
+  TcpKeepalive k;
+  k.idle = MonoDelta::FromSeconds(7);
+  k.interval = MonoDelta::FromMilliseconds(1500);  // rounds up to 2 s
+  k.count = 4;
+  k.user_timeout = MonoDelta::FromMilliseconds(2500);
+  ASSERT_TRUE(s.SetTcpKeepalive(k).ok());
+  auto get = [&](int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof(v);
+    EXPECT_EQ(0, getsockopt(s.fd(), level, name, &v, &len));
+    return v;
+  };
+  EXPECT_EQ(1, get(SOL_SOCKET, SO_KEEPALIVE));
+  EXPECT_EQ(7, get(IPPROTO_TCP, TCP_KEEPIDLE));
+  EXPECT_EQ(2, get(IPPROTO_TCP, TCP_KEEPINTVL));
+  EXPECT_EQ(4, get(IPPROTO_TCP, TCP_KEEPCNT));
+  EXPECT_EQ(2500, get(IPPROTO_TCP, TCP_USER_TIMEOUT));
+  EXPECT_EQ(MonoDelta::FromSeconds(7 + 4 * 1.5), k.DetectionBound());
+
+  k.enabled = false;
+  k.user_timeout = MonoDelta();
+  ASSERT_TRUE(s.SetTcpKeepalive(k).ok());
+  EXPECT_EQ(0, get(SOL_SOCKET, SO_KEEPALIVE));
+  EXPECT_EQ(0, get(IPPROTO_TCP, TCP_USER_TIMEOUT));
 }
 
 }  // namespace
