@@ -58,35 +58,6 @@ int64_t Counter::value() const {
   return sum;
 }
 
-namespace {
-// For each bit width of a value, the first bucket whose bound could hold
-// it: a value of width w is at least 2^(w-1). From there a step or two
-// finds its bucket, instead of a binary search over every bound.
-constexpr std::array<uint8_t, 65> MakeFirstCandidates() {
-  std::array<uint8_t, 65> first{};
-  const auto& bounds = LatencyHistogram::kBoundsMicros;
-  for (int w = 0; w <= 64; ++w) {
-    int64_t lowest = w <= 1 ? 0 : (w >= 64 ? INT64_MAX : int64_t{1} << (w - 1));
-    first[w] = static_cast<uint8_t>(std::lower_bound(bounds.begin(), bounds.end(), lowest) -
-                                    bounds.begin());
-  }
-  return first;
-}
-}  // namespace
-
-void LatencyHistogram::RecordMicros(int64_t us) {
-  us = std::max<int64_t>(us, 0);
-  static constexpr std::array<uint8_t, 65> first = MakeFirstCandidates();
-  const auto& bounds = kBoundsMicros;
-  // The first bound at or above the value; past the last: the overflow bucket.
-  int b = first[std::bit_width(static_cast<uint64_t>(us))];
-  while (b < kBuckets && bounds[b] < us) ++b;
-  int shard = metrics_internal::ThisThreadShard();
-  Shard& s = shards_[shard];
-  metrics_internal::AddToShard(s.buckets[b], 1, shard);
-  metrics_internal::AddToShard(s.sum_micros, us, shard);
-}
-
 LatencyHistogram::Reading LatencyHistogram::Read() const {
   Reading r;
   std::array<int64_t, kBuckets + 1> per_bucket{};

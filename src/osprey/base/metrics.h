@@ -15,8 +15,11 @@
 // text (escaped on output).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -88,9 +91,39 @@ class LatencyHistogram {
       10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
       25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
   static const std::array<int64_t, kBuckets>& BoundsMicros() { return kBoundsMicros; }
+  // For each bit width w of a value, the first bucket whose bound could
+  // hold it (a value of width w is at least 2^(w-1)).
+  static constexpr std::array<uint8_t, 65> kFirstCandidate = [] {
+    std::array<uint8_t, 65> first{};
+    for (int w = 0; w <= 64; ++w) {
+      int64_t lowest = w <= 1 ? 0 : (w >= 64 ? INT64_MAX : int64_t{1} << (w - 1));
+      first[w] = static_cast<uint8_t>(
+          std::lower_bound(kBoundsMicros.begin(), kBoundsMicros.end(), lowest) -
+          kBoundsMicros.begin());
+    }
+    return first;
+  }();
+  static_assert(
+      [] {
+        for (int i = 1; i < kBuckets; ++i) {
+          if (kBoundsMicros[i] < 2 * kBoundsMicros[i - 1]) return false;
+        }
+        return true;
+      }(),
+      "RecordMicros takes at most one step from its candidate: bounds must at least double");
 
   void Record(MonoDelta d) { RecordMicros(d.ToMicroseconds()); }
-  void RecordMicros(int64_t us);
+  // Inline: it runs several times per call. Bounds at least doubling means
+  // a value's bit width leaves one candidate bucket, or the one after it.
+  void RecordMicros(int64_t us) {
+    us = std::max<int64_t>(us, 0);
+    int b = kFirstCandidate[std::bit_width(static_cast<uint64_t>(us))];
+    if (b < kBuckets && kBoundsMicros[b] < us) ++b;
+    int shard = metrics_internal::ThisThreadShard();
+    Shard& s = shards_[shard];
+    metrics_internal::AddToShard(s.buckets[b], 1, shard);
+    metrics_internal::AddToShard(s.sum_micros, us, shard);
+  }
 
   struct Reading {
     std::array<int64_t, kBuckets> cumulative{};  // observations <= each bound
