@@ -34,6 +34,10 @@ function(osprey_generate_rpc)
       ${out_dir}/${stem}.pb.cc ${out_dir}/${stem}.pb.h
       ${out_dir}/${stem}.osprey.cc ${out_dir}/${stem}.osprey.h)
     set(include_flags -I${dir})
+    # Where "kudu/rpc/rpc_header.proto" (Kudu's method options) is found.
+    if(OSPREY_PROTO_DIR)
+      list(APPEND include_flags -I${OSPREY_PROTO_DIR})
+    endif()
     foreach(d IN LISTS ARG_IMPORT_DIRS)
       list(APPEND include_flags -I${d})
     endforeach()

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <thread>
 
+#include "bench_service.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/user.h"
@@ -15,25 +16,12 @@
 #include "osprey/wire/connection_header.h"
 #include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/frame_encoder.h"
-#include "rpc_bench.osprey.h"
 #include "wire_test_util.h"
 
 namespace osprey {
 namespace {
 
-class KuduCalculator : public kudu::rpc_test::CalculatorServiceIf {
- public:
-  void Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::AddResponsePB* resp,
-           RpcContext* ctx) override {
-    resp->set_result(req->x() + req->y());
-    ctx->RespondSuccess();
-  }
-  void Echo(const kudu::rpc_test::EchoRequestPB* req, kudu::rpc_test::EchoResponsePB* resp,
-            RpcContext* ctx) override {
-    resp->set_data(req->data());
-    ctx->RespondSuccess();
-  }
-};
+using KuduCalculator = bench::BenchService;
 
 // One Add call in flight from `client` to `addr`, for the tests that play a
 // Kudu server by hand and read what the client sends.

@@ -7,22 +7,17 @@
 #include <atomic>
 #include <cstdio>
 
+#include "bench_service.h"
 #include "osprey/rpc/messenger.h"
-#include "rpc_bench.osprey.h"
 
 namespace {
 
-class WrongSums : public kudu::rpc_test::CalculatorServiceIf {
+class WrongSums : public osprey::bench::BenchService {
  public:
   void Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::AddResponsePB* resp,
            osprey::RpcContext* ctx) override {
     bool wrong = calls_.fetch_add(1) >= 100;
     resp->set_result(req->x() + req->y() + (wrong ? 1 : 0));
-    ctx->RespondSuccess();
-  }
-  void Echo(const kudu::rpc_test::EchoRequestPB* req, kudu::rpc_test::EchoResponsePB* resp,
-            osprey::RpcContext* ctx) override {
-    resp->set_data(req->data());
     ctx->RespondSuccess();
   }
 

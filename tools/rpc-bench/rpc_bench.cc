@@ -18,10 +18,10 @@
 #include <cstdio>
 #include <memory>
 
+#include "bench_service.h"
 #include "flags.h"
 #include "load.h"
 #include "report.h"
-#include "rpc_bench.osprey.h"
 
 namespace osprey::bench {
 namespace {
@@ -31,18 +31,6 @@ using kudu::rpc_test::AddResponsePB;
 using kudu::rpc_test::CalculatorServiceIf;
 using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
-
-class BenchService : public CalculatorServiceIf {
- public:
-  void Add(const AddRequestPB* req, AddResponsePB* resp, RpcContext* ctx) override {
-    resp->set_result(req->x() + req->y());
-    ctx->RespondSuccess();
-  }
-  void Echo(const EchoRequestPB* req, EchoResponsePB* resp, RpcContext* ctx) override {
-    resp->set_data(req->data());
-    ctx->RespondSuccess();
-  }
-};
 
 std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
   Sockaddr addr;

@@ -5,10 +5,13 @@
 #include <google/protobuf/compiler/code_generator.h>
 #include <google/protobuf/compiler/plugin.h>
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/io/printer.h>
 #include <google/protobuf/io/zero_copy_stream.h>
+#include <google/protobuf/unknown_field_set.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,45 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
+// Kudu's options (kudu/rpc/rpc_header.proto), read by field number: the
+// plugin is not linked with their generated code, so protoc hands them
+// over as unknown fields of the options messages.
+constexpr int kTrackRpcResult = 50006;  // MethodOptions, bool
+constexpr int kAuthzMethod = 50007;     // MethodOptions, string
+constexpr int kDefaultAuthz = 50007;    // ServiceOptions, string
+
+const google::protobuf::UnknownField* FindOption(const google::protobuf::UnknownFieldSet& fields,
+                                                 int number) {
+  const google::protobuf::UnknownField* last = nullptr;  // the last one wins, as in protobuf
+  for (int i = 0; i < fields.field_count(); ++i) {
+    if (fields.field(i).number() == number) last = &fields.field(i);
+  }
+  return last;
+}
+
+bool TracksResult(const MethodDescriptor* m) {
+  const auto* f = FindOption(m->options().unknown_fields(), kTrackRpcResult);
+  return f != nullptr && f->type() == google::protobuf::UnknownField::TYPE_VARINT &&
+         f->varint() != 0;
+}
+
+// The method's authz_method, else its service's default_authz_method, else "".
+std::string AuthzMethod(const MethodDescriptor* m) {
+  const auto* f = FindOption(m->options().unknown_fields(), kAuthzMethod);
+  if (f == nullptr) f = FindOption(m->service()->options().unknown_fields(), kDefaultAuthz);
+  if (f == nullptr || f->type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) return "";
+  return f->length_delimited();
+}
+
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+      return false;
+  }
+  return true;
+}
+
 class OspreyGenerator : public CodeGenerator {
  public:
   bool Generate(const FileDescriptor* file, const std::string& /*parameter*/,
@@ -70,6 +112,12 @@ class OspreyGenerator : public CodeGenerator {
         const MethodDescriptor* m = svc->method(j);
         if (m->client_streaming() || m->server_streaming()) {
           *error = "osprey: streaming rpc " + m->full_name() + " is not supported";
+          return false;
+        }
+        std::string authz = AuthzMethod(m);
+        if (!authz.empty() && !IsIdentifier(authz)) {
+          *error = "osprey: authz_method '" + authz + "' of " + m->full_name() +
+                   " is not a C++ method name";
           return false;
         }
       }
@@ -131,6 +179,23 @@ class OspreyGenerator : public CodeGenerator {
             "  virtual void $m$(const $req$* req, $resp$* resp, ::osprey::RpcContext* ctx) = 0;\n",
             "m", m->name(), "req", CppType(m->input_type()), "resp", CppType(m->output_type()));
       }
+      std::set<std::string> authz_methods;
+      for (int j = 0; j < svc->method_count(); ++j) {
+        std::string a = AuthzMethod(svc->method(j));
+        if (!a.empty()) authz_methods.insert(a);
+      }
+      if (!authz_methods.empty()) {
+        p->Print(
+            "\n  // Authorization (Kudu's authz_method options): run before the handlers\n"
+            "  // of the methods that name them. Return false to refuse the call; if\n"
+            "  // you answered nothing, it is refused as Kudu refuses it.\n");
+      }
+      for (const std::string& a : authz_methods) {
+        p->Print(
+            "  virtual bool $a$(const ::google::protobuf::Message* req,\n"
+            "      ::google::protobuf::Message* resp, ::osprey::RpcContext* ctx) = 0;\n",
+            "a", a);
+      }
       p->Print("};\n\n");
       p->Print(
           "// Client side of $full$. Thread-safe; one RpcController per call.\n"
@@ -184,8 +249,19 @@ class OspreyGenerator : public CodeGenerator {
             "resp,\n"
             "             ::osprey::RpcContext* ctx) {\n"
             "        $m$(static_cast<const $req$*>(req), static_cast<$resp$*>(resp), ctx);\n"
-            "      }});\n",
+            "      },\n",
             "m", m->name(), "req", CppType(m->input_type()), "resp", CppType(m->output_type()));
+        std::string authz = AuthzMethod(m);
+        if (authz.empty()) {
+          p->Print("      nullptr,\n");
+        } else {
+          p->Print(
+              "      [this](const ::google::protobuf::Message* req, ::google::protobuf::Message* "
+              "resp,\n"
+              "             ::osprey::RpcContext* ctx) { return $a$(req, resp, ctx); },\n",
+              "a", authz);
+        }
+        p->Print("      /*track_result=*/$t$});\n", "t", TracksResult(m) ? "true" : "false");
       }
       p->Print("}\n\n");
       p->Print(
@@ -205,17 +281,18 @@ class OspreyGenerator : public CodeGenerator {
             "::osprey::Status $name$Proxy::$m$(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
-            "\"$m$\");\n"
+            "\"$m$\", $t$);\n"
             "  return SyncRequest(kMethod, req, resp, ctl);\n"
             "}\n\n"
             "void $name$Proxy::$m$Async(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
-            "\"$m$\");\n"
+            "\"$m$\", $t$);\n"
             "  AsyncRequest(kMethod, req, resp, ctl, std::move(cb));\n"
             "}\n\n",
             "name", svc->name(), "m", m->name(), "req", CppType(m->input_type()), "resp",
-            CppType(m->output_type()));
+            CppType(m->output_type()), "t",
+            TracksResult(m) ? "/*track_result=*/true" : "/*track_result=*/false");
       }
     }
     CloseNamespaces(ns, p);

@@ -24,7 +24,69 @@ void InboundCall::set_method(const ServiceMethod* m, ServerMethodMetrics* metric
   if (metrics_ != nullptr) metrics_->received->Increment();
 }
 
+InboundCall::~InboundCall() {
+  if (result_tracker_ == nullptr || recorded_) return;
+  wire::ErrorStatusPB err;
+  err.set_code(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY);
+  err.set_message(
+      Status::ServiceUnavailable("the first attempt of this request was dropped before it ran; "
+                                 "try again")
+          .ToString());
+  ResultTracker::Answer dropped{true, err.SerializeAsString(), {}};
+  result_tracker_->Record(tracked_key_, dropped, /*ran=*/false);
+}
+
+namespace {
+Status EncodeAnswer(int32_t call_id, const ResultTracker::Answer& answer,
+                    std::unique_ptr<wire::OutboundFrame>* frame) {
+  wire::ResponseHeader header;
+  header.set_call_id(call_id);
+  header.set_is_error(answer.is_error);
+  return wire::OutboundFrame::EncodeSerialized(&header, Slice(answer.body), answer.sidecars, frame);
+}
+}  // namespace
+
+void InboundCall::RecordAndRespond(ResultTracker::Answer answer) {
+  std::unique_ptr<wire::OutboundFrame> frame;
+  Status s = EncodeAnswer(call_id(), answer, &frame);
+  if (!s.ok()) {
+    // Too big to send: what is stored and sent is why.
+    wire::ErrorStatusPB err;
+    err.set_code(wire::ErrorStatusPB::ERROR_APPLICATION);
+    err.set_message(s.CloneAndPrepend("response could not be sent").ToString());
+    answer = {true, err.SerializeAsString(), {}};
+    s = EncodeAnswer(call_id(), answer, &frame);
+    if (!s.ok()) return;
+  }
+  recorded_ = true;
+  // Stored before it is sent: a retry that follows the answer finds it.
+  result_tracker_->Record(tracked_key_, answer, handler_started_);
+  SendAnswer(answer, std::move(frame));
+}
+
+void InboundCall::RespondStored(const ResultTracker::Answer& answer) {
+  std::unique_ptr<wire::OutboundFrame> frame;
+  Status s = EncodeAnswer(call_id(), answer, &frame);
+  if (!s.ok()) {
+    LOG(ERROR) << "cannot encode the stored answer to call " << call_id() << ": " << s.ToString();
+    return;
+  }
+  SendAnswer(answer, std::move(frame));
+}
+
+void InboundCall::SendAnswer(const ResultTracker::Answer& answer,
+                             std::unique_ptr<wire::OutboundFrame> frame) {
+  wire::ErrorStatusPB::RpcErrorCodePB code = wire::ErrorStatusPB::ERROR_APPLICATION;
+  if (answer.is_error) {
+    wire::ErrorStatusPB err;
+    if (err.ParseFromString(answer.body)) code = err.code();
+  }
+  CountAnswer(!answer.is_error, code);
+  transport::Connection::QueueResponse(conn_, call_id(), std::move(frame));
+}
+
 void InboundCall::MarkHandlerStarted(MonoTime start) {
+  handler_started_ = true;
   if (trace_ != nullptr) trace_->running.store(true, std::memory_order_relaxed);
   if (metrics_ != nullptr) metrics_->queue_time->Record(start - received_at_);
 }
@@ -44,6 +106,10 @@ void InboundCall::CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code)
 
 void InboundCall::RespondSuccess(const google::protobuf::MessageLite& response,
                                  std::vector<std::string> sidecars) {
+  if (result_tracker_ != nullptr) {
+    RecordAndRespond({false, response.SerializeAsString(), std::move(sidecars)});
+    return;
+  }
   // is_error is written even when false: Kudu does, and we match it byte
   // for byte.
   std::unique_ptr<wire::OutboundFrame> frame;
@@ -77,6 +143,10 @@ void InboundCall::RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupp
 }
 
 void InboundCall::RespondError(const wire::ErrorStatusPB& error) {
+  if (result_tracker_ != nullptr) {
+    RecordAndRespond({true, error.SerializeAsString(), {}});
+    return;
+  }
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = wire::OutboundFrame::EncodeResponse(call_id(), true, error, {}, &frame);
   if (!s.ok()) {

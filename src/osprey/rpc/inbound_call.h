@@ -13,6 +13,7 @@
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/result_tracker.h"
 #include "osprey/transport/connection.h"
 #include "osprey/wire/frame.h"
 
@@ -26,6 +27,9 @@ class SlowCallLog;
 class InboundCall {
  public:
   InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequest frame);
+  // A tracked call destroyed unanswered (dropped unrun) releases the
+  // duplicates waiting for it.
+  ~InboundCall();
 
   int32_t call_id() const { return frame_.header.call_id(); }
   const wire::RequestHeaderView::RemoteMethod& remote_method() const {
@@ -36,6 +40,14 @@ class InboundCall {
   // The application feature flags the client requires the service to support.
   const std::vector<uint32_t>& required_feature_flags() const {
     return frame_.header.required_feature_flags();
+  }
+  bool has_request_id() const { return frame_.header.has_request_id(); }
+  std::string_view request_id_pb() const { return frame_.header.request_id_pb(); }
+  // The first attempt of a tracked request: its answer goes to `tracker`
+  // (stored, and sent to its waiting duplicates) before it is sent.
+  void set_tracked(std::shared_ptr<ResultTracker> tracker, ResultTracker::Key key) {
+    result_tracker_ = std::move(tracker);
+    tracked_key_ = std::move(key);
   }
   const Sockaddr& remote_address() const { return conn_->remote(); }
   // Any thread: the client's connection closed, so no answer can reach it.
@@ -66,6 +78,8 @@ class InboundCall {
   // ERROR_INVALID_REQUEST listing `unsupported` in unsupported_feature_flags,
   // as a Kudu server answers a call that requires flags its service lacks.
   void RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupported);
+  // Sends a remembered answer (ResultTracker), with this call's id.
+  void RespondStored(const ResultTracker::Answer& answer);
 
  private:
   std::shared_ptr<transport::Connection> conn_;
@@ -76,6 +90,14 @@ class InboundCall {
   ServerMethodMetrics* metrics_ = nullptr;
   SlowCallLog* slow_calls_ = nullptr;
   transport::InboundCallTrace* trace_ = nullptr;
+  std::shared_ptr<ResultTracker> result_tracker_;  // null: not tracked
+  ResultTracker::Key tracked_key_;
+  bool handler_started_ = false;
+  bool recorded_ = false;
+
+  // A tracked call's answer to its tracker, then to the client.
+  void RecordAndRespond(ResultTracker::Answer answer);
+  void SendAnswer(const ResultTracker::Answer& answer, std::unique_ptr<wire::OutboundFrame> frame);
 
   // Counts the answer's outcome; lists the call if it was slow.
   void CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);

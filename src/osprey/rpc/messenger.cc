@@ -9,6 +9,8 @@
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/rpc/request_tracker.h"
+#include "osprey/rpc/result_tracker.h"
 #include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/service_pool.h"
 #include "osprey/rpc/slow_call_log.h"
@@ -86,6 +88,14 @@ MessengerBuilder& MessengerBuilder::set_http_endpoints(bool enabled) {
   http_endpoints_ = enabled;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_remembered_results(MonoDelta response_ttl,
+                                                           MonoDelta client_ttl, size_t max_bytes) {
+  remember_responses_ttl_ = response_ttl;
+  remember_clients_ttl_ = client_ttl;
+  remember_max_bytes_ = max_bytes;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_slow_call_threshold(MonoDelta threshold) {
   slow_call_threshold_ = threshold;
   return *this;
@@ -121,6 +131,11 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (o.tcp_keepalive.user_timeout < MonoDelta()) {
     return Status::InvalidArgument("TCP user timeout must not be negative (0: the kernel's)");
   }
+  if (remember_responses_ttl_ <= MonoDelta() || remember_clients_ttl_ <= MonoDelta() ||
+      remember_max_bytes_ == 0) {
+    return Status::InvalidArgument(
+        "remembered results need positive times to live and a positive byte bound");
+  }
   if (slow_call_threshold_ < MonoDelta()) {
     return Status::InvalidArgument("slow call threshold must not be negative");
   }
@@ -146,6 +161,9 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.metrics = metrics_;
   obs.http_endpoints = http_endpoints_;
   obs.slow_call_threshold = slow_call_threshold_;
+  obs.remember_responses_ttl = remember_responses_ttl_;
+  obs.remember_clients_ttl = remember_clients_ttl_;
+  obs.remember_max_bytes = remember_max_bytes_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
@@ -195,8 +213,29 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
       id_(next_messenger_id.fetch_add(1)),
       metrics_(std::make_shared<MessengerMetrics>(obs.metrics, obs.http_endpoints,
                                                   obs.slow_call_threshold, num_reactors,
-                                                  open_server_connections_)) {
+                                                  open_server_connections_)),
+      request_tracker_(std::make_shared<RequestTracker>()),
+      result_tracker_(std::make_shared<ResultTracker>(ResultTracker::Options{
+          obs.remember_responses_ttl, obs.remember_clients_ttl, obs.remember_max_bytes})) {
   options.metrics = metrics_->transport();
+  if (metrics_->counting()) {
+    MetricRegistry* r = metrics_->registry();
+    std::shared_ptr<ResultTracker> t = result_tracker_;
+    Status s = r->AddGauge("osprey_server_remembered_answers",
+                           "Answers of exactly-once methods kept for the clients' retries.", {},
+                           [t] { return static_cast<double>(t->stored_answers()); });
+    if (s.ok()) {
+      s = r->AddGauge("osprey_server_remembered_answer_bytes",
+                      "Bytes of the answers kept for retries (bounded, oldest dropped first).", {},
+                      [t] { return static_cast<double>(t->stored_bytes()); });
+    }
+    if (s.ok()) {
+      s = r->AddGauge("osprey_server_remembered_clients",
+                      "Clients whose exactly-once requests this server remembers.", {},
+                      [t] { return static_cast<double>(t->clients()); });
+    }
+    CHECK(s.ok()) << s.ToString();  // fixed, valid names
+  }
   options.keepalive = metrics_;
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);
@@ -440,6 +479,19 @@ void Messenger::InboundHandler::HandleInboundCall(
                    m->metrics_->slow_calls());
   if (call->trace() != nullptr && observers != nullptr) {
     call->trace()->method.store(&observers->label, std::memory_order_release);
+  }
+  // Exactly once: a retry of a request this server has seen is answered,
+  // not run. (A call of such a method without a request id just runs.)
+  if (method->track_result && call->has_request_id()) {
+    wire::RequestIdPB id;
+    std::string_view bytes = call->request_id_pb();
+    if (!id.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
+                           Status::InvalidArgument("the request_id does not parse as RequestIdPB"));
+      return;
+    }
+    if (m->result_tracker_->Track(id, &call) != ResultTracker::Decision::kRun) return;
+    call->set_tracked(m->result_tracker_, {id.client_id(), id.seq_no()});
   }
   pool->QueueInboundCall(std::move(call));
 }

@@ -54,6 +54,8 @@ class MessengerMetrics;
 class Messenger;
 class OutboundCall;
 class RemoteMethod;
+class RequestTracker;
+class ResultTracker;
 class ServicePool;
 class SlowCallLog;
 
@@ -98,6 +100,14 @@ class MessengerBuilder {
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
 
+  // Exactly-once methods (Kudu's track_rpc_result): how long the server
+  // remembers an answer for the client's retries (Kudu's
+  // remember_responses_ttl_ms: 600 s), a client it has not heard from
+  // (remember_clients_ttl_ms: 3600 s), and at most how many bytes of answers
+  // (64 MiB; the oldest go first, and their retries are refused as stale).
+  MessengerBuilder& set_remembered_results(MonoDelta response_ttl, MonoDelta client_ttl,
+                                           size_t max_bytes);
+
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -113,6 +123,9 @@ class MessengerBuilder {
   bool metrics_ = true;
   bool http_endpoints_ = false;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
+  MonoDelta remember_responses_ttl_ = MonoDelta::FromSeconds(600);
+  MonoDelta remember_clients_ttl_ = MonoDelta::FromSeconds(3600);
+  size_t remember_max_bytes_ = 64 * 1024 * 1024;
 };
 
 class Messenger {
@@ -159,11 +172,17 @@ class Messenger {
     bool metrics = true;
     bool http_endpoints = false;
     MonoDelta slow_call_threshold;
+    // What the server remembers of exactly-once answers.
+    MonoDelta remember_responses_ttl;
+    MonoDelta remember_clients_ttl;
+    size_t remember_max_bytes = 0;
   };
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);
   SlowCallLog* slow_calls() const;
+  // Request ids of this messenger's calls to methods that track results.
+  const std::shared_ptr<RequestTracker>& request_tracker() const { return request_tracker_; }
   // Proxy: sends `call` over the connection to (remote, user).
   // `sync`: the caller is about to block on the call; it may then send it
   // itself if the connection's reactor is idle.
@@ -195,6 +214,10 @@ class Messenger {
       std::make_shared<std::atomic<int64_t>>(0);
   // Shared with the reactors: see messenger_metrics.h.
   const std::shared_ptr<MessengerMetrics> metrics_;
+  const std::shared_ptr<RequestTracker> request_tracker_;
+  // Answers of methods that track results, by request id. Shared with the
+  // calls, which may answer after the messenger is gone.
+  const std::shared_ptr<ResultTracker> result_tracker_;
   std::unique_ptr<HttpEndpoints> http_;
   std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};

@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "osprey/rpc/name_resolution.h"
+#include "osprey/rpc/request_tracker.h"
 #include "osprey/rpc/rpc_controller.h"
 #include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/slow_call_log.h"
@@ -34,9 +35,18 @@ Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::Ou
     int64_t ms = (deadline() - LoopTime()).ToMilliseconds();
     timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
   }
+  std::string request_id;
+  if (request_tracker_ != nullptr) {
+    wire::RequestIdPB id;
+    id.set_client_id(request_tracker_->client_id());
+    id.set_seq_no(seq_no_);
+    id.set_first_incomplete_seq_no(request_tracker_->FirstIncomplete());
+    id.set_attempt_no(attempt_no_);
+    id.SerializeToString(&request_id);
+  }
   Status s = wire::OutboundFrame::EncodeRequest(call_id, method_->serialized_pb(), timeout_ms,
-                                                required_features_, serialized_request_,
-                                                std::move(sidecars_), out);
+                                                required_features_, Slice(request_id),
+                                                serialized_request_, std::move(sidecars_), out);
   serialized_request_.clear();
   serialized_request_.shrink_to_fit();
   return s;
@@ -119,6 +129,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
     }
   }
   if (resolution_ != nullptr && status.IsNetworkError()) resolution_->MarkStale();
+  if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
   ResponseCallback cb = std::move(callback_);
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
   cb();

@@ -20,6 +20,7 @@ namespace osprey {
 
 class ClientMethodMetrics;
 class NameResolution;
+class RequestTracker;
 class RpcController;
 class SlowCallLog;
 using ResponseCallback = std::function<void()>;
@@ -52,6 +53,12 @@ class OutboundCall final : public transport::ClientCall {
   void set_resolution(std::shared_ptr<NameResolution> resolution) {
     resolution_ = std::move(resolution);
   }
+  // Before the call is queued, for a method that tracks results: its
+  // request id is `tracker`'s client id and `seq_no`.
+  void set_request_id(std::shared_ptr<RequestTracker> tracker, int64_t seq_no) {
+    request_tracker_ = std::move(tracker);
+    seq_no_ = seq_no;
+  }
   void Cancel();
 
  private:
@@ -72,6 +79,9 @@ class OutboundCall final : public transport::ClientCall {
   Sockaddr remote_;
   std::string user_;
   std::shared_ptr<NameResolution> resolution_;
+  std::shared_ptr<RequestTracker> request_tracker_;  // null: no request id
+  int64_t seq_no_ = 0;
+  int64_t attempt_no_ = 1;
 };
 
 }  // namespace osprey

@@ -7,6 +7,7 @@
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/rpc/request_tracker.h"
 #include "osprey/transport/reactor.h"
 
 namespace osprey {
@@ -64,6 +65,10 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
   }
   call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls(), *remote,
                       user_);
+  if (method->track_result()) {
+    const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
+    call->set_request_id(tracker, tracker->Begin());
+  }
   // A sync call's callback only counts down the caller's latch.
   if (sync) call->set_completion_runs_no_user_code();
   if (!request.IsInitialized()) {

@@ -10,8 +10,9 @@ namespace {
 std::atomic<uint64_t> next_remote_method_id{1};
 }  // namespace
 
-RemoteMethod::RemoteMethod(std::string service, std::string method)
+RemoteMethod::RemoteMethod(std::string service, std::string method, bool track_result)
     : id_(next_remote_method_id.fetch_add(1, std::memory_order_relaxed)),
+      track_result_(track_result),
       service_(std::move(service)),
       method_(std::move(method)) {
   wire::RemoteMethodPB pb;

@@ -12,7 +12,9 @@ namespace osprey {
 
 class RemoteMethod {
  public:
-  RemoteMethod(std::string service, std::string method);
+  // `track_result`: the method has Kudu's track_rpc_result option, so its
+  // calls carry request ids (exactly once).
+  RemoteMethod(std::string service, std::string method, bool track_result = false);
 
   const std::string& service() const { return service_; }
   const std::string& method() const { return method_; }
@@ -21,9 +23,11 @@ class RemoteMethod {
   // takes a new one, and copies keep it. Lets a per-call cache recognise
   // the method without comparing strings.
   uint64_t id() const { return id_; }
+  bool track_result() const { return track_result_; }
 
  private:
   uint64_t id_;
+  bool track_result_;
   std::string service_;
   std::string method_;
   std::string serialized_;

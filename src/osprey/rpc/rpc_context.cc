@@ -27,6 +27,13 @@ void RpcContext::Release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
+void RpcContext::AnswerIfUnanswered(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why) {
+  if (!responded_.exchange(true, std::memory_order_acq_rel)) {
+    call_->RespondFailure(code, why);
+    Release();
+  }
+}
+
 void RpcContext::HandlerDone(const char* exception) {
   if (exception != nullptr) {
     std::string what = std::string(call_->remote_method().service_name()) + "." +
@@ -34,10 +41,7 @@ void RpcContext::HandlerDone(const char* exception) {
                        " handler threw an exception: " + exception;
     LOG(ERROR) << what;
     // Answered already, the answer stands; if not, the exception is it.
-    if (!responded_.exchange(true, std::memory_order_acq_rel)) {
-      call_->RespondFailure(wire::ErrorStatusPB::ERROR_APPLICATION, Status::IllegalState(what));
-      Release();
-    }
+    AnswerIfUnanswered(wire::ErrorStatusPB::ERROR_APPLICATION, Status::IllegalState(what));
   }
   Release();
 }

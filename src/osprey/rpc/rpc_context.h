@@ -65,6 +65,8 @@ class RpcContext {
   void Release();
   // The handler returned or threw (`exception`: its what(), or null).
   void HandlerDone(const char* exception);
+  // Answers with `code` and `why` unless the call was answered already.
+  void AnswerIfUnanswered(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why);
 
   std::atomic<bool> responded_{false};
   std::atomic<int> refs_{2};

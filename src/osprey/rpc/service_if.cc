@@ -27,6 +27,11 @@ void ServiceIf::RegisterMethod(ServiceMethod method) {
   methods_.insert_or_assign(std::move(name), std::move(method));
 }
 
+bool ServiceIf::Authorize(const ServiceMethod& method, const google::protobuf::Message* req,
+                          google::protobuf::Message* resp, RpcContext* ctx) {
+  return method.authorize == nullptr || method.authorize(req, resp, ctx);
+}
+
 bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   const ServiceMethod* m = call->method();
   std::unique_ptr<google::protobuf::Message> req(m->request_prototype->New());
@@ -50,6 +55,12 @@ bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   // The server keeps serving whatever a handler throws: its call is
   // answered with the exception's text, unless the handler answered first.
   try {
+    if (!Authorize(*m, ctx->request_pb(), ctx->response_pb(), ctx)) {
+      ctx->AnswerIfUnanswered(wire::ErrorStatusPB::FATAL_UNAUTHORIZED,
+                              Status::NotAuthorized("unauthorized access to method: " + m->name));
+      ctx->HandlerDone(nullptr);
+      return true;
+    }
     m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
   } catch (const std::exception& e) {
     ctx->HandlerDone(e.what());

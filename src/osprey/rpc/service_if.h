@@ -21,6 +21,9 @@ namespace osprey {
 class InboundCall;
 class RpcContext;
 
+using AuthorizeFn = std::function<bool(const google::protobuf::Message* req,
+                                       google::protobuf::Message* resp, RpcContext* ctx)>;
+
 struct ServiceMethod {
   std::string name;
   const google::protobuf::Message* request_prototype;
@@ -28,6 +31,11 @@ struct ServiceMethod {
   std::function<void(const google::protobuf::Message* req, google::protobuf::Message* resp,
                      RpcContext* ctx)>
       handler;
+  // Runs before the handler (Kudu's authz_method); null: every call may run.
+  AuthorizeFn authorize = nullptr;
+  // Kudu's track_rpc_result: answers are remembered by request id, so a
+  // retried call is answered, not run again.
+  bool track_result = false;
 };
 
 class ServiceIf {
@@ -47,6 +55,16 @@ class ServiceIf {
   // ERROR_INVALID_REQUEST listing the flags, as Kudu's servers do; the
   // handler never runs. None by default. Any thread: must not block.
   virtual bool SupportsFeature(uint32_t feature) const;
+
+  // Runs before `method`'s handler, on the handler's thread, with the
+  // parsed request: false refuses the call and the handler never runs. A
+  // refusal that answered nothing is answered as Kudu's servers answer it,
+  // FATAL_UNAUTHORIZED "Not authorized: unauthorized access to method: M"
+  // (the connection stays open). The default runs the method's `authorize`
+  // (the generated code's authz_method), or allows the call. Override it to
+  // authorize from code, without the options.
+  virtual bool Authorize(const ServiceMethod& method, const google::protobuf::Message* req,
+                         google::protobuf::Message* resp, RpcContext* ctx);
 
   // Parses the request and runs the handler on the calling thread, which
   // read the clock at `start`. The handler owns the call through its

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include <cerrno>
 #include <functional>
 
 #include "osprey/transport/http_connection.h"
@@ -678,10 +679,19 @@ bool Connection::FlushRecords() {
     if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_sent->Increment(wrote);
   }
   if (!s.ok()) {
-    Shutdown(s.CloneAndPrepend(ToString()));
+    ShutdownAfterWriteError(s);
     return false;
   }
   return true;
+}
+
+void Connection::ShutdownAfterWriteError(const Status& s) {
+  // A peer that closed may have said why first (a negotiation refusal, say):
+  // those bytes still wait in our receive buffer. Over a Unix socket the
+  // write fails at once, before we would otherwise have read them.
+  int err = s.posix_errno();
+  if (err == EPIPE || err == ECONNRESET) ReadAvailable();
+  if (state_ != State::kClosed) Shutdown(s.CloneAndPrepend(ToString()));
 }
 
 void Connection::Flush() {
@@ -704,7 +714,7 @@ void Connection::Flush() {
     size_t n;
     Status s = socket_.Writev(iov_scratch_.data(), iovcnt, &n);
     if (!s.ok()) {
-      Shutdown(s.CloneAndPrepend(ToString()));
+      ShutdownAfterWriteError(s);
       return;
     }
     last_activity_ = reactor_->loop_time();

@@ -150,6 +150,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Flush() through the TLS record layer; false once the connection is
   // shut down.
   bool FlushRecords() REQUIRES(reactor_->loop_mu_);
+  // Reads what the peer sent before the write failed, then closes with `s`.
+  void ShutdownAfterWriteError(const Status& s) REQUIRES(reactor_->loop_mu_);
   bool HasUnsentBytes() const REQUIRES(reactor_->loop_mu_) {
     return !outbound_.empty() || (tls_ != nullptr && tls_->unsent_bytes() > 0);
   }

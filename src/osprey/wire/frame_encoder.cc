@@ -105,6 +105,7 @@ constexpr uint32_t kRequestCallIdTag = (3 << 3) | 0;
 constexpr uint32_t kRequestRemoteMethodTag = (6 << 3) | 2;
 constexpr uint32_t kRequestTimeoutTag = (10 << 3) | 0;
 constexpr uint32_t kRequestFeatureFlagsTag = (11 << 3) | 0;
+constexpr uint32_t kRequestRequestIdTag = (15 << 3) | 2;
 constexpr uint32_t kRequestSidecarOffsetsTag = (16 << 3) | 0;
 constexpr uint32_t kResponseCallIdTag = (1 << 3) | 0;
 constexpr uint32_t kResponseIsErrorTag = (2 << 3) | 0;
@@ -136,9 +137,21 @@ Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
                                     const std::vector<uint32_t>& required_feature_flags, Slice main,
                                     std::vector<std::string> sidecars,
                                     std::unique_ptr<OutboundFrame>* out) {
-  // At most 11 + 1 + 5 + name bytes + 1 + 5, and 1 + 5 per feature flag: on
-  // the stack unless the service name is unusually long.
-  size_t max_len = remote_method_pb.size() + 23 + 6 * required_feature_flags.size();
+  return EncodeRequest(call_id, remote_method_pb, timeout_millis, required_feature_flags, Slice(),
+                       main, std::move(sidecars), out);
+}
+
+Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
+                                    uint32_t timeout_millis,
+                                    const std::vector<uint32_t>& required_feature_flags,
+                                    Slice request_id_pb, Slice main,
+                                    std::vector<std::string> sidecars,
+                                    std::unique_ptr<OutboundFrame>* out) {
+  // At most 11 + 1 + 5 + name bytes + 1 + 5, 1 + 5 per feature flag, and
+  // 1 + 5 + the request id: on the stack unless the names are unusually
+  // long.
+  size_t max_len = remote_method_pb.size() + 23 + 6 * required_feature_flags.size() +
+                   (request_id_pb.empty() ? 0 : 6 + request_id_pb.size());
   uint8_t stack_buf[256];
   std::unique_ptr<uint8_t[]> heap_buf;
   uint8_t* start = stack_buf;
@@ -161,6 +174,12 @@ Status OutboundFrame::EncodeRequest(int32_t call_id, Slice remote_method_pb,
   for (uint32_t flag : required_feature_flags) {
     p = WriteVarint32(kRequestFeatureFlagsTag, p);
     p = WriteVarint32(flag, p);
+  }
+  if (!request_id_pb.empty()) {
+    p = WriteVarint32(kRequestRequestIdTag, p);
+    p = WriteVarint32(static_cast<uint32_t>(request_id_pb.size()), p);
+    std::memcpy(p, request_id_pb.data(), request_id_pb.size());
+    p += request_id_pb.size();
   }
   std::string_view header(reinterpret_cast<const char*>(start), static_cast<size_t>(p - start));
   uint8_t* dst;

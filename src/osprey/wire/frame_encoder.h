@@ -38,6 +38,12 @@ class OutboundFrame {
                               const std::vector<uint32_t>& required_feature_flags, Slice main,
                               std::vector<std::string> sidecars,
                               std::unique_ptr<OutboundFrame>* out);
+  // With request_id (a serialized RequestIdPB; empty: none), for methods
+  // that track results.
+  static Status EncodeRequest(int32_t call_id, Slice remote_method_pb, uint32_t timeout_millis,
+                              const std::vector<uint32_t>& required_feature_flags,
+                              Slice request_id_pb, Slice main, std::vector<std::string> sidecars,
+                              std::unique_ptr<OutboundFrame>* out);
   static Status EncodeResponse(int32_t call_id, bool is_error,
                                const google::protobuf::MessageLite& main,
                                std::vector<std::string> sidecars,

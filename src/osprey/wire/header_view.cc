@@ -126,6 +126,9 @@ bool RequestHeaderView::ParsePartialFromArray(const void* data, int size) {
       has_timeout_millis_ = true;
     } else if (field == 11 && (wt == 0 || wt == 2)) {
       if (!ReadRepeatedUint32(&r, wt, &feature_flags_)) return false;
+    } else if (field == 15 && wt == 2) {
+      if (!r.Bytes(&request_id_)) return false;
+      has_request_id_ = true;
     } else if (field == 16 && (wt == 0 || wt == 2)) {
       if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_)) return false;
     } else if (!r.Skip(wt)) {

@@ -5,7 +5,8 @@
 // these messages: fields in any order, repeated scalars packed or not, the
 // last of a repeated singular field winning, unknown fields skipped. The
 // differences: a group (wire types 3 and 4, unused by KRPC) is refused, and
-// request_id is skipped unread. The Slices point into the frame; InboundFrame
+// request_id is kept as its bytes (the last one), for the rare method that
+// tracks results to parse. The Slices point into the frame; InboundFrame
 // keeps those bytes alive. Plain values; any thread.
 #pragma once
 
@@ -47,10 +48,15 @@ class RequestHeaderView {
   bool has_timeout_millis() const { return has_timeout_millis_; }
   uint32_t timeout_millis() const { return timeout_millis_; }
   const std::vector<uint32_t>& required_feature_flags() const { return feature_flags_; }
+  bool has_request_id() const { return has_request_id_; }
+  // The serialized RequestIdPB.
+  std::string_view request_id_pb() const { return request_id_; }
   const std::vector<uint32_t>& sidecar_offsets() const { return sidecar_offsets_; }
   int sidecar_offsets_size() const { return static_cast<int>(sidecar_offsets_.size()); }
 
  private:
+  bool has_request_id_ = false;
+  std::string_view request_id_;
   int32_t call_id_ = 0;
   bool has_call_id_ = false;
   bool has_remote_method_ = false;

@@ -1,0 +1,530 @@
+// Exactly-once calls and authorization hooks, from a service .proto written
+// with Kudu's options (exactly_once_test.proto: track_rpc_result,
+// authz_method, default_authz_method). Duplicates are sent by hand, as
+// frames with the same request id, so the tests decide exactly what the
+// server sees; the generated proxy's own request ids are read off the wire.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "bench_service.h"
+#include "exactly_once_test.osprey.h"
+#include "hostile_test_util.h"
+#include "osprey/base/metrics.h"
+#include "osprey/rpc/messenger.h"
+#include "recording_proxy.h"
+#include "rpc_bench.osprey.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+using exactly_once_test::LedgerAddRequestPB;
+using exactly_once_test::LedgerAddResponsePB;
+using exactly_once_test::LedgerServiceIf;
+using exactly_once_test::LedgerServiceProxy;
+using exactly_once_test::ResetRequestPB;
+using exactly_once_test::ResetResponsePB;
+
+constexpr const char* kLedgerService = "osprey.exactly_once_test.LedgerService";
+
+class Ledger : public LedgerServiceIf {
+ public:
+  void Add(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp, RpcContext* ctx) override {
+    if (req->sleep_ms() > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      balance_ += req->amount();
+      resp->set_balance(balance_);
+      resp->set_handler_runs(++runs_);
+    }
+    if (req->answer_padding() > 0) resp->set_padding(std::string(req->answer_padding(), 'p'));
+    ctx->RespondSuccess();
+  }
+  void AddUntracked(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp,
+                    RpcContext* ctx) override {
+    Add(req, resp, ctx);
+  }
+  void Reset(const ResetRequestPB*, ResetResponsePB*, RpcContext* ctx) override {
+    ++resets;
+    ctx->RespondSuccess();
+  }
+  bool AuthorizeAnyUser(const google::protobuf::Message*, google::protobuf::Message*,
+                        RpcContext*) override {
+    ++any_user_checks;
+    return true;
+  }
+  bool AuthorizeAdmin(const google::protobuf::Message*, google::protobuf::Message*,
+                      RpcContext* ctx) override {
+    return ctx->remote_user() == "admin";
+  }
+
+  uint64_t runs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return runs_;
+  }
+  std::atomic<int> resets{0};
+  std::atomic<int> any_user_checks{0};
+
+ private:
+  std::mutex mu_;
+  uint64_t balance_ = 0;
+  uint64_t runs_ = 0;
+};
+
+wire::RequestIdPB Id(const std::string& client, int64_t seq, int64_t first_incomplete,
+                     int64_t attempt = 1) {
+  wire::RequestIdPB id;
+  id.set_client_id(client);
+  id.set_seq_no(seq);
+  id.set_first_incomplete_seq_no(first_incomplete);
+  id.set_attempt_no(attempt);
+  return id;
+}
+
+std::string AddFrame(int32_t call_id, const wire::RequestIdPB* id, uint32_t amount,
+                     uint32_t sleep_ms = 0, uint32_t timeout_ms = 0, uint32_t padding = 0,
+                     const char* method = "Add") {
+  wire::RequestHeader h;
+  h.set_call_id(call_id);
+  h.mutable_remote_method()->set_service_name(kLedgerService);
+  h.mutable_remote_method()->set_method_name(method);
+  if (id != nullptr) *h.mutable_request_id() = *id;
+  if (timeout_ms > 0) h.set_timeout_millis(timeout_ms);
+  LedgerAddRequestPB req;
+  req.set_amount(amount);
+  if (sleep_ms > 0) req.set_sleep_ms(sleep_ms);
+  if (padding > 0) req.set_answer_padding(padding);
+  return RequestFrame(h, req);
+}
+
+// One answer: the response (ok) or the error.
+struct Answer {
+  int32_t call_id = 0;
+  bool is_error = false;
+  std::string body;
+  LedgerAddResponsePB response;
+  wire::ErrorStatusPB error;
+};
+
+Status ReadAnswer(RawConn* conn, Answer* out) {
+  wire::InboundResponseFrame f;
+  OSPREY_RETURN_NOT_OK(conn->ReadFrame(&f, MonoDelta::FromSeconds(10)));
+  out->call_id = f.header.call_id();
+  out->is_error = f.header.is_error();
+  out->body = f.main_message.ToString();
+  bool parsed = out->is_error ? out->error.ParseFromString(out->body)
+                              : out->response.ParseFromString(out->body);
+  return parsed ? Status::OK() : Status::Corruption("answer does not parse");
+}
+
+class ExactlyOnceTest : public ::testing::Test {
+ protected:
+  void Start(MessengerBuilder builder = MessengerBuilder("ledger-server")) {
+    builder.set_num_reactors(2);
+    ASSERT_TRUE(builder.Build(&server_).ok());
+    auto ledger = std::make_unique<Ledger>();
+    ledger_ = ledger.get();
+    ServicePoolOptions pool;
+    pool.worker_threads = 4;
+    pool.queue_length = 500;
+    ASSERT_TRUE(server_->RegisterService(std::move(ledger), pool).ok());
+    ASSERT_TRUE(server_->Listen(Sockaddr::Loopback(0), &addr_).ok());
+  }
+  void Connect(RawConn* conn, const std::string& user = "alice") {
+    ASSERT_TRUE(conn->Connect(addr_).ok());
+    ASSERT_TRUE(conn->Negotiate(user).ok());
+  }
+  double Gauge(const std::string& name) {
+    for (const MetricValue& v : server_->metrics()->Snapshot()) {
+      if (v.name == name) return v.value;
+    }
+    ADD_FAILURE() << "no metric " << name;
+    return -1;
+  }
+
+  std::shared_ptr<Messenger> server_;
+  Ledger* ledger_ = nullptr;
+  Sockaddr addr_;
+};
+
+TEST_F(ExactlyOnceTest, ARetryOfACompletedRequestGetsTheStoredAnswerWithoutRunning) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  const wire::RequestIdPB first = Id("client-a", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(10, &first, 5)).ok());
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(10, a.call_id);
+  EXPECT_EQ(5u, a.response.balance());
+
+  // The same request again, as a retry: the same answer, byte for byte,
+  // under the retry's call id; the handler does not run again.
+  const wire::RequestIdPB retry = Id("client-a", 1, 1, /*attempt=*/2);
+  ASSERT_TRUE(conn.Send(AddFrame(11, &retry, 5)).ok());
+  Answer b;
+  ASSERT_TRUE(ReadAnswer(&conn, &b).ok());
+  EXPECT_EQ(11, b.call_id);
+  EXPECT_EQ(a.body, b.body);
+  EXPECT_EQ(1u, ledger_->runs());
+
+  // Another request of the same client runs.
+  const wire::RequestIdPB next = Id("client-a", 2, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(12, &next, 7)).ok());
+  Answer c;
+  ASSERT_TRUE(ReadAnswer(&conn, &c).ok());
+  EXPECT_EQ(12u, c.response.balance());
+  EXPECT_EQ(2u, ledger_->runs());
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_answers"));
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));
+
+  // The same call without a request id is not tracked: it runs.
+  ASSERT_TRUE(conn.Send(AddFrame(13, nullptr, 1)).ok());
+  Answer d;
+  ASSERT_TRUE(ReadAnswer(&conn, &d).ok());
+  EXPECT_EQ(3u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AHundredConcurrentDuplicatesRunTheHandlerOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  constexpr int kConns = 4, kPerConn = 25;
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < kConns; ++i) {
+    conns.push_back(std::make_unique<RawConn>());
+    ASSERT_NO_FATAL_FAILURE(Connect(conns.back().get()));
+  }
+  // The first attempt sleeps, so every duplicate arrives while it runs.
+  const wire::RequestIdPB id = Id("client-b", 1, 1);
+  for (int j = 0; j < kPerConn; ++j) {
+    for (int i = 0; i < kConns; ++i) {
+      ASSERT_TRUE(conns[i]->Send(AddFrame(100 + j, &id, 3, /*sleep_ms=*/300)).ok());
+    }
+  }
+  std::set<std::string> bodies;
+  for (int i = 0; i < kConns; ++i) {
+    std::set<int32_t> ids;
+    for (int j = 0; j < kPerConn; ++j) {
+      Answer a;
+      ASSERT_TRUE(ReadAnswer(conns[i].get(), &a).ok());
+      ASSERT_FALSE(a.is_error) << a.error.message();
+      bodies.insert(a.body);
+      ids.insert(a.call_id);
+    }
+    EXPECT_EQ(static_cast<size_t>(kPerConn), ids.size());  // each call answered once
+  }
+  EXPECT_EQ(1u, bodies.size());
+  EXPECT_EQ(1u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  const wire::RequestIdPB one = Id("client-c", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(1, &one, 1)).ok());
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  // The client's next request says it has everything below 2: the server
+  // forgets the first answer, and a late copy of the first is refused.
+  const wire::RequestIdPB two = Id("client-c", 2, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(2, &two, 1)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
+  const wire::RequestIdPB late = Id("client-c", 1, 1, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(3, &late, 1)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
+  EXPECT_EQ(2u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AnAnswerIsForgottenAfterItsTimeToLiveAndItsRetryRefused) {
+  MessengerBuilder b("ledger-server");
+  b.set_remembered_results(MonoDelta::FromMilliseconds(300), MonoDelta::FromSeconds(600), 1 << 20);
+  ASSERT_NO_FATAL_FAILURE(Start(b));
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  const wire::RequestIdPB one = Id("client-d", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(1, &one, 1)).ok());
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
+
+  // Past the answer's time to live (and the sweep's one-second pace),
+  // another client's call makes the server sweep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const wire::RequestIdPB other = Id("client-e", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(2, &other, 1)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));  // client-e's only
+
+  // client-d's retry of the forgotten answer is refused, not run twice.
+  const wire::RequestIdPB retry = Id("client-d", 1, 1, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(3, &retry, 1)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
+  EXPECT_EQ(2u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AClientSilentPastItsTimeToLiveIsForgottenWithItsAnswers) {
+  MessengerBuilder b("ledger-server");
+  b.set_remembered_results(MonoDelta::FromSeconds(600), MonoDelta::FromMilliseconds(300), 1 << 20);
+  ASSERT_NO_FATAL_FAILURE(Start(b));
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  for (int seq = 1; seq <= 3; ++seq) {
+    const wire::RequestIdPB id = Id("client-h", seq, 1);
+    ASSERT_TRUE(conn.Send(AddFrame(seq, &id, 1)).ok());
+    Answer a;
+    ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  }
+  EXPECT_EQ(3, Gauge("osprey_server_remembered_answers"));
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const wire::RequestIdPB other = Id("client-i", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(9, &other, 1)).ok());
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));  // client-i only
+  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
+  EXPECT_GT(Gauge("osprey_server_remembered_answer_bytes"), 0);
+}
+
+TEST_F(ExactlyOnceTest, RememberedAnswersStayWithinTheirByteBound) {
+  MessengerBuilder b("ledger-server");
+  constexpr size_t kBound = 64 * 1024;
+  b.set_remembered_results(MonoDelta::FromSeconds(600), MonoDelta::FromSeconds(600), kBound);
+  ASSERT_NO_FATAL_FAILURE(Start(b));
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  // 100 answers of 4 KiB that the client never acknowledges: 400 KiB.
+  constexpr int kCalls = 100;
+  for (int i = 1; i <= kCalls; ++i) {
+    const wire::RequestIdPB id = Id("client-f", i, 1);
+    ASSERT_TRUE(conn.Send(AddFrame(i, &id, 1, 0, 0, /*padding=*/4096)).ok());
+    Answer a;
+    ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+    ASSERT_FALSE(a.is_error) << a.error.message();
+    EXPECT_LE(Gauge("osprey_server_remembered_answer_bytes"), static_cast<double>(kBound));
+  }
+  EXPECT_LT(Gauge("osprey_server_remembered_answers"), 20);
+  // The oldest answer was dropped: its retry is refused, not run again.
+  const wire::RequestIdPB retry = Id("client-f", 1, 1, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(500, &retry, 1)).ok());
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code());
+  // The newest is still there.
+  const wire::RequestIdPB newest = Id("client-f", kCalls, 1, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(501, &newest, 1)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(static_cast<uint64_t>(kCalls), a.response.handler_runs());
+  EXPECT_EQ(static_cast<uint64_t>(kCalls), ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AnAttemptThatDidNotRunLeavesNothingAndItsRetryRuns) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  // Four sleeping calls hold the four workers; the tracked call behind them
+  // waits past its 50 ms deadline and is refused unrun.
+  for (int i = 0; i < 4; ++i) {
+    const wire::RequestIdPB busy = Id("busy", i + 1, 1);
+    ASSERT_TRUE(conn.Send(AddFrame(100 + i, &busy, 0, /*sleep_ms=*/400)).ok());
+  }
+  const wire::RequestIdPB id = Id("client-g", 1, 1);
+  ASSERT_TRUE(conn.Send(AddFrame(1, &id, 9, 0, /*timeout_ms=*/50)).ok());
+  Answer a;
+  bool refused = false;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+    if (a.call_id == 1) {
+      refused = a.is_error;
+      EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, a.error.code()) << a.error.message();
+    }
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(4u, ledger_->runs());
+  const wire::RequestIdPB retry = Id("client-g", 1, 1, 2);
+  ASSERT_TRUE(conn.Send(AddFrame(2, &retry, 9)).ok());
+  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  ASSERT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(5u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, TheGeneratedProxySendsRequestIdsForTrackedMethodsOnly) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RecordingProxy wire_tap(addr_);
+  Sockaddr via;
+  ASSERT_TRUE(wire_tap.Start(&via).ok());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  LedgerServiceProxy proxy(client, via);
+  for (int i = 0; i < 2; ++i) {
+    LedgerAddRequestPB req;
+    req.set_amount(1);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+  }
+  {
+    LedgerAddRequestPB req;
+    req.set_amount(1);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ASSERT_TRUE(proxy.AddUntracked(req, &resp, &ctl).ok());
+  }
+  // Decode the client's frames after the connection header.
+  std::string c2s = wire_tap.client_to_server();
+  wire::RequestFrameDecoder decoder;
+  std::vector<wire::InboundRequestFrame> frames;
+  ASSERT_TRUE(decoder.Feed(Slice(c2s.data() + 7, c2s.size() - 7), &frames).ok());
+  std::vector<wire::RequestIdPB> ids;
+  int untracked = 0;
+  for (const auto& f : frames) {
+    if (f.header.call_id() < 0) continue;  // negotiation and context
+    if (f.header.remote_method().method_name() == "AddUntracked") {
+      EXPECT_FALSE(f.header.has_request_id());
+      ++untracked;
+      continue;
+    }
+    ASSERT_TRUE(f.header.has_request_id());
+    ids.push_back(f.header.request_id());
+  }
+  EXPECT_EQ(1, untracked);
+  ASSERT_EQ(2u, ids.size());
+  EXPECT_EQ(32u, ids[0].client_id().size());
+  EXPECT_EQ(std::string::npos, ids[0].client_id().find_first_not_of("0123456789abcdef"));
+  EXPECT_EQ(ids[0].client_id(), ids[1].client_id());  // one per messenger
+  EXPECT_EQ(ids[0].seq_no() + 1, ids[1].seq_no());
+  EXPECT_EQ(1, ids[0].attempt_no());
+  // Sync calls one after the other: each is the lowest in flight.
+  EXPECT_EQ(ids[1].seq_no(), ids[1].first_incomplete_seq_no());
+}
+
+TEST_F(ExactlyOnceTest, AuthorizationHooksRefuseOneUserAndNotAnother) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  auto call_reset = [&](const std::string& user) {
+    std::shared_ptr<Messenger> client;
+    EXPECT_TRUE(MessengerBuilder("client-" + user).set_num_reactors(1).Build(&client).ok());
+    LedgerServiceProxy proxy(client, addr_);
+    proxy.set_user(user);
+    ResetRequestPB req;
+    ResetResponsePB resp;
+    RpcController ctl;
+    Status s = proxy.Reset(req, &resp, &ctl);
+    // The connection stays usable after a refusal.
+    LedgerAddRequestPB add;
+    add.set_amount(1);
+    LedgerAddResponsePB add_resp;
+    RpcController ctl2;
+    EXPECT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
+    return s;
+  };
+  Status s = call_reset("alice");
+  EXPECT_TRUE(s.IsRemoteError()) << s.ToString();
+  // Kudu's words and code for it.
+  EXPECT_NE(std::string::npos, s.ToString().find("Not authorized: unauthorized access to method: "
+                                                 "Reset"))
+      << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("FATAL_UNAUTHORIZED")) << s.ToString();
+  EXPECT_EQ(0, ledger_->resets.load());  // the handler never ran
+
+  s = call_reset("admin");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(1, ledger_->resets.load());
+  // The service's default hook ran for every Add (one per user).
+  EXPECT_EQ(2, ledger_->any_user_checks.load());
+}
+
+// Without the options: a service authorizes from code by overriding
+// ServiceIf::Authorize.
+class ByCode : public bench::BenchService {
+ public:
+  bool Authorize(const ServiceMethod& method, const google::protobuf::Message* req,
+                 google::protobuf::Message* resp, RpcContext* ctx) override {
+    if (method.name == "Echo" && ctx->remote_user() != "trusted") {
+      ctx->RespondRpcFailure(wire::ErrorStatusPB::ERROR_APPLICATION,
+                             Status::NotAuthorized("only trusted users may echo"));
+      return false;
+    }
+    return ServiceIf::Authorize(method, req, resp, ctx);
+  }
+};
+
+TEST(AuthorizeFromCodeTest, AnOverrideRefusesWithItsOwnAnswer) {
+  std::shared_ptr<Messenger> server, client;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  ASSERT_TRUE(server->RegisterService(std::make_unique<ByCode>()).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  kudu::rpc_test::EchoRequestPB req;
+  req.set_data("x");
+  kudu::rpc_test::EchoResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Echo(req, &resp, &ctl);
+  EXPECT_TRUE(s.IsRemoteError()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("only trusted users may echo")) << s.ToString();
+  kudu::rpc_test::AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  kudu::rpc_test::AddResponsePB sum;
+  RpcController ctl2;
+  ASSERT_TRUE(proxy.Add(add, &sum, &ctl2).ok());
+  EXPECT_EQ(3u, sum.result());
+}
+
+// rpc-bench's AddExactlyOnce, Kudu's exactly-once test call: a duplicate of
+// a completed request returns the identical answer, time included.
+TEST(AddExactlyOnceTest, ADuplicateGetsTheIdenticalAnswerAndAddsNothing) {
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  auto svc = std::make_unique<bench::BenchService>();
+  bench::BenchService* bench = svc.get();
+  ASSERT_TRUE(server->RegisterService(std::move(svc)).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  RawConn conn;
+  ASSERT_TRUE(conn.Connect(addr).ok());
+  ASSERT_TRUE(conn.Negotiate("kudu-client").ok());
+  auto frame = [](int32_t call_id, int64_t attempt) {
+    wire::RequestHeader h;
+    h.set_call_id(call_id);
+    h.mutable_remote_method()->set_service_name("kudu.rpc_test.CalculatorService");
+    h.mutable_remote_method()->set_method_name("AddExactlyOnce");
+    *h.mutable_request_id() = Id("kudu-client-1", 1, 1, attempt);
+    kudu::rpc_test::ExactlyOnceRequestPB req;
+    req.set_value_to_add(5);
+    return RequestFrame(h, req);
+  };
+  std::string bodies[2];
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(conn.Send(frame(i + 1, i + 1)).ok());
+    wire::InboundResponseFrame f;
+    ASSERT_TRUE(conn.ReadFrame(&f).ok());
+    ASSERT_FALSE(f.header.is_error());
+    bodies[i] = f.main_message.ToString();
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a later time
+  }
+  EXPECT_EQ(bodies[0], bodies[1]);
+  kudu::rpc_test::ExactlyOnceResponsePB resp;
+  ASSERT_TRUE(resp.ParseFromString(bodies[0]));
+  EXPECT_EQ(5u, resp.current_val());
+  EXPECT_GT(resp.current_time_micros(), 0u);
+  EXPECT_EQ(5u, bench->current_value());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test

@@ -1,0 +1,31 @@
+// BenchService: rpc-bench's kudu.rpc_test.CalculatorService, as Kudu's
+// test server implements it: Add, Echo, and AddExactlyOnce, which adds to
+// one running value (exactly once: its method tracks results, so a retry
+// is answered from the server's memory, not added again). Any thread.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+#include "rpc_bench.osprey.h"
+
+namespace osprey::bench {
+
+class BenchService : public kudu::rpc_test::CalculatorServiceIf {
+ public:
+  void Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::AddResponsePB* resp,
+           RpcContext* ctx) override;
+  void Echo(const kudu::rpc_test::EchoRequestPB* req, kudu::rpc_test::EchoResponsePB* resp,
+            RpcContext* ctx) override;
+  void AddExactlyOnce(const kudu::rpc_test::ExactlyOnceRequestPB* req,
+                      kudu::rpc_test::ExactlyOnceResponsePB* resp, RpcContext* ctx) override;
+
+  // The running value AddExactlyOnce adds to.
+  uint32_t current_value() const;
+
+ private:
+  mutable std::mutex mu_;
+  uint32_t value_ = 0;  // guarded by mu_ (std::mutex: this header is the tool's, not the library's)
+};
+
+}  // namespace osprey::bench
