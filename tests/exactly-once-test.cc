@@ -4,6 +4,8 @@
 // frames with the same request id, so the tests decide exactly what the
 // server sees; the generated proxy's own request ids are read off the wire.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,7 +17,9 @@
 #include "bench_service.h"
 #include "exactly_once_test.osprey.h"
 #include "hostile_test_util.h"
+#include "osprey/base/countdown_latch.h"
 #include "osprey/base/metrics.h"
+#include "osprey/base/socket.h"
 #include "osprey/rpc/messenger.h"
 #include "recording_proxy.h"
 #include "rpc_bench.osprey.h"
@@ -123,16 +127,116 @@ Status ReadAnswer(RawConn* conn, Answer* out) {
   return parsed ? Status::OK() : Status::Corruption("answer does not parse");
 }
 
+// Sends `frame` on `conn` and reads one answer (a failure, not a hang, if
+// none comes).
+Answer Exchange(RawConn* conn, const std::string& frame) {
+  Answer a;
+  Status s = conn->Send(frame);
+  if (s.ok()) s = ReadAnswer(conn, &a);
+  if (!s.ok()) ADD_FAILURE() << s.ToString();
+  return a;
+}
+
+// Between client and server: relays bytes both ways, except that on its
+// first connection it closes both sides in place of the first call
+// response: the server ran the call, the client never hears of it. What a
+// connection lost at the worst moment looks like.
+class DropFirstAnswerProxy {
+ public:
+  explicit DropFirstAnswerProxy(const Sockaddr& server) : server_(server) {}
+  ~DropFirstAnswerProxy() {
+    stop_ = true;
+    listener_.Close();
+    if (accept_thread_.joinable()) accept_thread_.join();
+    for (auto& t : relays_) t.join();
+  }
+  Status Start(Sockaddr* addr) {
+    OSPREY_RETURN_NOT_OK(listener_.Init(Sockaddr::Loopback(0)));
+    OSPREY_RETURN_NOT_OK(listener_.Bind(Sockaddr::Loopback(0)));
+    OSPREY_RETURN_NOT_OK(listener_.Listen(16));
+    OSPREY_RETURN_NOT_OK(listener_.GetLocalAddress(addr));
+    OSPREY_RETURN_NOT_OK(listener_.SetNonBlocking(true));
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    return Status::OK();
+  }
+  int answers_dropped() const { return dropped_.load(); }
+
+ private:
+  void AcceptLoop() {
+    int n = 0;
+    while (!stop_) {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      auto client = std::make_shared<Socket>();
+      Sockaddr remote;
+      if (!listener_.Accept(client.get(), &remote, false).ok()) continue;
+      auto server = std::make_shared<Socket>();
+      if (!server->Init(server_).ok() || !server->Connect(server_).ok()) continue;
+      const bool drop = n++ == 0;
+      relays_.emplace_back([this, client, server] { Relay(client, server, /*drop=*/false); });
+      relays_.emplace_back([this, client, server, drop] { Relay(server, client, drop); });
+    }
+  }
+  // from -> to; with `drop`, frames are read whole (server to client: no
+  // connection header) and the first with a call id >= 0 closes both.
+  void Relay(std::shared_ptr<Socket> from, std::shared_ptr<Socket> to, bool drop) {
+    std::string pending;
+    char buf[16384];
+    while (!stop_) {
+      pollfd p{from->fd(), POLLIN, 0};
+      int r = ::poll(&p, 1, 50);
+      if (r <= 0) continue;
+      ssize_t got = ::recv(from->fd(), buf, sizeof(buf), 0);
+      if (got <= 0) break;
+      if (!drop) {
+        if (!to->WriteAll(reinterpret_cast<uint8_t*>(buf), static_cast<size_t>(got)).ok()) break;
+        continue;
+      }
+      pending.append(buf, static_cast<size_t>(got));
+      while (pending.size() >= 4) {
+        uint32_t len = (uint32_t{static_cast<uint8_t>(pending[0])} << 24) |
+                       (uint32_t{static_cast<uint8_t>(pending[1])} << 16) |
+                       (uint32_t{static_cast<uint8_t>(pending[2])} << 8) |
+                       uint32_t{static_cast<uint8_t>(pending[3])};
+        if (pending.size() < 4 + len) break;
+        wire::ResponseFrameDecoder decoder;
+        std::vector<wire::InboundResponseFrame> frames;
+        std::string frame = pending.substr(0, 4 + len);
+        if (decoder.Feed(Slice(frame), &frames).ok() && frames.size() == 1 &&
+            frames[0].header.call_id() >= 0) {
+          dropped_.fetch_add(1);
+          ::shutdown(from->fd(), SHUT_RDWR);
+          ::shutdown(to->fd(), SHUT_RDWR);
+          return;
+        }
+        if (!to->WriteAll(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()).ok()) {
+          return;
+        }
+        pending.erase(0, 4 + len);
+      }
+    }
+    ::shutdown(to->fd(), SHUT_WR);
+  }
+
+  const Sockaddr server_;
+  Socket listener_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> dropped_{0};
+  std::thread accept_thread_;
+  std::vector<std::thread> relays_;  // accept thread only, joined after it
+};
+
 class ExactlyOnceTest : public ::testing::Test {
  protected:
-  void Start(MessengerBuilder builder = MessengerBuilder("ledger-server")) {
+  void Start(MessengerBuilder builder = MessengerBuilder("ledger-server"), int workers = 4,
+             size_t queue_length = 500) {
     builder.set_num_reactors(2);
     ASSERT_TRUE(builder.Build(&server_).ok());
     auto ledger = std::make_unique<Ledger>();
     ledger_ = ledger.get();
     ServicePoolOptions pool;
-    pool.worker_threads = 4;
-    pool.queue_length = 500;
+    pool.worker_threads = workers;
+    pool.queue_length = queue_length;
     ASSERT_TRUE(server_->RegisterService(std::move(ledger), pool).ok());
     ASSERT_TRUE(server_->Listen(Sockaddr::Loopback(0), &addr_).ok());
   }
@@ -158,9 +262,7 @@ TEST_F(ExactlyOnceTest, ARetryOfACompletedRequestGetsTheStoredAnswerWithoutRunni
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   const wire::RequestIdPB first = Id("client-a", 1, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(10, &first, 5)).ok());
-  Answer a;
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  Answer a = Exchange(&conn, AddFrame(10, &first, 5));
   ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(10, a.call_id);
   EXPECT_EQ(5u, a.response.balance());
@@ -168,27 +270,21 @@ TEST_F(ExactlyOnceTest, ARetryOfACompletedRequestGetsTheStoredAnswerWithoutRunni
   // The same request again, as a retry: the same answer, byte for byte,
   // under the retry's call id; the handler does not run again.
   const wire::RequestIdPB retry = Id("client-a", 1, 1, /*attempt=*/2);
-  ASSERT_TRUE(conn.Send(AddFrame(11, &retry, 5)).ok());
-  Answer b;
-  ASSERT_TRUE(ReadAnswer(&conn, &b).ok());
+  Answer b = Exchange(&conn, AddFrame(11, &retry, 5));
   EXPECT_EQ(11, b.call_id);
   EXPECT_EQ(a.body, b.body);
   EXPECT_EQ(1u, ledger_->runs());
 
   // Another request of the same client runs.
   const wire::RequestIdPB next = Id("client-a", 2, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(12, &next, 7)).ok());
-  Answer c;
-  ASSERT_TRUE(ReadAnswer(&conn, &c).ok());
+  Answer c = Exchange(&conn, AddFrame(12, &next, 7));
   EXPECT_EQ(12u, c.response.balance());
   EXPECT_EQ(2u, ledger_->runs());
   EXPECT_EQ(2, Gauge("osprey_server_remembered_answers"));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));
 
   // The same call without a request id is not tracked: it runs.
-  ASSERT_TRUE(conn.Send(AddFrame(13, nullptr, 1)).ok());
-  Answer d;
-  ASSERT_TRUE(ReadAnswer(&conn, &d).ok());
+  Answer d = Exchange(&conn, AddFrame(13, nullptr, 1));
   EXPECT_EQ(3u, ledger_->runs());
 }
 
@@ -228,18 +324,14 @@ TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   const wire::RequestIdPB one = Id("client-c", 1, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(1, &one, 1)).ok());
-  Answer a;
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  Answer a = Exchange(&conn, AddFrame(1, &one, 1));
   // The client's next request says it has everything below 2: the server
   // forgets the first answer, and a late copy of the first is refused.
   const wire::RequestIdPB two = Id("client-c", 2, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(2, &two, 1)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(2, &two, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
   const wire::RequestIdPB late = Id("client-c", 1, 1, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(3, &late, 1)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(3, &late, 1));
   ASSERT_TRUE(a.is_error);
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
   EXPECT_EQ(2u, ledger_->runs());
@@ -252,23 +344,19 @@ TEST_F(ExactlyOnceTest, AnAnswerIsForgottenAfterItsTimeToLiveAndItsRetryRefused)
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   const wire::RequestIdPB one = Id("client-d", 1, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(1, &one, 1)).ok());
-  Answer a;
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  Answer a = Exchange(&conn, AddFrame(1, &one, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
 
   // Past the answer's time to live (and the sweep's one-second pace),
   // another client's call makes the server sweep.
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   const wire::RequestIdPB other = Id("client-e", 1, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(2, &other, 1)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(2, &other, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));  // client-e's only
 
   // client-d's retry of the forgotten answer is refused, not run twice.
   const wire::RequestIdPB retry = Id("client-d", 1, 1, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(3, &retry, 1)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(3, &retry, 1));
   ASSERT_TRUE(a.is_error);
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
   EXPECT_EQ(2u, ledger_->runs());
@@ -282,17 +370,13 @@ TEST_F(ExactlyOnceTest, AClientSilentPastItsTimeToLiveIsForgottenWithItsAnswers)
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   for (int seq = 1; seq <= 3; ++seq) {
     const wire::RequestIdPB id = Id("client-h", seq, 1);
-    ASSERT_TRUE(conn.Send(AddFrame(seq, &id, 1)).ok());
-    Answer a;
-    ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+    Exchange(&conn, AddFrame(seq, &id, 1));
   }
   EXPECT_EQ(3, Gauge("osprey_server_remembered_answers"));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   const wire::RequestIdPB other = Id("client-i", 1, 1);
-  ASSERT_TRUE(conn.Send(AddFrame(9, &other, 1)).ok());
-  Answer a;
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  Answer a = Exchange(&conn, AddFrame(9, &other, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));  // client-i only
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
   EXPECT_GT(Gauge("osprey_server_remembered_answer_bytes"), 0);
@@ -309,24 +393,19 @@ TEST_F(ExactlyOnceTest, RememberedAnswersStayWithinTheirByteBound) {
   constexpr int kCalls = 100;
   for (int i = 1; i <= kCalls; ++i) {
     const wire::RequestIdPB id = Id("client-f", i, 1);
-    ASSERT_TRUE(conn.Send(AddFrame(i, &id, 1, 0, 0, /*padding=*/4096)).ok());
-    Answer a;
-    ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+    Answer a = Exchange(&conn, AddFrame(i, &id, 1, 0, 0, /*padding=*/4096));
     ASSERT_FALSE(a.is_error) << a.error.message();
     EXPECT_LE(Gauge("osprey_server_remembered_answer_bytes"), static_cast<double>(kBound));
   }
   EXPECT_LT(Gauge("osprey_server_remembered_answers"), 20);
   // The oldest answer was dropped: its retry is refused, not run again.
   const wire::RequestIdPB retry = Id("client-f", 1, 1, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(500, &retry, 1)).ok());
-  Answer a;
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  Answer a = Exchange(&conn, AddFrame(500, &retry, 1));
   ASSERT_TRUE(a.is_error);
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code());
   // The newest is still there.
   const wire::RequestIdPB newest = Id("client-f", kCalls, 1, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(501, &newest, 1)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(501, &newest, 1));
   ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(static_cast<uint64_t>(kCalls), a.response.handler_runs());
   EXPECT_EQ(static_cast<uint64_t>(kCalls), ledger_->runs());
@@ -356,8 +435,7 @@ TEST_F(ExactlyOnceTest, AnAttemptThatDidNotRunLeavesNothingAndItsRetryRuns) {
   EXPECT_TRUE(refused);
   EXPECT_EQ(4u, ledger_->runs());
   const wire::RequestIdPB retry = Id("client-g", 1, 1, 2);
-  ASSERT_TRUE(conn.Send(AddFrame(2, &retry, 9)).ok());
-  ASSERT_TRUE(ReadAnswer(&conn, &a).ok());
+  a = Exchange(&conn, AddFrame(2, &retry, 9));
   ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(5u, ledger_->runs());
 }
@@ -445,6 +523,153 @@ TEST_F(ExactlyOnceTest, AuthorizationHooksRefuseOneUserAndNotAnother) {
   EXPECT_EQ(1, ledger_->resets.load());
   // The service's default hook ran for every Add (one per user).
   EXPECT_EQ(2, ledger_->any_user_checks.load());
+}
+
+RetryPolicy QuickRetries(int attempts = 10) {
+  RetryPolicy p;
+  p.max_attempts = attempts;
+  p.initial_backoff = MonoDelta::FromMilliseconds(10);
+  p.max_backoff = MonoDelta::FromMilliseconds(100);
+  return p;
+}
+
+TEST_F(ExactlyOnceTest, ALostAnswerIsRetriedAndTheRetryGetsTheFirstAttemptsAnswer) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  DropFirstAnswerProxy faulty(addr_);
+  Sockaddr via;
+  ASSERT_TRUE(faulty.Start(&via).ok());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  LedgerServiceProxy proxy(client, via);
+  proxy.set_retry_policy(QuickRetries());
+  LedgerAddRequestPB req;
+  req.set_amount(42);
+  LedgerAddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(1, faulty.answers_dropped());
+  EXPECT_EQ(2, ctl.attempts());
+  EXPECT_EQ(1u, ledger_->runs());      // exactly once
+  EXPECT_EQ(42u, resp.balance());      // the first attempt's answer
+  EXPECT_EQ(1u, resp.handler_runs());  // ... not a second run's
+}
+
+TEST_F(ExactlyOnceTest, AnUntrackedCallIsNotRetriedAfterSendUnlessMarkedIdempotent) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  {
+    DropFirstAnswerProxy faulty(addr_);
+    Sockaddr via;
+    ASSERT_TRUE(faulty.Start(&via).ok());
+    LedgerServiceProxy proxy(client, via);
+    LedgerAddRequestPB req;
+    req.set_amount(1);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ctl.set_retry_policy(QuickRetries());
+    Status s = proxy.AddUntracked(req, &resp, &ctl);
+    EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+    EXPECT_EQ(1, ctl.attempts());  // it may have run: not sent again
+    EXPECT_EQ(1u, ledger_->runs());
+  }
+  {
+    DropFirstAnswerProxy faulty(addr_);
+    Sockaddr via;
+    ASSERT_TRUE(faulty.Start(&via).ok());
+    LedgerServiceProxy proxy(client, via);
+    LedgerAddRequestPB req;
+    req.set_amount(1);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ctl.set_retry_policy(QuickRetries());
+    ctl.set_idempotent(true);  // the caller says running it twice is fine
+    Status s = proxy.AddUntracked(req, &resp, &ctl);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(2, ctl.attempts());
+    EXPECT_EQ(3u, ledger_->runs());  // ran again, as allowed
+  }
+}
+
+TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
+  // One worker and a queue of one: two sleeping calls fill both.
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server"), 1, 1));
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  LedgerServiceProxy proxy(client, addr_);
+  auto occupy = [&](uint32_t sleep_ms, std::vector<std::unique_ptr<RpcController>>* ctls,
+                    CountDownLatch* done) {
+    for (int i = 0; i < 2; ++i) {
+      // One at a time: the first must reach the worker before the second
+      // takes the queue's one place.
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto req = std::make_shared<LedgerAddRequestPB>();
+      req->set_amount(0);
+      req->set_sleep_ms(sleep_ms);
+      auto resp = std::make_shared<LedgerAddResponsePB>();
+      ctls->push_back(std::make_unique<RpcController>());
+      proxy.AddUntrackedAsync(*req, resp.get(), ctls->back().get(),
+                              [req, resp, done] { done->CountDown(); });
+    }
+  };
+  {
+    std::vector<std::unique_ptr<RpcController>> busy;
+    CountDownLatch drained(2);
+    occupy(400, &busy, &drained);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both taken
+    // Async, with retries: refused while both are busy, then served.
+    LedgerAddRequestPB req;
+    req.set_amount(5);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    ctl.set_retry_policy(QuickRetries(100));
+    CountDownLatch done(1);
+    proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(15)));
+    EXPECT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+    EXPECT_GT(ctl.attempts(), 1);
+    ASSERT_TRUE(drained.WaitFor(MonoDelta::FromSeconds(10)));
+  }
+  {
+    std::vector<std::unique_ptr<RpcController>> busy;
+    CountDownLatch drained(2);
+    occupy(1500, &busy, &drained);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Sync, with a deadline the queue will not drain by: it gives up at it.
+    LedgerAddRequestPB req;
+    req.set_amount(5);
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromMilliseconds(500));
+    ctl.set_retry_policy(QuickRetries(100));
+    MonoTime start = MonoTime::Now();
+    Status s = proxy.Add(req, &resp, &ctl);
+    MonoDelta took = MonoTime::Now() - start;
+    EXPECT_TRUE(s.IsServiceUnavailable() || s.IsTimedOut()) << s.ToString();
+    EXPECT_GT(ctl.attempts(), 1);
+    EXPECT_LT(took, MonoDelta::FromMilliseconds(800)) << took.ToString();
+    ASSERT_TRUE(drained.WaitFor(MonoDelta::FromSeconds(10)));
+  }
+}
+
+TEST_F(ExactlyOnceTest, WithoutARetryPolicyAFailedCallIsNotRetried) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  DropFirstAnswerProxy faulty(addr_);
+  Sockaddr via;
+  ASSERT_TRUE(faulty.Start(&via).ok());
+  LedgerServiceProxy proxy(client, via);
+  LedgerAddRequestPB req;
+  req.set_amount(1);
+  LedgerAddResponsePB resp;
+  RpcController ctl;
+  Status s = proxy.Add(req, &resp, &ctl);  // tracked, but no policy
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_EQ(1, ctl.attempts());
 }
 
 // Without the options: a service authorizes from code by overriding

@@ -1,5 +1,9 @@
 #include "osprey/rpc/outbound_call.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <random>
 #include <string_view>
 
 #include "osprey/rpc/name_resolution.h"
@@ -23,7 +27,87 @@ OutboundCall::OutboundCall(const RemoteMethod* method, std::unique_ptr<RemoteMet
   request.SerializePartialToString(&serialized_request_);
 }
 
+OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
+    : owned_method_(prior->owned_method_),
+      method_(prior->method_),
+      serialized_request_(prior->serialized_request_),
+      sidecars_(prior->sidecars_),
+      required_features_(prior->required_features_),
+      response_(prior->response_),
+      controller_(prior->controller_),
+      callback_(std::move(prior->callback_)),
+      metrics_(prior->metrics_),
+      slow_calls_(prior->slow_calls_),
+      remote_(prior->remote_),
+      user_(prior->user_),
+      resolution_(prior->resolution_),
+      request_tracker_(prior->request_tracker_),
+      seq_no_(prior->seq_no_),
+      attempt_no_(prior->attempt_no_ + 1),
+      retry_(true),
+      retry_policy_(prior->retry_policy_),
+      idempotent_(prior->idempotent_),
+      requeue_(prior->requeue_) {
+  set_deadline(prior->deadline());
+  set_started(prior->started());
+  if (prior->completion_runs_no_user_code()) set_completion_runs_no_user_code();
+}
+
 OutboundCall::~OutboundCall() = default;
+
+void OutboundCall::set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue) {
+  retry_ = policy.max_attempts > 1;
+  retry_policy_ = policy;
+  idempotent_ = idempotent;
+  requeue_ = std::move(requeue);
+}
+
+bool OutboundCall::ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const {
+  if (attempt_no_ >= retry_policy_.max_attempts || cancel_requested()) return false;
+  if (status.IsServiceUnavailable()) return retry_policy_.retry_server_too_busy;  // not run
+  if (error != nullptr && error->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
+    return retry_policy_.retry_server_shutting_down;  // not run either
+  }
+  if (status.IsNetworkError() && retry_policy_.retry_network_errors) {
+    // After the request may have reached the server, only if running it
+    // twice is harmless: the server answers a tracked retry from memory.
+    return !may_have_reached_server() || request_tracker_ != nullptr || idempotent_;
+  }
+  return false;
+}
+
+bool OutboundCall::ScheduleRetry() {
+  transport::Reactor* r = reactor();
+  if (r == nullptr || !r->IsCurrentThread()) return false;  // its timer needs its loop
+  double cap = static_cast<double>(retry_policy_.initial_backoff.ToMicroseconds());
+  for (int64_t i = 1; i < attempt_no_; ++i) cap *= retry_policy_.multiplier;
+  cap = std::min(cap, static_cast<double>(retry_policy_.max_backoff.ToMicroseconds()));
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
+  const MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
+  if (!deadline().IsMax() && at >= deadline()) return false;
+  std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
+  next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
+  controller_->Retrying(next);
+  // If the reactor stops before the backoff ends, the retry never runs:
+  // it fails instead, so its callback still runs exactly once.
+  struct Pending {
+    std::shared_ptr<OutboundCall> call;
+    Requeue requeue;
+    ~Pending() {
+      if (call != nullptr) {
+        call->FailUnsent(Status::Aborted(call->Describe() + ": messenger shut down before retry"));
+      }
+    }
+  };
+  auto pending = std::make_shared<Pending>();  // in place: a copy's destructor would fail it
+  pending->call = next;
+  pending->requeue = requeue_;
+  VLOG(1) << Describe() << ": attempt " << attempt_no_ << " failed; retrying at "
+          << (at - LoopTime()).ToString() << " from now";
+  r->ScheduleTimer(at, [pending] { pending->requeue(std::move(pending->call)); });
+  return true;
+}
 
 std::string OutboundCall::Describe() const {
   return method_->service() + "." + method_->method() + " RPC";
@@ -44,11 +128,13 @@ Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::Ou
     id.set_attempt_no(attempt_no_);
     id.SerializeToString(&request_id);
   }
-  Status s = wire::OutboundFrame::EncodeRequest(call_id, method_->serialized_pb(), timeout_ms,
-                                                required_features_, Slice(request_id),
-                                                serialized_request_, std::move(sidecars_), out);
-  serialized_request_.clear();
-  serialized_request_.shrink_to_fit();
+  Status s = wire::OutboundFrame::EncodeRequest(
+      call_id, method_->serialized_pb(), timeout_ms, required_features_, Slice(request_id),
+      serialized_request_, retry_ ? sidecars_ : std::move(sidecars_), out);
+  if (!retry_) {
+    serialized_request_.clear();
+    serialized_request_.shrink_to_fit();
+  }
   return s;
 }
 
@@ -114,6 +200,7 @@ void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow
 
 void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
+  if (retry_ && ShouldRetry(status, error.get()) && ScheduleRetry()) return;
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
   if (metrics_ != nullptr || slow_calls_ != nullptr) {
@@ -131,6 +218,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
   if (resolution_ != nullptr && status.IsNetworkError()) resolution_->MarkStale();
   if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
   ResponseCallback cb = std::move(callback_);
+  controller_->set_attempts(static_cast<int>(attempt_no_));
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
   cb();
 }

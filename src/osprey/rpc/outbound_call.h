@@ -13,6 +13,7 @@
 
 #include "osprey/base/sockaddr.h"
 #include "osprey/rpc/remote_method.h"
+#include "osprey/rpc/retry_policy.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/reactor.h"
 
@@ -61,11 +62,27 @@ class OutboundCall final : public transport::ClientCall {
   }
   void Cancel();
 
+  // Queues a retry (on its messenger, to its address); runs on a reactor
+  // thread once the backoff is over.
+  using Requeue = std::function<void(std::shared_ptr<OutboundCall> next)>;
+  // Before the call is queued: retry failed attempts as `policy` says.
+  // `idempotent`: the caller allows a retry after the request may have
+  // reached the server.
+  void set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue);
+
  private:
+  struct RetryOf {};
+  // The next attempt of `prior`, which hands it its request, response,
+  // controller and callback.
+  OutboundCall(RetryOf, OutboundCall* prior);
+  bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
+  // True if a retry was scheduled; false: this attempt's outcome is final.
+  bool ScheduleRetry();
+
   void Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                 std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars);
 
-  std::unique_ptr<RemoteMethod> owned_method_;
+  std::shared_ptr<RemoteMethod> owned_method_;  // shared with retries
   const RemoteMethod* const method_;
   std::string serialized_request_;
   std::vector<std::string> sidecars_;
@@ -82,6 +99,10 @@ class OutboundCall final : public transport::ClientCall {
   std::shared_ptr<RequestTracker> request_tracker_;  // null: no request id
   int64_t seq_no_ = 0;
   int64_t attempt_no_ = 1;
+  bool retry_ = false;
+  RetryPolicy retry_policy_;
+  bool idempotent_ = false;
+  Requeue requeue_;
 };
 
 }  // namespace osprey

@@ -69,6 +69,28 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
     call->set_request_id(tracker, tracker->Begin());
   }
+  const RetryPolicy policy =
+      controller->has_retry_policy() ? controller->retry_policy() : retry_policy_;
+  if (policy.max_attempts > 1) {
+    // A retry goes to the same address (a named proxy's last resolution,
+    // without resolving on the reactor thread), on the same messenger if it
+    // still exists.
+    std::weak_ptr<Messenger> weak = messenger_;
+    call->set_retry(policy, controller->idempotent(),
+                    [weak, to = *remote, user = user_,
+                     addresses = addresses](std::shared_ptr<OutboundCall> next) {
+                      std::shared_ptr<Messenger> m = weak.lock();
+                      if (m == nullptr) {
+                        next->FailUnsent(Status::Aborted(next->Describe() +
+                                                         ": the messenger is gone; not retried"));
+                        return;
+                      }
+                      if (addresses != nullptr && addresses->size() > 1) {
+                        next->set_fallbacks(addresses, 1);
+                      }
+                      m->QueueCall(to, user, std::move(next), /*sync=*/false);
+                    });
+  }
   // A sync call's callback only counts down the caller's latch.
   if (sync) call->set_completion_runs_no_user_code();
   if (!request.IsInitialized()) {

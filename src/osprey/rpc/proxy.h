@@ -55,6 +55,9 @@ class Proxy {
 
   // Authenticate as `user` instead of the OS user (a separate connection).
   void set_user(std::string user) { user_ = std::move(user); }
+  // Retries for calls whose controller sets none (RetryPolicy: none by
+  // default).
+  void set_retry_policy(const RetryPolicy& policy) { retry_policy_ = policy; }
   // The address calls go to; a named proxy's is the first of its name's
   // last resolution (0.0.0.0:0 before the first).
   Sockaddr remote() const;
@@ -71,6 +74,7 @@ class Proxy {
   std::shared_ptr<NameResolution> resolution_;
   std::string service_name_;
   std::string user_;
+  RetryPolicy retry_policy_;
 
   // `sync`: the caller will block on the call, so it may send it itself
   // when the reactor is idle (Reactor::TryRunHere).

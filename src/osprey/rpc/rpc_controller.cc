@@ -73,9 +73,54 @@ Status RpcController::GetInboundSidecar(int idx, Slice* out) const {
   return Status::OK();
 }
 
+void RpcController::set_retry_policy(const RetryPolicy& policy) {
+  MutexLock l(mu_);
+  has_retry_policy_ = true;
+  retry_policy_ = policy;
+}
+
+void RpcController::set_idempotent(bool idempotent) {
+  MutexLock l(mu_);
+  idempotent_ = idempotent;
+}
+
+int RpcController::attempts() const {
+  MutexLock l(mu_);
+  return attempts_;
+}
+
+bool RpcController::has_retry_policy() const {
+  MutexLock l(mu_);
+  return has_retry_policy_;
+}
+
+RetryPolicy RpcController::retry_policy() const {
+  MutexLock l(mu_);
+  return retry_policy_;
+}
+
+bool RpcController::idempotent() const {
+  MutexLock l(mu_);
+  return idempotent_;
+}
+
+void RpcController::set_attempts(int attempts) {
+  MutexLock l(mu_);
+  attempts_ = attempts;
+}
+
+void RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
+  MutexLock l(mu_);
+  call_ = next;
+}
+
 void RpcController::Reset() {
   MutexLock l(mu_);
   CHECK(!call_) << "RpcController::Reset() while a call is in flight";
+  has_retry_policy_ = false;
+  retry_policy_ = RetryPolicy();
+  idempotent_ = false;
+  attempts_ = 0;
   timeout_ = MonoDelta();
   deadline_ = MonoTime::Max();
   outbound_sidecars_.clear();

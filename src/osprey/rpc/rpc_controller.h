@@ -15,6 +15,7 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/slice.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/retry_policy.h"
 #include "osprey/wire/rpc_header.pb.h"
 
 namespace osprey {
@@ -46,6 +47,14 @@ class RpcController {
   void RequireServerFeature(uint32_t feature);
   std::vector<uint32_t> required_server_features() const;
 
+  // Retries for this call (see RetryPolicy); without it, the proxy's.
+  void set_retry_policy(const RetryPolicy& policy);
+  // The call may run twice without harm, so it may be retried after its
+  // request may have reached the server (as a method that tracks results).
+  void set_idempotent(bool idempotent);
+  // After the call: how many attempts it took (1 without retries).
+  int attempts() const;
+
   // Completes the call with Aborted unless it already finished. The server
   // may still run it.
   void Cancel();
@@ -72,6 +81,12 @@ class RpcController {
 
   // Proxy: a call starts. Takes the outbound sidecars.
   std::vector<std::string> StartCall(const std::shared_ptr<OutboundCall>& call);
+  // OutboundCall: `next` is the retry of the call in flight (Cancel reaches it).
+  void Retrying(const std::shared_ptr<OutboundCall>& next);
+  bool has_retry_policy() const;
+  RetryPolicy retry_policy() const;
+  bool idempotent() const;
+  void set_attempts(int attempts);
   // OutboundCall: the call ends.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
               std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars);
@@ -81,6 +96,10 @@ class RpcController {
   MonoTime deadline_ GUARDED_BY(mu_) = MonoTime::Max();
   std::vector<std::string> outbound_sidecars_ GUARDED_BY(mu_);
   std::vector<uint32_t> required_server_features_ GUARDED_BY(mu_);
+  bool has_retry_policy_ GUARDED_BY(mu_) = false;
+  RetryPolicy retry_policy_ GUARDED_BY(mu_);
+  bool idempotent_ GUARDED_BY(mu_) = false;
+  int attempts_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);

@@ -62,6 +62,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // call's is a latch), so a borrowing thread may run it itself instead of
   // waking the reactor for it.
   void set_completion_runs_no_user_code() { no_user_code_ = true; }
+  bool completion_runs_no_user_code() const { return no_user_code_; }
+  void set_started(MonoTime t) { started_ = t; }
 
   // Before the call is queued: where to go next, in order, if no
   // connection can be made to the address it was queued for (nothing of it
@@ -75,6 +77,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
  protected:
   // The owning reactor's loop time (reactor thread), or the clock.
   MonoTime LoopTime() const;
+  // Reactor thread: the request was handed to a connection to send, so the
+  // server may have it.
+  bool may_have_reached_server() const { return call_id_ >= 0; }
+  Reactor* reactor() const { return reactor_; }
 
  private:
   friend class Connection;

@@ -25,7 +25,13 @@ class TimerQueue {
   MonoTime NextDeadline() const;
   bool empty() const { return timers_.empty(); }
   size_t size() const { return timers_.size(); }
-  void Clear() { timers_.clear(); }
+  // Drops every timer unrun. A timer's function may do work as it is
+  // destroyed (a pending retry fails its call): the queue is empty by then,
+  // so that work may add timers.
+  void Clear() {
+    std::map<TimerId, std::function<void()>> dropped;
+    dropped.swap(timers_);
+  }
 
  private:
   std::map<TimerId, std::function<void()>> timers_;
