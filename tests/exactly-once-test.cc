@@ -39,6 +39,11 @@ constexpr const char* kLedgerService = "osprey.exactly_once_test.LedgerService";
 class Ledger : public LedgerServiceIf {
  public:
   void Add(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp, RpcContext* ctx) override {
+    if (req->amount() == 0 && req->sleep_ms() == 0) {
+      ++refusals;
+      ctx->RespondFailure(Status::InvalidArgument("nothing to add"));
+      return;
+    }
     if (req->sleep_ms() > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
     {
@@ -73,6 +78,7 @@ class Ledger : public LedgerServiceIf {
     return runs_;
   }
   std::atomic<int> resets{0};
+  std::atomic<int> refusals{0};
   std::atomic<int> any_user_checks{0};
 
  private:
@@ -145,10 +151,10 @@ class DropFirstAnswerProxy {
  public:
   explicit DropFirstAnswerProxy(const Sockaddr& server) : server_(server) {}
   ~DropFirstAnswerProxy() {
-    stop_ = true;
-    listener_.Close();
+    stop_ = true;  // every loop polls it at least every 50 ms
     if (accept_thread_.joinable()) accept_thread_.join();
     for (auto& t : relays_) t.join();
+    listener_.Close();
   }
   Status Start(Sockaddr* addr) {
     OSPREY_RETURN_NOT_OK(listener_.Init(Sockaddr::Loopback(0)));
@@ -438,6 +444,21 @@ TEST_F(ExactlyOnceTest, AnAttemptThatDidNotRunLeavesNothingAndItsRetryRuns) {
   a = Exchange(&conn, AddFrame(2, &retry, 9));
   ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(5u, ledger_->runs());
+}
+
+TEST_F(ExactlyOnceTest, AnErrorAnswerIsNotRememberedSoItsRetryRuns) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  // Amount 0 makes the ledger refuse (an application error).
+  const wire::RequestIdPB id = Id("client-j", 1, 1);
+  Answer a = Exchange(&conn, AddFrame(1, &id, 0));
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(0, Gauge("osprey_server_remembered_answers"));
+  const wire::RequestIdPB retry = Id("client-j", 1, 1, 2);
+  a = Exchange(&conn, AddFrame(2, &retry, 0));
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(2, ledger_->refusals.load());  // ran again, as in Kudu
 }
 
 TEST_F(ExactlyOnceTest, TheGeneratedProxySendsRequestIdsForTrackedMethodsOnly) {

@@ -33,7 +33,7 @@ InboundCall::~InboundCall() {
                                  "try again")
           .ToString());
   ResultTracker::Answer dropped{true, err.SerializeAsString(), {}};
-  result_tracker_->Record(tracked_key_, dropped, /*ran=*/false);
+  result_tracker_->Record(tracked_key_, dropped, /*store=*/false);
 }
 
 namespace {
@@ -59,8 +59,9 @@ void InboundCall::RecordAndRespond(ResultTracker::Answer answer) {
     if (!s.ok()) return;
   }
   recorded_ = true;
-  // Stored before it is sent: a retry that follows the answer finds it.
-  result_tracker_->Record(tracked_key_, answer, handler_started_);
+  // Stored before it is sent: a retry that follows the answer finds it. An
+  // error is not stored, as Kudu's FailAndRespond: its retry runs again.
+  result_tracker_->Record(tracked_key_, answer, handler_started_ && !answer.is_error);
   SendAnswer(answer, std::move(frame));
 }
 

@@ -54,7 +54,7 @@ ResultTracker::Decision ResultTracker::Track(const wire::RequestIdPB& id,
   return Decision::kAnswered;
 }
 
-void ResultTracker::Record(const Key& key, const Answer& answer, bool ran) {
+void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
   std::vector<std::unique_ptr<InboundCall>> waiting;
   {
     MutexLock l(mu_);
@@ -63,7 +63,7 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool ran) {
     auto it = c->second.entries.find(key.seq_no);
     if (it == c->second.entries.end() || it->second.done) return;
     waiting.swap(it->second.waiting);
-    if (!ran || key.seq_no < c->second.first_incomplete) {
+    if (!store || key.seq_no < c->second.first_incomplete) {
       // Nothing ran, so a retry may; or the client already moved past it.
       c->second.entries.erase(it);
     } else {

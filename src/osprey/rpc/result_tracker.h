@@ -19,8 +19,9 @@
 // refused as stale rather than run twice.
 //
 // An attempt that did not run (the queue was full, its deadline passed, the
-// server shut down, its client went away) leaves nothing behind: a retry
-// runs. Duplicates waiting for it get the same refusal.
+// server shut down, its client went away), or whose handler answered with
+// an error, leaves nothing behind, as Kudu's FailAndRespond: a retry runs.
+// Duplicates waiting for it get the same answer.
 //
 // Thread-safe: reactors look calls up, workers record answers.
 #pragma once
@@ -77,10 +78,10 @@ class ResultTracker {
   // kWaiting; answers it for kAnswered and kStale.
   Decision Track(const wire::RequestIdPB& id, std::unique_ptr<InboundCall>* call) EXCLUDES(mu_);
 
-  // The first attempt of `key` answered. `ran`: its handler ran, so the
-  // answer is stored; otherwise it is forgotten and a retry runs. Answers
-  // the waiting duplicates either way.
-  void Record(const Key& key, const Answer& answer, bool ran) EXCLUDES(mu_);
+  // The first attempt of `key` answered. `store`: its handler ran and
+  // succeeded, so the answer is kept; otherwise the request is forgotten
+  // and a retry runs. Answers the waiting duplicates either way.
+  void Record(const Key& key, const Answer& answer, bool store) EXCLUDES(mu_);
 
   // For tests and /metrics.
   size_t stored_answers() const EXCLUDES(mu_);
