@@ -143,6 +143,13 @@ Answer Exchange(RawConn* conn, const std::string& frame) {
   return a;
 }
 
+// Sends `id` again as call `call_id`: the server must refuse it as stale.
+void ExpectStale(RawConn* conn, int32_t call_id, const wire::RequestIdPB& id) {
+  Answer a = Exchange(conn, AddFrame(call_id, &id, 1));
+  EXPECT_TRUE(a.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
+}
+
 // Between client and server: relays bytes both ways, except that on its
 // first connection it closes both sides in place of the first call
 // response: the server ran the call, the client never hears of it. What a
@@ -336,17 +343,14 @@ TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
   const wire::RequestIdPB two = Id("client-c", 2, 2);
   a = Exchange(&conn, AddFrame(2, &two, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
-  const wire::RequestIdPB late = Id("client-c", 1, 1, 2);
-  a = Exchange(&conn, AddFrame(3, &late, 1));
-  ASSERT_TRUE(a.is_error);
-  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
+  ExpectStale(&conn, 3, Id("client-c", 1, 1, 2));
   EXPECT_EQ(2u, ledger_->runs());
 }
 
 TEST_F(ExactlyOnceTest, AnAnswerIsForgottenAfterItsTimeToLiveAndItsRetryRefused) {
-  MessengerBuilder b("ledger-server");
-  b.set_remembered_results(MonoDelta::FromMilliseconds(300), MonoDelta::FromSeconds(600), 1 << 20);
-  ASSERT_NO_FATAL_FAILURE(Start(b));
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server")
+                                    .set_remembered_results(MonoDelta::FromMilliseconds(300),
+                                                            MonoDelta::FromSeconds(600), 1 << 20)));
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   const wire::RequestIdPB one = Id("client-d", 1, 1);
@@ -361,17 +365,15 @@ TEST_F(ExactlyOnceTest, AnAnswerIsForgottenAfterItsTimeToLiveAndItsRetryRefused)
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));  // client-e's only
 
   // client-d's retry of the forgotten answer is refused, not run twice.
-  const wire::RequestIdPB retry = Id("client-d", 1, 1, 2);
-  a = Exchange(&conn, AddFrame(3, &retry, 1));
-  ASSERT_TRUE(a.is_error);
-  EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code()) << a.error.message();
+  ExpectStale(&conn, 3, Id("client-d", 1, 1, 2));
   EXPECT_EQ(2u, ledger_->runs());
 }
 
 TEST_F(ExactlyOnceTest, AClientSilentPastItsTimeToLiveIsForgottenWithItsAnswers) {
-  MessengerBuilder b("ledger-server");
-  b.set_remembered_results(MonoDelta::FromSeconds(600), MonoDelta::FromMilliseconds(300), 1 << 20);
-  ASSERT_NO_FATAL_FAILURE(Start(b));
+  ASSERT_NO_FATAL_FAILURE(
+      Start(MessengerBuilder("ledger-server")
+                .set_remembered_results(MonoDelta::FromSeconds(600),
+                                        MonoDelta::FromMilliseconds(300), 1 << 20)));
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   for (int seq = 1; seq <= 3; ++seq) {
