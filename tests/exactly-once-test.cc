@@ -695,6 +695,40 @@ TEST_F(ExactlyOnceTest, WithoutARetryPolicyAFailedCallIsNotRetried) {
   EXPECT_EQ(1, ctl.attempts());
 }
 
+// A call that found no server to connect to was never sent: it is retried
+// though its method is neither tracked nor idempotent, until the server
+// listens.
+TEST(RetryTest, ACallThatCouldNotConnectIsRetriedUntilTheServerListens) {
+  Sockaddr addr;
+  {
+    Socket probe;  // a free port, closed again
+    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.GetLocalAddress(&addr).ok());
+  }
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  kudu::rpc_test::AddRequestPB req;
+  req.set_x(20);
+  req.set_y(22);
+  kudu::rpc_test::AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  ctl.set_retry_policy(QuickRetries(200));
+  CountDownLatch done(1);
+  proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // refused meanwhile
+  std::shared_ptr<Messenger> server;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  ASSERT_TRUE(server->RegisterService(std::make_unique<bench::BenchService>()).ok());
+  ASSERT_TRUE(server->Listen(addr).ok());
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+  EXPECT_EQ(42u, resp.result());
+  EXPECT_GT(ctl.attempts(), 1);
+}
+
 // Without the options: a service authorizes from code by overriding
 // ServiceIf::Authorize.
 class ByCode : public bench::BenchService {

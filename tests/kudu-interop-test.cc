@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <thread>
 
@@ -437,6 +438,79 @@ TEST_F(KuduServerTest, KuduRequestRequiringAnUnsupportedFeatureFlag) {
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_INVALID_REQUEST, err.code());
   EXPECT_EQ(std::vector<uint32_t>{7}, Flags(err.unsupported_feature_flags()));
   EXPECT_NE(std::string::npos, err.message().find("unsupported feature flags")) << err.message();
+}
+
+// A server answering FATAL_SERVER_SHUTTING_DOWN has not run the call, so a
+// call with a retry policy is sent again, on a new connection, though Add is
+// neither tracked nor idempotent. The server is played by hand from the
+// plain Kudu capture: its negotiation answers, then our own call answer.
+TEST(KuduRetryTest, AServerShuttingDownIsRetriedOnANewConnection) {
+  const std::vector<std::string> s2c = SplitFrames(Golden("s2c.bin"), 0);
+  ASSERT_GE(s2c.size(), 2u);
+  Socket listener;
+  Sockaddr addr;
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr).ok());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  kudu::rpc_test::AddRequestPB req;
+  req.set_x(2);
+  req.set_y(3);
+  kudu::rpc_test::AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  RetryPolicy retries;
+  retries.max_attempts = 3;
+  retries.initial_backoff = MonoDelta::FromMilliseconds(10);
+  ctl.set_retry_policy(retries);
+  CountDownLatch done(1);
+  proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
+
+  // One connection: negotiation as Kudu's server answered it, then the call,
+  // answered with `answer` (given the call's id).
+  auto serve = [&](const std::function<std::string(int32_t)>& answer) {
+    Socket conn;
+    Sockaddr remote;
+    ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+    std::string header(7, '\0'), frame;
+    ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // NEGOTIATE, SASL_INITIATE
+      ASSERT_TRUE(WriteString(&conn, s2c[step]).ok());
+    }
+    ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
+    ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // the call
+    wire::RequestFrameDecoder decoder;
+    std::vector<wire::InboundRequestFrame> frames;
+    ASSERT_TRUE(decoder.Feed(Slice(frame), &frames).ok());
+    ASSERT_EQ(1u, frames.size());
+    EXPECT_EQ("Add", frames[0].header.remote_method().method_name());
+    ASSERT_TRUE(WriteString(&conn, answer(frames[0].header.call_id())).ok());
+  };
+  auto response = [](int32_t call_id, bool is_error, const google::protobuf::MessageLite& body) {
+    wire::ResponseHeader h;
+    h.set_call_id(call_id);
+    h.set_is_error(is_error);
+    std::unique_ptr<wire::OutboundFrame> f;
+    EXPECT_TRUE(
+        wire::OutboundFrame::EncodeSerialized(&h, Slice(body.SerializeAsString()), {}, &f).ok());
+    return f->ToString();
+  };
+  serve([&](int32_t call_id) {
+    wire::ErrorStatusPB err;
+    err.set_code(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN);
+    err.set_message("Service unavailable: server is shutting down");
+    return response(call_id, true, err);
+  });
+  serve([&](int32_t call_id) {
+    kudu::rpc_test::AddResponsePB sum;
+    sum.set_result(5);
+    return response(call_id, false, sum);
+  });
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(ctl.status().ok()) << ctl.status().ToString();
+  EXPECT_EQ(5u, resp.result());
+  EXPECT_EQ(2, ctl.attempts());
 }
 
 }  // namespace
