@@ -257,6 +257,24 @@ class ExactlyOnceTest : public ::testing::Test {
     ASSERT_TRUE(conn->Connect(addr_).ok());
     ASSERT_TRUE(conn->Negotiate(user).ok());
   }
+  // One Add (tracked) or AddUntracked call of 1 through a proxy that drops
+  // the first answer; `proxy_policy`, if given, is the proxy's retry policy.
+  Status CallLosingTheFirstAnswer(bool tracked, RpcController* ctl, LedgerAddResponsePB* resp,
+                                  uint32_t amount = 1, const RetryPolicy* proxy_policy = nullptr) {
+    DropFirstAnswerProxy faulty(addr_);
+    Sockaddr via;
+    OSPREY_RETURN_NOT_OK(faulty.Start(&via));
+    if (client_ == nullptr) {
+      OSPREY_RETURN_NOT_OK(MessengerBuilder("client").set_num_reactors(1).Build(&client_));
+    }
+    LedgerServiceProxy proxy(client_, via);
+    if (proxy_policy != nullptr) proxy.set_retry_policy(*proxy_policy);
+    LedgerAddRequestPB req;
+    req.set_amount(amount);
+    Status s = tracked ? proxy.Add(req, resp, ctl) : proxy.AddUntracked(req, resp, ctl);
+    answers_dropped_ += faulty.answers_dropped();
+    return s;
+  }
   double Gauge(const std::string& name) {
     for (const MetricValue& v : server_->metrics()->Snapshot()) {
       if (v.name == name) return v.value;
@@ -268,6 +286,8 @@ class ExactlyOnceTest : public ::testing::Test {
   std::shared_ptr<Messenger> server_;
   Ledger* ledger_ = nullptr;
   Sockaddr addr_;
+  std::shared_ptr<Messenger> client_;
+  int answers_dropped_ = 0;
 };
 
 TEST_F(ExactlyOnceTest, ARetryOfACompletedRequestGetsTheStoredAnswerWithoutRunning) {
@@ -558,21 +578,13 @@ RetryPolicy QuickRetries(int attempts = 10) {
 
 TEST_F(ExactlyOnceTest, ALostAnswerIsRetriedAndTheRetryGetsTheFirstAttemptsAnswer) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  DropFirstAnswerProxy faulty(addr_);
-  Sockaddr via;
-  ASSERT_TRUE(faulty.Start(&via).ok());
-  std::shared_ptr<Messenger> client;
-  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
-  LedgerServiceProxy proxy(client, via);
-  proxy.set_retry_policy(QuickRetries());
-  LedgerAddRequestPB req;
-  req.set_amount(42);
+  const RetryPolicy policy = QuickRetries();  // the proxy's, for every call
   LedgerAddResponsePB resp;
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(10));
-  Status s = proxy.Add(req, &resp, &ctl);
+  Status s = CallLosingTheFirstAnswer(/*tracked=*/true, &ctl, &resp, 42, &policy);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(1, faulty.answers_dropped());
+  EXPECT_EQ(1, answers_dropped_);
   EXPECT_EQ(2, ctl.attempts());
   EXPECT_EQ(1u, ledger_->runs());      // exactly once
   EXPECT_EQ(42u, resp.balance());      // the first attempt's answer
@@ -581,35 +593,21 @@ TEST_F(ExactlyOnceTest, ALostAnswerIsRetriedAndTheRetryGetsTheFirstAttemptsAnswe
 
 TEST_F(ExactlyOnceTest, AnUntrackedCallIsNotRetriedAfterSendUnlessMarkedIdempotent) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  std::shared_ptr<Messenger> client;
-  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
   {
-    DropFirstAnswerProxy faulty(addr_);
-    Sockaddr via;
-    ASSERT_TRUE(faulty.Start(&via).ok());
-    LedgerServiceProxy proxy(client, via);
-    LedgerAddRequestPB req;
-    req.set_amount(1);
     LedgerAddResponsePB resp;
     RpcController ctl;
     ctl.set_retry_policy(QuickRetries());
-    Status s = proxy.AddUntracked(req, &resp, &ctl);
+    Status s = CallLosingTheFirstAnswer(/*tracked=*/false, &ctl, &resp);
     EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
     EXPECT_EQ(1, ctl.attempts());  // it may have run: not sent again
     EXPECT_EQ(1u, ledger_->runs());
   }
   {
-    DropFirstAnswerProxy faulty(addr_);
-    Sockaddr via;
-    ASSERT_TRUE(faulty.Start(&via).ok());
-    LedgerServiceProxy proxy(client, via);
-    LedgerAddRequestPB req;
-    req.set_amount(1);
     LedgerAddResponsePB resp;
     RpcController ctl;
     ctl.set_retry_policy(QuickRetries());
     ctl.set_idempotent(true);  // the caller says running it twice is fine
-    Status s = proxy.AddUntracked(req, &resp, &ctl);
+    Status s = CallLosingTheFirstAnswer(/*tracked=*/false, &ctl, &resp);
     EXPECT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(2, ctl.attempts());
     EXPECT_EQ(3u, ledger_->runs());  // ran again, as allowed
@@ -680,17 +678,9 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
 
 TEST_F(ExactlyOnceTest, WithoutARetryPolicyAFailedCallIsNotRetried) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  std::shared_ptr<Messenger> client;
-  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
-  DropFirstAnswerProxy faulty(addr_);
-  Sockaddr via;
-  ASSERT_TRUE(faulty.Start(&via).ok());
-  LedgerServiceProxy proxy(client, via);
-  LedgerAddRequestPB req;
-  req.set_amount(1);
   LedgerAddResponsePB resp;
   RpcController ctl;
-  Status s = proxy.Add(req, &resp, &ctl);  // tracked, but no policy
+  Status s = CallLosingTheFirstAnswer(/*tracked=*/true, &ctl, &resp);  // tracked, but no policy
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_EQ(1, ctl.attempts());
 }

@@ -112,18 +112,7 @@ Status SplitHostPort(std::string_view host_port, HostAndPort* out) {
   return Status::OK();
 }
 
-bool IsNumericHost(const std::string& host) {
-  in6_addr a6;
-  in_addr a4;
-  return inet_pton(AF_INET, host.c_str(), &a4) == 1 || inet_pton(AF_INET6, host.c_str(), &a6) == 1;
-}
 }  // namespace
-
-bool Sockaddr::IsName(std::string_view host_port) {
-  if (host_port.substr(0, kUnixPrefix.size()) == kUnixPrefix) return false;
-  HostAndPort hp;
-  return SplitHostPort(host_port, &hp).ok() && !IsNumericHost(hp.host);
-}
 
 Status Sockaddr::ResolveAll(std::string_view host_port, std::vector<Sockaddr>* out) {
   out->clear();
@@ -231,7 +220,12 @@ socklen_t Sockaddr::addrlen() const {
 
 bool Sockaddr::operator==(const Sockaddr& o) const {
   if (family() != o.family()) return false;
-  if (is_unix()) return unix_path() == o.unix_path();
+  // Both zero-padded (see FromNative and ParseUnix): compare the whole
+  // path field, as Hash reads it, without making strings on a lookup.
+  if (is_unix()) {
+    return std::memcmp(AsUnix(storage_)->sun_path, AsUnix(o.storage_)->sun_path,
+                       sizeof(AsUnix(storage_)->sun_path)) == 0;
+  }
   if (family() == AF_INET6) {
     auto* a = reinterpret_cast<const sockaddr_in6*>(&storage_);
     auto* b = reinterpret_cast<const sockaddr_in6*>(&o.storage_);

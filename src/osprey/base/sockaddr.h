@@ -27,9 +27,6 @@ class Sockaddr {
   // As Parse, with every address a name resolves to, in getaddrinfo's
   // order and without repeats. Blocks while the resolver works.
   static Status ResolveAll(std::string_view host_port, std::vector<Sockaddr>* out);
-  // Whether `host_port` names its host (needs a resolver) rather than
-  // giving an address or a Unix socket.
-  static bool IsName(std::string_view host_port);
   // Loopback (127.0.0.1) with the given port.
   static Sockaddr Loopback(uint16_t port);
   static Sockaddr FromNative(const sockaddr* addr, socklen_t len);

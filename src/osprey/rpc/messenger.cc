@@ -157,7 +157,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     options.tls_server = std::move(server);
     options.tls_client = std::move(client);
   }
-  Messenger::Observability obs;
+  Messenger::Settings obs;
   obs.metrics = metrics_;
   obs.http_endpoints = http_endpoints_;
   obs.slow_call_threshold = slow_call_threshold_;
@@ -207,7 +207,7 @@ std::atomic<uint64_t> next_messenger_id{1};
 }  // namespace
 
 Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOptions options,
-                     const Observability& obs)
+                     const Settings& obs)
     : inbound_(std::make_unique<InboundHandler>(this)),
       name_(std::move(name)),
       id_(next_messenger_id.fetch_add(1)),

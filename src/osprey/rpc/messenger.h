@@ -168,7 +168,8 @@ class Messenger {
   friend class Proxy;
   friend class HttpEndpoints;
 
-  struct Observability {
+  // What the builder sets beyond the connections' options.
+  struct Settings {
     bool metrics = true;
     bool http_endpoints = false;
     MonoDelta slow_call_threshold;
@@ -195,7 +196,7 @@ class Messenger {
   std::unique_ptr<InboundHandler> inbound_;
 
   Messenger(std::string name, int num_reactors, transport::ConnectionOptions options,
-            const Observability& observability);
+            const Settings& settings);
   Status Start();
   // The deleter of the references Build hands out: shuts the messenger
   // down and frees it, on a thread of its own when called on one of ours.

@@ -13,7 +13,6 @@ Status NameResolution::Addresses(std::shared_ptr<const std::vector<Sockaddr>>* o
     return Status::OK();
   }
   auto fresh = std::make_shared<std::vector<Sockaddr>>();
-  resolutions_.fetch_add(1, std::memory_order_relaxed);
   Status s = Sockaddr::ResolveAll(host_port_, fresh.get());
   if (!s.ok()) return s.CloneAndPrepend("cannot reach " + host_port_);
   if (addresses_ == nullptr || *addresses_ != *fresh) {

@@ -32,14 +32,10 @@ class NameResolution {
   void MarkStale() { stale_.store(true, std::memory_order_relaxed); }
   // The last resolution's first address; 0.0.0.0:0 before any.
   Sockaddr first() const EXCLUDES(mu_);
-  const std::string& host_port() const { return host_port_; }
-  // How many times the name was resolved (successfully or not).
-  int resolutions() const { return resolutions_.load(std::memory_order_relaxed); }
 
  private:
   const std::string host_port_;
   std::atomic<bool> stale_{true};
-  std::atomic<int> resolutions_{0};
   mutable Mutex mu_;
   std::shared_ptr<const std::vector<Sockaddr>> addresses_ GUARDED_BY(mu_);
 };
