@@ -365,6 +365,109 @@ TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
   EXPECT_TRUE(old.ClosedWithin(MonoDelta::FromSeconds(5)));
 }
 
+TEST(HttpEndpointsTest, HttpBytesAreCountedWithTheRpcBytes) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  Messenger* m = hs.server.messenger.get();
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.server.address).ok());
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+  ASSERT_TRUE(http.SendRaw(request).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Read(&r).ok());
+  ASSERT_EQ(200, r.status);
+  // Nothing else talks to this server: its byte counters hold this
+  // exchange alone (the sent count lands just after the write).
+  const double answer = static_cast<double>(r.headers.size() + 2 + r.body.size());
+  EXPECT_EQ(static_cast<double>(request.size()), Value(m, "osprey_bytes_received_total", {}));
+  EXPECT_TRUE(WaitUntil([&] { return Value(m, "osprey_bytes_sent_total", {}) == answer; }))
+      << Value(m, "osprey_bytes_sent_total", {}) << " sent, the answer was " << answer;
+}
+
+// A server whose endpoints are on an address of their own, not its RPC port.
+struct SeparateHttpServer {
+  TestServer server;
+  Sockaddr http_address;
+  Status Start() {
+    OSPREY_RETURN_NOT_OK(server.Start(
+        1, ServicePoolOptions(),
+        MessengerBuilder("observed").set_http_endpoints(true).set_http_on_rpc_port(false)));
+    return server.messenger->ListenHttp(Sockaddr::Loopback(0), &http_address);
+  }
+};
+
+TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyRpc) {
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  ASSERT_NE(hs.server.address, hs.http_address);
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Add(proxy, i, i).ok());
+
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.http_address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/metrics", &r).ok());
+  EXPECT_EQ(200, r.status);
+  EXPECT_NE(std::string::npos, r.body.find("osprey_server_calls_total{method=\"" +
+                                           std::string(kAdd) + "\",outcome=\"ok\"} 5\n"))
+      << r.body;
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+
+  // The RPC port refuses HTTP, as any bad connection header.
+  HttpClient on_rpc_port;
+  ASSERT_TRUE(on_rpc_port.Connect(hs.server.address).ok());
+  ASSERT_TRUE(on_rpc_port.SendRaw("GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").ok());
+  EXPECT_TRUE(on_rpc_port.ClosedWithin(MonoDelta::FromSeconds(5)));
+
+  // An RPC client that dials the HTTP address fails at once, with a reason,
+  // and the address goes on serving HTTP.
+  CalculatorServiceProxy wrong(client, hs.http_address);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(2);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  MonoTime start = MonoTime::Now();
+  Status s = wrong.Add(req, &resp, &ctl);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(5)) << s.ToString();
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  ASSERT_TRUE(Add(proxy, 7, 8).ok());
+
+  // Shutdown closes the HTTP listener too.
+  hs.server.messenger->Shutdown();
+  Socket late;
+  ASSERT_TRUE(late.Init(hs.http_address).ok());
+  EXPECT_FALSE(late.Connect(hs.http_address).ok());
+}
+
+TEST(HttpEndpointsTest, ListenHttpNeedsTheEndpointsOnAndTheMessengerRunning) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  Sockaddr bound;
+  Status s = server.messenger->ListenHttp(Sockaddr::Loopback(0), &bound);
+  EXPECT_TRUE(s.IsIllegalState()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_http_endpoints(true)")) << s.ToString();
+
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  // An address in use is refused with its errno; the first listener serves on.
+  s = hs.server.messenger->ListenHttp(hs.http_address, &bound);
+  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.http_address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  hs.server.messenger->Shutdown();
+  s = hs.server.messenger->ListenHttp(Sockaddr::Loopback(0), &bound);
+  EXPECT_TRUE(s.IsIllegalState()) << s.ToString();
+}
+
 TEST(HttpEndpointsTest, WithoutHttpEndpointsAnHttpRequestIsClosed) {
   TestServer server;
   ASSERT_TRUE(server.Start(1).ok());

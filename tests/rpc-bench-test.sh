@@ -279,7 +279,8 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \
            "-payload_bytes=-5" "--rpc_encryption=bogus" \
            "-enable_encryption --rpc_encryption=optional" \
-           "-enable_encryption -norpc_encrypt_loopback_connections"; do
+           "-enable_encryption -norpc_encrypt_loopback_connections" \
+           "-http_listen=127.0.0.1:0" "-server_only -http_listen=notanaddress"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -343,6 +344,33 @@ curl -sS --max-time 10 "http://$ADDR/metrics" >"$TMP/metrics.txt" || fail "GET /
 grep -Eq '^osprey_server_calls_total\{method="kudu.rpc_test.CalculatorService.Add",outcome="ok"\} [1-9]' \
   "$TMP/metrics.txt" || { show "$TMP/metrics.txt"; fail "/metrics does not count the Add calls"; }
 [[ "$(curl -sS --max-time 10 "http://$ADDR/healthz")" == "OK" ]] || fail "/healthz is not OK"
+
+CHECK="-server_only shutdown on SIGTERM"
+stop_server
+
+# -http_listen: the endpoints on an address of their own, and only RPC on
+# the RPC port.
+CHECK="-server_only -http_listen start"
+start_server -http_listen 127.0.0.1:0
+HTTP_ADDR="$(sed -n 's|^Metrics at http://\([^/]*\)/metrics.*$|\1|p' "$TMP/server.out")"
+[[ -n "$HTTP_ADDR" && "$HTTP_ADDR" != "$ADDR" ]] ||
+  { show "$TMP/server.out"; fail "metrics at '$HTTP_ADDR', expected an address other than $ADDR"; }
+CHECK="client against -server_only -http_listen at $ADDR"
+run client -server_address "$ADDR" "${SMALL[@]}"
+check_text_run client 0
+CHECK="-http_listen serves /metrics at $HTTP_ADDR, and $ADDR no HTTP"
+curl -sS --max-time 10 "http://$HTTP_ADDR/metrics" >"$TMP/metrics.txt" || fail "GET /metrics failed"
+grep -Eq '^osprey_server_calls_total\{method="kudu.rpc_test.CalculatorService.Add",outcome="ok"\} [1-9]' \
+  "$TMP/metrics.txt" || { show "$TMP/metrics.txt"; fail "/metrics does not count the Add calls"; }
+if curl -sS --max-time 10 "http://$ADDR/healthz" >"$TMP/healthz.txt" 2>/dev/null; then
+  show "$TMP/healthz.txt"
+  fail "the RPC port answered HTTP"
+fi
+CHECK="-server_only -http_listen shutdown on SIGTERM"
+stop_server
+
+CHECK="-server_only start again"
+start_server
 
 CHECK="-enable_encryption client against a server without TLS"
 run tlsclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption

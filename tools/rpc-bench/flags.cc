@@ -32,6 +32,9 @@ DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
             "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
 DEFINE_string(listen, "127.0.0.1:0", "address the in-process or -server_only server binds");
+DEFINE_string(http_listen, "",
+              "-server_only: serve the HTTP endpoints on this address alone (HOST:PORT or "
+              "unix:PATH), not on the RPC port; empty: on the RPC port");
 DEFINE_string(output, "text", "report format: text or json");
 DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
 DEFINE_double(target_rate, 0,
@@ -136,6 +139,9 @@ void ValidateFlags() {
   }
   if (FLAGS_server_only && !FLAGS_server_address.empty()) {
     BadFlag("-server_only serves on -listen; it takes no -server_address");
+  }
+  if (!FLAGS_http_listen.empty() && !(FLAGS_server_only && FLAGS_metrics)) {
+    BadFlag("-http_listen serves the metrics of -server_only; it needs -server_only and -metrics");
   }
   if (FLAGS_enable_encryption) {
     // Kudu's rpc-bench spelling; a contradiction is an error, not a guess.

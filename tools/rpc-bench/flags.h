@@ -22,6 +22,7 @@ DECLARE_bool(rpc_encrypt_loopback_connections);
 DECLARE_bool(enable_encryption);
 DECLARE_bool(server_only);
 DECLARE_string(listen);
+DECLARE_string(http_listen);
 DECLARE_string(output);
 DECLARE_double(warmup_seconds);
 DECLARE_double(target_rate);

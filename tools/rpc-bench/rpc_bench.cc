@@ -32,14 +32,21 @@ using kudu::rpc_test::CalculatorServiceIf;
 using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
 
-std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
-  Sockaddr addr;
+// `http_bound`: where the HTTP endpoints are, with -metrics.
+std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = nullptr) {
+  Sockaddr addr, http_addr;
   Status s = Sockaddr::Parse(FLAGS_listen, &addr);
   if (!s.ok()) BadFlag("-listen: " + s.message());
+  const bool http_apart = !FLAGS_http_listen.empty();
+  if (http_apart) {
+    s = Sockaddr::Parse(FLAGS_http_listen, &http_addr);
+    if (!s.ok()) BadFlag("-http_listen: " + s.message());
+  }
   std::shared_ptr<Messenger> server;
   s = BenchMessengerBuilder("bench-server")
           .set_num_reactors(FLAGS_server_reactors)
           .set_http_endpoints(FLAGS_metrics)
+          .set_http_on_rpc_port(!http_apart)
           .Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
@@ -49,6 +56,8 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound) {
       static_cast<size_t>(std::max({50, FLAGS_client_threads, FLAGS_async_call_concurrency}));
   if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(), pool);
   if (s.ok()) s = server->Listen(addr, bound);
+  if (s.ok() && http_bound != nullptr) *http_bound = *bound;
+  if (s.ok() && http_apart) s = server->ListenHttp(http_addr, http_bound);
   if (!s.ok()) BadFlag("cannot start the server: " + s.ToString());
   return server;
 }
@@ -59,12 +68,12 @@ int ServeOnly() {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts
-  Sockaddr bound;
-  auto server = StartServer(&bound);
+  Sockaddr bound, http_bound;
+  auto server = StartServer(&bound, &http_bound);
   std::printf("Listening on %s\n", bound.ToString().c_str());
   if (FLAGS_metrics) {
-    std::printf("Metrics at http://%s/metrics, calls at http://%s/rpcz\n", bound.ToString().c_str(),
-                bound.ToString().c_str());
+    std::printf("Metrics at http://%s/metrics, calls at http://%s/rpcz\n",
+                http_bound.ToString().c_str(), http_bound.ToString().c_str());
   }
   std::fflush(stdout);
   int sig = 0;

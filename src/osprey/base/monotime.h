@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace osprey {
@@ -72,11 +73,34 @@ class MonoTime {
   Clock::time_point time_point() const { return tp_; }
   bool IsMax() const { return tp_ == Clock::time_point::max(); }
 
-  MonoTime operator+(MonoDelta d) const;
+  // Both saturate instead of wrapping: Now() + a huge timeout stays "far
+  // future", and Min() - Now() (a deadline of "already expired") stays a
+  // huge negative delta. Inline: every call takes several.
+  MonoTime operator+(MonoDelta d) const {
+    using Rep = Clock::duration::rep;
+    Rep add =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(d.ToNanoseconds()))
+            .count();
+    Rep sum;
+    if (__builtin_add_overflow(tp_.time_since_epoch().count(), add, &sum)) {
+      return add > 0 ? Max() : Min();
+    }
+    return MonoTime(Clock::time_point(Clock::duration(sum)));
+  }
   MonoTime operator-(MonoDelta d) const {
     return *this + MonoDelta::FromNanoseconds(-d.ToNanoseconds());
   }
-  MonoDelta operator-(MonoTime o) const;
+  MonoDelta operator-(MonoTime o) const {
+    using std::chrono::duration_cast;
+    using std::chrono::nanoseconds;
+    int64_t a = duration_cast<nanoseconds>(tp_.time_since_epoch()).count();
+    int64_t b = duration_cast<nanoseconds>(o.tp_.time_since_epoch()).count();
+    int64_t diff;
+    if (__builtin_sub_overflow(a, b, &diff)) {
+      diff = a > b ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+    }
+    return MonoDelta::FromNanoseconds(diff);
+  }
   auto operator<=>(const MonoTime&) const = default;
 
  private:

@@ -88,6 +88,10 @@ MessengerBuilder& MessengerBuilder::set_http_endpoints(bool enabled) {
   http_endpoints_ = enabled;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_http_on_rpc_port(bool enabled) {
+  http_on_rpc_port_ = enabled;
+  return *this;
+}
 MessengerBuilder& MessengerBuilder::set_remembered_results(MonoDelta response_ttl,
                                                            MonoDelta client_ttl, size_t max_bytes) {
   remember_responses_ttl_ = response_ttl;
@@ -160,6 +164,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   Messenger::Settings obs;
   obs.metrics = metrics_;
   obs.http_endpoints = http_endpoints_;
+  obs.http_on_rpc_port = http_on_rpc_port_;
   obs.slow_call_threshold = slow_call_threshold_;
   obs.remember_responses_ttl = remember_responses_ttl_;
   obs.remember_clients_ttl = remember_clients_ttl_;
@@ -240,6 +245,7 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);
     options.http_handler = http_.get();
+    options.http_on_rpc_port = obs.http_on_rpc_port;
     options.track_calls = true;
   }
   for (int i = 0; i < num_reactors; ++i) {
@@ -291,12 +297,43 @@ Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
   MutexLock l(mu_);
   if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   if (acceptor_) return Status::IllegalState("messenger " + name_ + " is already listening");
-  Socket listener;
   Sockaddr actual;
-  OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));
+  OSPREY_RETURN_NOT_OK(StartAcceptor(addr, /*http_only=*/false, &acceptor_, &actual));
+  if (bound) *bound = actual;
+  LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
+  return Status::OK();
+}
+
+Status Messenger::ListenHttp(const Sockaddr& addr, Sockaddr* bound) {
+  if (transport::Reactor::OnAnyReactorThread()) {
+    return Status::IllegalState(
+        "ListenHttp waits for a reactor; it cannot run on a reactor thread");
+  }
+  if (http_ == nullptr) {
+    return Status::IllegalState("messenger " + name_ +
+                                " has no HTTP endpoints to serve: build it with "
+                                "MessengerBuilder::set_http_endpoints(true)");
+  }
+  MutexLock l(mu_);
+  if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+  std::shared_ptr<transport::Acceptor> acceptor;
+  Sockaddr actual;
+  OSPREY_RETURN_NOT_OK(StartAcceptor(addr, /*http_only=*/true, &acceptor, &actual));
+  http_acceptors_.push_back(std::move(acceptor));
+  if (bound) *bound = actual;
+  LOG(INFO) << "messenger " << name_ << " serving HTTP on " << actual.ToString();
+  return Status::OK();
+}
+
+Status Messenger::StartAcceptor(const Sockaddr& addr, bool http_only,
+                                std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) {
+  using Serves = transport::Acceptor::Serves;
+  Socket listener;
+  OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, bound));
   transport::Reactor* r = reactors_[0].get();
   auto acceptor = std::make_shared<transport::Acceptor>(
-      r, std::move(listener), [this] { return NextServerReactor(); }, open_server_connections_);
+      r, std::move(listener), http_only ? Serves::kHttp : Serves::kRpc,
+      [this] { return NextServerReactor(); }, open_server_connections_);
   Status result;
   CountDownLatch started(1);
   if (!r->Schedule([&] {
@@ -307,9 +344,7 @@ Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
   }
   started.Wait();
   OSPREY_RETURN_NOT_OK(result);
-  acceptor_ = std::move(acceptor);
-  if (bound) *bound = actual;
-  LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
+  *out = std::move(acceptor);
   return Status::OK();
 }
 
@@ -331,7 +366,7 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
 void Messenger::Shutdown(MonoDelta handler_wait) {
   const MonoTime handler_deadline = MonoTime::Now() + handler_wait;
   const bool own_thread = OnOwnThread();
-  std::shared_ptr<transport::Acceptor> acceptor;
+  std::vector<std::shared_ptr<transport::Acceptor>> acceptors;
   ServiceMap services;
   {
     MutexLock l(mu_);
@@ -343,7 +378,9 @@ void Messenger::Shutdown(MonoDelta handler_wait) {
     }
     shut_down_ = true;
     closing_.store(true);
-    acceptor = std::move(acceptor_);
+    if (acceptor_) acceptors.push_back(std::move(acceptor_));
+    for (auto& a : http_acceptors_) acceptors.push_back(std::move(a));
+    http_acceptors_.clear();
     services = services_;  // keep them registered so late calls find them shutting down
   }
   if (own_thread) {
@@ -353,21 +390,21 @@ void Messenger::Shutdown(MonoDelta handler_wait) {
     // whoever called us holds a reference.
     std::shared_ptr<Messenger> keep = self_.lock();
     CHECK(keep) << "Shutdown() of messenger " << name_ << " from its own thread during destruction";
-    std::thread([keep = std::move(keep), acceptor = std::move(acceptor),
+    std::thread([keep = std::move(keep), acceptors = std::move(acceptors),
                  services = std::move(services), handler_deadline]() mutable {
-      keep->FinishShutdown(std::move(acceptor), std::move(services), handler_deadline);
+      keep->FinishShutdown(std::move(acceptors), std::move(services), handler_deadline);
     }).detach();
     return;
   }
-  FinishShutdown(std::move(acceptor), std::move(services), handler_deadline);
+  FinishShutdown(std::move(acceptors), std::move(services), handler_deadline);
 }
 
-void Messenger::FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services,
-                               MonoTime handler_deadline) {
-  if (acceptor) {
+void Messenger::FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>> acceptors,
+                               ServiceMap services, MonoTime handler_deadline) {
+  if (!acceptors.empty()) {
     CountDownLatch stopped(1);
     if (reactors_[0]->Schedule([&] {
-          acceptor->Stop();
+          for (auto& a : acceptors) a->Stop();
           stopped.CountDown();
         })) {
       stopped.Wait();
@@ -406,10 +443,9 @@ Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {
   return Status::OK();
 }
 
-void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
-                          std::shared_ptr<OutboundCall> call, bool sync) {
-  transport::ConnectionKey key{remote, user};
-  transport::Reactor* r = reactors_[transport::ConnectionKeyHash()(key) % reactors_.size()].get();
+void Messenger::QueueCall(std::shared_ptr<OutboundCall> call, bool sync) {
+  transport::Reactor* r =
+      reactors_[transport::ConnectionKeyHash()(call->destination()) % reactors_.size()].get();
   call->set_reactor_for_cancel(r);
   if (closing_.load()) {
     call->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
@@ -417,11 +453,11 @@ void Messenger::QueueCall(const Sockaddr& remote, const std::string& user,
   }
   // A blocking caller sends its call itself when the reactor sleeps: that
   // saves waking the reactor only to write one frame.
-  if (sync && r->TryRunHere([&] { r->AssignCall(key, call); })) return;
+  if (sync && r->TryRunHere([&] { r->AssignCall(call); })) return;
   // Runs on the reactor; if the reactor already stopped, fail it here
   // (ScheduleCall leaves the call with us when it refuses it).
   std::shared_ptr<transport::ClientCall> client_call = std::move(call);
-  if (!r->ScheduleCall(std::move(key), std::move(client_call))) {
+  if (!r->ScheduleCall(std::move(client_call))) {
     client_call->FailUnsent(Status::Aborted("messenger " + name_ + " is shut down"));
   }
 }

@@ -96,6 +96,10 @@ class MessengerBuilder {
   // (calls in flight and recent slow calls, JSON or HTML), /connections
   // (JSON) and /healthz. It also traces server calls in flight for /rpcz.
   MessengerBuilder& set_http_endpoints(bool enabled);
+  // With HTTP endpoints on: false serves them only on the addresses given
+  // to Messenger::ListenHttp, and refuses HTTP on the RPC port (as a bad
+  // connection header). True by default.
+  MessengerBuilder& set_http_on_rpc_port(bool enabled);
   // Calls that take at least this long are kept for /rpcz, the last 20 per
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
@@ -122,6 +126,7 @@ class MessengerBuilder {
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
   bool metrics_ = true;
   bool http_endpoints_ = false;
+  bool http_on_rpc_port_ = true;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   MonoDelta remember_responses_ttl_ = MonoDelta::FromSeconds(600);
   MonoDelta remember_clients_ttl_ = MonoDelta::FromSeconds(3600);
@@ -137,6 +142,11 @@ class Messenger {
   // Listens on `addr` (port 0 picks a free port); *bound gets the address
   // actually bound. Once per Messenger.
   Status Listen(const Sockaddr& addr, Sockaddr* bound = nullptr);
+  // Serves the HTTP endpoints, and nothing else, on `addr` as well: a
+  // scrape address apart from the RPC port (another interface, a fixed
+  // port). Needs MessengerBuilder::set_http_endpoints(true); any number of
+  // addresses. An RPC client there is answered 400 and disconnected.
+  Status ListenHttp(const Sockaddr& addr, Sockaddr* bound = nullptr);
   Status RegisterService(std::unique_ptr<ServiceIf> service,
                          const ServicePoolOptions& options = ServicePoolOptions());
   void Shutdown() { Shutdown(MonoDelta::Max()); }
@@ -172,6 +182,7 @@ class Messenger {
   struct Settings {
     bool metrics = true;
     bool http_endpoints = false;
+    bool http_on_rpc_port = true;
     MonoDelta slow_call_threshold;
     // What the server remembers of exactly-once answers.
     MonoDelta remember_responses_ttl;
@@ -184,11 +195,10 @@ class Messenger {
   SlowCallLog* slow_calls() const;
   // Request ids of this messenger's calls to methods that track results.
   const std::shared_ptr<RequestTracker>& request_tracker() const { return request_tracker_; }
-  // Proxy: sends `call` over the connection to (remote, user).
+  // Proxy: sends `call` over the connection to its destination.
   // `sync`: the caller is about to block on the call; it may then send it
   // itself if the connection's reactor is idle.
-  void QueueCall(const Sockaddr& remote, const std::string& user,
-                 std::shared_ptr<OutboundCall> call, bool sync = false);
+  void QueueCall(std::shared_ptr<OutboundCall> call, bool sync = false);
 
   // The reactors' way in: hands each request frame to its service. Defined
   // in messenger.cc, so the transport stays out of this header.
@@ -206,6 +216,10 @@ class Messenger {
   bool OnOwnThread();
 
   transport::Reactor* NextServerReactor();
+  // Binds `addr` and starts accepting on reactor 0: RPC (which may turn
+  // out to be HTTP), or `http_only`.
+  Status StartAcceptor(const Sockaddr& addr, bool http_only,
+                       std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) REQUIRES(mu_);
 
   const std::string name_;
   // Unique among messengers ever made: the client-metrics cache's key.
@@ -226,6 +240,7 @@ class Messenger {
 
   Mutex mu_;
   std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<transport::Acceptor>> http_acceptors_ GUARDED_BY(mu_);
   // Transparent hashing: looking a service up by the request's name (a
   // view into the frame) allocates nothing.
   struct NameHash {
@@ -236,8 +251,8 @@ class Messenger {
       std::unordered_map<std::string, std::shared_ptr<ServicePool>, NameHash, std::equal_to<>>;
   ServiceMap services_ GUARDED_BY(mu_);
   // The waiting half of Shutdown(): stops pools and reactors.
-  void FinishShutdown(std::shared_ptr<transport::Acceptor> acceptor, ServiceMap services,
-                      MonoTime handler_deadline);
+  void FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>> acceptors,
+                      ServiceMap services, MonoTime handler_deadline);
   bool shut_down_ GUARDED_BY(mu_) = false;  // Shutdown() began
   bool shutdown_done_ GUARDED_BY(mu_) = false;
   CondVar shutdown_done_cv_;

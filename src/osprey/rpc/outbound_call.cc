@@ -38,8 +38,6 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       callback_(std::move(prior->callback_)),
       metrics_(prior->metrics_),
       slow_calls_(prior->slow_calls_),
-      remote_(prior->remote_),
-      user_(prior->user_),
       resolution_(prior->resolution_),
       request_tracker_(prior->request_tracker_),
       seq_no_(prior->seq_no_),
@@ -186,16 +184,11 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
 
 void OutboundCall::OnFailure(const Status& status) { Complete(status, nullptr, nullptr, {}); }
 
-void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls,
-                                 const Sockaddr& remote, const std::string& user) {
+void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls) {
   metrics_ = metrics;
   slow_calls_ = slow_calls;
   if (metrics_ != nullptr || slow_calls_ != nullptr) mark_started();
   if (metrics_ != nullptr) metrics_->started->Increment();
-  if (slow_calls_ != nullptr) {
-    remote_ = remote;
-    user_ = user;
-  }
 }
 
 void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
@@ -211,7 +204,7 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
     }
     if (slow_calls_ != nullptr && took >= slow_calls_->threshold()) {
       slow_calls_->MaybeRecord(/*inbound=*/false, method_->service() + "." + method_->method(),
-                               remote_, user_, took,
+                               destination().remote, destination().user, took,
                                status.ok() ? "ok" : Status::CodeName(status.code()));
     }
   }

@@ -47,8 +47,7 @@ class OutboundCall final : public transport::ClientCall {
   void set_reactor_for_cancel(transport::Reactor* reactor) { cancel_reactor_.store(reactor); }
   // Before the call is queued: count it in `metrics` (null: not counted);
   // list it in `slow_calls` if it is slow (null: not listed).
-  void set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls, const Sockaddr& remote,
-                     const std::string& user);
+  void set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls);
   // Before the call is queued: the named proxy's resolution, which a
   // network error makes stale.
   void set_resolution(std::shared_ptr<NameResolution> resolution) {
@@ -93,8 +92,6 @@ class OutboundCall final : public transport::ClientCall {
   std::atomic<transport::Reactor*> cancel_reactor_{nullptr};
   ClientMethodMetrics* metrics_ = nullptr;
   SlowCallLog* slow_calls_ = nullptr;
-  Sockaddr remote_;
-  std::string user_;
   std::shared_ptr<NameResolution> resolution_;
   std::shared_ptr<RequestTracker> request_tracker_;  // null: no request id
   int64_t seq_no_ = 0;

@@ -63,8 +63,8 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     call->set_resolution(resolution_);
     if (addresses->size() > 1) call->set_fallbacks(addresses, 1);
   }
-  call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls(), *remote,
-                      user_);
+  call->set_destination({*remote, user_});
+  call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls());
   if (method->track_result()) {
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
     call->set_request_id(tracker, tracker->Begin());
@@ -88,7 +88,8 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                       if (addresses != nullptr && addresses->size() > 1) {
                         next->set_fallbacks(addresses, 1);
                       }
-                      m->QueueCall(to, user, std::move(next), /*sync=*/false);
+                      next->set_destination({to, user});
+                      m->QueueCall(std::move(next), /*sync=*/false);
                     });
   }
   // A sync call's callback only counts down the caller's latch.
@@ -99,7 +100,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                                 " lacks required fields: " + request.InitializationErrorString()));
     return;
   }
-  messenger_->QueueCall(*remote, user_, std::move(call), sync);
+  messenger_->QueueCall(std::move(call), sync);
 }
 
 template <class M>

@@ -62,11 +62,7 @@ int64_t ServerMethodMetrics::Answered() const {
   return n;
 }
 
-void ServerMethodMetrics::CountOutcome(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
-  if (ok) {
-    ok_->Increment();
-    return;
-  }
+void ServerMethodMetrics::CountError(wire::ErrorStatusPB::RpcErrorCodePB code) {
   size_t i = static_cast<size_t>(code) & 0xff;
   Counter* c = by_code_[i].load(std::memory_order_acquire);
   if (c == nullptr) {
@@ -111,9 +107,8 @@ int64_t ClientMethodMetrics::Finished() const {
   return n;
 }
 
-void ClientMethodMetrics::CountOutcome(const Status& s) {
-  Outcome o = s.ok()                     ? kOk
-              : s.IsTimedOut()           ? kTimedOut
+void ClientMethodMetrics::CountFailure(const Status& s) {
+  Outcome o = s.IsTimedOut()             ? kTimedOut
               : s.IsAborted()            ? kCancelled
               : s.IsNetworkError()       ? kNetworkError
               : s.IsRemoteError()        ? kRemoteError

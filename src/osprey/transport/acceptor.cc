@@ -7,14 +7,17 @@
 #include <cerrno>
 
 #include "osprey/transport/connection.h"
+#include "osprey/transport/http_connection.h"
 #include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
 
-Acceptor::Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor,
+Acceptor::Acceptor(Reactor* reactor, Socket listener, Serves serves,
+                   std::function<Reactor*()> pick_reactor,
                    std::shared_ptr<std::atomic<int64_t>> open_connections)
     : reactor_(reactor),
       listener_(std::move(listener)),
+      serves_(serves),
       pick_reactor_(std::move(pick_reactor)),
       open_connections_(std::move(open_connections)) {}
 
@@ -117,6 +120,19 @@ void Acceptor::HandleEvents(uint32_t) {
     if (TransportMetrics* m = reactor_->options().metrics.get())
       m->connections_accepted->Increment();
     Reactor* target = pick_reactor_();
+    if (serves_ == Serves::kHttp) {
+      auto h = std::make_shared<HttpConnection>(target, std::move(conn), remote, std::string(),
+                                                target->http_handler(), open_connections_);
+      auto adopt = [target, h = std::move(h)]() mutable {
+        target->AdoptHttpConnection(std::move(h));
+      };
+      if (target == reactor_) {
+        adopt();
+      } else {
+        target->Schedule(std::move(adopt));  // false: shutting down; the socket closes
+      }
+      continue;
+    }
     auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
                                           remote, std::string());
     c->CountIn(open_connections_);

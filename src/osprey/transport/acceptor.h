@@ -1,6 +1,8 @@
-// Acceptor: the listening socket of a server Messenger, in the epoll set of
+// Acceptor: a listening socket of a server Messenger, in the epoll set of
 // one reactor. Accepts every waiting connection when readable and hands each
-// to a reactor chosen by `pick_reactor`. Reactor thread only, apart from
+// to a reactor chosen by `pick_reactor`: as an RPC connection (which may
+// still turn out to be HTTP, on the RPC port), or, on an HTTP listener, as
+// an HttpConnection from its first byte. Reactor thread only, apart from
 // construction.
 #pragma once
 
@@ -15,11 +17,13 @@ namespace osprey::transport {
 
 class Acceptor : public EventHandler, public std::enable_shared_from_this<Acceptor> {
  public:
+  enum class Serves { kRpc, kHttp };
   // `open_connections` counts the server connections alive (shared with
   // every Connection this acceptor creates, which decrement it on
   // destruction); past the reactor options' max_server_connections new
   // connections are closed at once.
-  Acceptor(Reactor* reactor, Socket listener, std::function<Reactor*()> pick_reactor,
+  // kHttp needs the reactors' options to have an http_handler.
+  Acceptor(Reactor* reactor, Socket listener, Serves serves, std::function<Reactor*()> pick_reactor,
            std::shared_ptr<std::atomic<int64_t>> open_connections);
   ~Acceptor() override;
 
@@ -34,6 +38,7 @@ class Acceptor : public EventHandler, public std::enable_shared_from_this<Accept
  private:
   Reactor* const reactor_;
   Socket listener_;
+  const Serves serves_;
   std::function<Reactor*()> pick_reactor_;
   bool paused_ = false;
   std::shared_ptr<std::atomic<int64_t>> open_connections_;

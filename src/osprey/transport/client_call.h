@@ -14,6 +14,7 @@
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/transport/connection_key.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame.h"
 #include "osprey/wire/frame_encoder.h"
@@ -37,6 +38,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual std::string Describe() const = 0;
 
   MonoTime deadline() const { return deadline_; }
+  // Where the call goes: set by the caller before it is queued; its
+  // reactor moves it to the next fallback address when one is taken. Read
+  // on the reactor thread, or by the caller before the call is queued.
+  const ConnectionKey& destination() const { return destination_; }
+  void set_destination(ConnectionKey d) { destination_ = std::move(d); }
   // When the caller made the call, if anything watches it (metrics,
   // /rpcz): stamped only then, from the loop time when the caller is a
   // reactor thread (a callback making the next call).
@@ -95,13 +101,15 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   bool Finish(const Status& status);
   bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
-  // Reactor thread: the next fallback address, if any is left.
-  bool TakeFallback(Sockaddr* next) {
+  // Reactor thread: makes the next fallback address, if any is left, the
+  // destination.
+  bool TakeFallback() {
     if (fallbacks_ == nullptr || next_fallback_ >= fallbacks_->size()) return false;
-    *next = (*fallbacks_)[next_fallback_++];
+    destination_.remote = (*fallbacks_)[next_fallback_++];
     return true;
   }
 
+  ConnectionKey destination_;
   MonoTime deadline_ = MonoTime::Max();
   MonoTime started_;
   std::atomic<bool> finished_{false};

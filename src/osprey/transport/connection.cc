@@ -214,7 +214,8 @@ void Connection::ReadAvailable() {
     last_activity_ = reactor_->loop_time();
     if (state_ == State::kAwaitingConnectionHeader) {
       Status s = ReadConnectionHeader();
-      if (!s.ok() && s.IsCorruption() && LooksLikeHttp() && reactor_->http_handler() != nullptr) {
+      if (!s.ok() && s.IsCorruption() && LooksLikeHttp() && reactor_->http_handler() != nullptr &&
+          reactor_->options().http_on_rpc_port) {
         BecomeHttp();
         return;
       }
@@ -834,13 +835,13 @@ void Connection::Shutdown(const Status& why) {
   const std::string where = ToString();
   if (call_status.message().rfind(where, 0) != 0) call_status = call_status.CloneAndPrepend(where);
   for (auto& c : client_calls_.TakeAll()) {
-    Sockaddr next;
-    if (never_connected && c->TakeFallback(&next)) {
-      VLOG(1) << c->Describe() << ": " << call_status.ToString() << "; trying " << next.ToString();
+    if (never_connected && c->TakeFallback()) {
+      VLOG(1) << c->Describe() << ": " << call_status.ToString() << "; trying "
+              << c->destination().remote.ToString();
       // Queued anew from the reactor's next iteration, not from inside this
       // connection's close.
       c->ReleaseTransportState();
-      if (reactor_->ScheduleCall({next, user_}, std::move(c))) continue;
+      if (reactor_->ScheduleCall(std::move(c))) continue;
     }
     c->Finish(call_status);
   }

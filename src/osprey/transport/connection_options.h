@@ -46,6 +46,9 @@ struct ConnectionOptions {
   // Where HTTP requests on the RPC port go; null: they are refused, as a
   // bad connection header. Owned by the messenger.
   HttpHandler* http_handler = nullptr;
+  // False: HTTP is served only on the messenger's HTTP listeners
+  // (Messenger::ListenHttp), and a request on the RPC port is refused.
+  bool http_on_rpc_port = true;
   // Server calls in flight are traced for /rpcz.
   bool track_calls = false;
 };

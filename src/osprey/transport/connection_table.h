@@ -12,22 +12,11 @@
 #include <vector>
 
 #include "osprey/base/sockaddr.h"
+#include "osprey/transport/connection_key.h"
 
 namespace osprey::transport {
 
 class Connection;
-
-// Where a client call goes: one connection per (address, user).
-struct ConnectionKey {
-  Sockaddr remote;
-  std::string user;
-  bool operator==(const ConnectionKey& o) const { return remote == o.remote && user == o.user; }
-};
-struct ConnectionKeyHash {
-  size_t operator()(const ConnectionKey& k) const {
-    return k.remote.Hash() * 31 + std::hash<std::string>()(k.user);
-  }
-};
 
 class ConnectionTable {
  public:

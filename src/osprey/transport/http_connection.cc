@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 #include <sys/epoll.h>
 
+#include "osprey/transport/transport_metrics.h"
+
 namespace osprey::transport {
 
 namespace {
@@ -95,6 +97,7 @@ void HttpConnection::HandleEvents(uint32_t events) {
         return;
       }
       if (n == 0) break;
+      if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_received->Increment(n);
       in_.append(reinterpret_cast<const char*>(buf), n);
       if (in_.size() > kMaxBufferedBytes) {
         Close("more than " + std::to_string(kMaxBufferedBytes) + " bytes sent ahead of an answer");
@@ -188,6 +191,7 @@ void HttpConnection::Flush() {
       return;
     }
     if (n == 0) break;
+    if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_sent->Increment(n);
     out_sent_ += n;
   }
   if (out_sent_ == out_.size()) {

@@ -113,8 +113,8 @@ bool Reactor::Schedule(Task task) {
   return Post([&](Inbox& in) { in.tasks.push_back(std::move(task)); });
 }
 
-bool Reactor::ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall>&& call) {
-  return Post([&](Inbox& in) { in.calls.emplace_back(std::move(key), std::move(call)); });
+bool Reactor::ScheduleCall(std::shared_ptr<ClientCall>&& call) {
+  return Post([&](Inbox& in) { in.calls.push_back(std::move(call)); });
 }
 
 bool Reactor::ScheduleResponse(std::shared_ptr<Connection> conn, int32_t call_id,
@@ -227,7 +227,7 @@ void Reactor::RunTasks() {
     std::swap(inbox_, draining_);
   }
   // Calls before tasks: a Cancel() task must find its call already assigned.
-  for (auto& [key, call] : draining_.calls) AssignCall(key, std::move(call));
+  for (auto& call : draining_.calls) AssignCall(std::move(call));
   for (auto& r : draining_.responses) {
     Connection::DeliverResponse(r.conn.get(), r.call_id, std::move(r.frame));
   }
@@ -326,7 +326,7 @@ void Reactor::CloseAllConnections(const Status& why) {
   flush_list_.clear();
 }
 
-void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call) {
+void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {
   AssertCurrentThread();
   if (call->finished()) return;  // cancelled before it got here
   call->reactor_ = this;
@@ -342,7 +342,8 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
   MonoTime now = loop_time_;
   if (!call->deadline().IsMax()) {
     if (call->deadline() <= now) {
-      call->Finish(Status::TimedOut(call->Describe() + " to " + key.remote.ToString() +
+      call->Finish(Status::TimedOut(call->Describe() + " to " +
+                                    call->destination().remote.ToString() +
                                     " timed out before it was sent"));
       return;
     }
@@ -361,6 +362,7 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     });
   }
 
+  const ConnectionKey& key = call->destination();
   Connection* target = conns_.FindClient(key);
   if (target == nullptr) {
     Socket sock;
@@ -371,7 +373,7 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     bool in_progress = false;
     if (s.ok()) s = sock.Connect(key.remote, &in_progress);
     if (!s.ok()) {
-      FinishOrTryNextAddress(std::move(call), key.user, s);
+      FinishOrTryNextAddress(std::move(call), s);
       return;
     }
     auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
@@ -382,23 +384,22 @@ void Reactor::AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> c
     s = conn->Start(in_progress);
     if (!s.ok()) {
       conn->Shutdown(s);
-      FinishOrTryNextAddress(std::move(call), key.user, Status::NetworkError(s.ToString()));
+      FinishOrTryNextAddress(std::move(call), Status::NetworkError(s.ToString()));
       return;
     }
   }
   target->QueueCall(std::move(call));
 }
 
-void Reactor::FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const std::string& user,
-                                     const Status& why) {
-  Sockaddr next;
-  if (!call->TakeFallback(&next)) {
+void Reactor::FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const Status& why) {
+  if (!call->TakeFallback()) {
     call->Finish(why);
     return;
   }
-  VLOG(1) << call->Describe() << ": " << why.ToString() << "; trying " << next.ToString();
+  VLOG(1) << call->Describe() << ": " << why.ToString() << "; trying "
+          << call->destination().remote.ToString();
   call->ReleaseTransportState();  // its timer: AssignCall sets it again
-  AssignCall({next, user}, std::move(call));
+  AssignCall(std::move(call));
 }
 
 void Reactor::AdoptServerConnection(std::shared_ptr<Connection> conn) {

@@ -78,7 +78,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // allocate nothing per call: a client call to send (AssignCall on the
   // reactor) and a server response to queue on its connection.
   // ScheduleCall takes `call` only when it returns true.
-  bool ScheduleCall(ConnectionKey key, std::shared_ptr<ClientCall>&& call);
+  bool ScheduleCall(std::shared_ptr<ClientCall>&& call);
   bool ScheduleResponse(std::shared_ptr<Connection> conn, int32_t call_id,
                         std::unique_ptr<wire::OutboundFrame> frame);
 
@@ -143,9 +143,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   TimerId ScheduleTimer(MonoTime when, std::function<void()> fn);
   void CancelTimer(TimerId id);
 
-  // Sends a client call over the connection for `key`, connecting first if
+  // Sends a client call over the connection for its destination, connecting first if
   // there is none. The call fails (exactly once) if that is impossible.
-  void AssignCall(const ConnectionKey& key, std::shared_ptr<ClientCall> call);
+  void AssignCall(std::shared_ptr<ClientCall> call);
   // Takes a freshly accepted server-side socket.
   void AdoptServerConnection(std::shared_ptr<Connection> conn);
   // Takes a server connection that turned out to speak HTTP, and forgets
@@ -175,8 +175,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   int NextTimeoutMillis(MonoTime now) const REQUIRES(loop_mu_);
   // A call no connection could be made for: to its next fallback address
   // (ClientCall::set_fallbacks), or finished with `why`.
-  void FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const std::string& user,
-                              const Status& why) REQUIRES(loop_mu_);
+  void FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const Status& why)
+      REQUIRES(loop_mu_);
   void Wake();
   bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
   void EndBorrow() RELEASE(loop_mu_);
@@ -206,7 +206,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
       int32_t call_id;
       std::unique_ptr<wire::OutboundFrame> frame;
     };
-    std::vector<std::pair<ConnectionKey, std::shared_ptr<ClientCall>>> calls;
+    std::vector<std::shared_ptr<ClientCall>> calls;
     std::vector<Response> responses;
     std::vector<Task> tasks;
     bool empty() const { return calls.empty() && responses.empty() && tasks.empty(); }
