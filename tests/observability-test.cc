@@ -424,14 +424,8 @@ TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyR
   // An RPC client that dials the HTTP address fails at once, with a reason,
   // and the address goes on serving HTTP.
   CalculatorServiceProxy wrong(client, hs.http_address);
-  AddRequestPB req;
-  req.set_x(1);
-  req.set_y(2);
-  AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(10));
   MonoTime start = MonoTime::Now();
-  Status s = wrong.Add(req, &resp, &ctl);
+  Status s = Add(wrong, 1, 2);  // with a 10 s deadline
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(5)) << s.ToString();
   ASSERT_TRUE(http.Get("/healthz", &r).ok());

@@ -120,29 +120,21 @@ void Acceptor::HandleEvents(uint32_t) {
     if (TransportMetrics* m = reactor_->options().metrics.get())
       m->connections_accepted->Increment();
     Reactor* target = pick_reactor_();
+    Task adopt;
     if (serves_ == Serves::kHttp) {
       auto h = std::make_shared<HttpConnection>(target, std::move(conn), remote, std::string(),
                                                 target->http_handler(), open_connections_);
-      auto adopt = [target, h = std::move(h)]() mutable {
-        target->AdoptHttpConnection(std::move(h));
-      };
-      if (target == reactor_) {
-        adopt();
-      } else {
-        target->Schedule(std::move(adopt));  // false: shutting down; the socket closes
-      }
-      continue;
-    }
-    auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
-                                          remote, std::string());
-    c->CountIn(open_connections_);
-    auto make = [target, c = std::move(c)]() mutable {
-      target->AdoptServerConnection(std::move(c));
-    };
-    if (target == reactor_) {
-      make();
+      adopt = [target, h = std::move(h)]() mutable { target->AdoptHttpConnection(std::move(h)); };
     } else {
-      target->Schedule(std::move(make));  // false: shutting down; the socket closes
+      auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
+                                            remote, std::string());
+      c->CountIn(open_connections_);
+      adopt = [target, c = std::move(c)]() mutable { target->AdoptServerConnection(std::move(c)); };
+    }
+    if (target == reactor_) {
+      adopt();
+    } else {
+      target->Schedule(std::move(adopt));  // false: shutting down; the socket closes
     }
   }
 }
