@@ -388,10 +388,9 @@ TEST(HttpEndpointsTest, HttpBytesAreCountedWithTheRpcBytes) {
 struct SeparateHttpServer {
   TestServer server;
   Sockaddr http_address;
-  Status Start() {
+  Status Start(MessengerBuilder builder = MessengerBuilder("observed")) {
     OSPREY_RETURN_NOT_OK(server.Start(
-        1, ServicePoolOptions(),
-        MessengerBuilder("observed").set_http_endpoints(true).set_http_on_rpc_port(false)));
+        1, ServicePoolOptions(), builder.set_http_endpoints(true).set_http_on_rpc_port(false)));
     return server.messenger->ListenHttp(Sockaddr::Loopback(0), &http_address);
   }
 };
@@ -415,18 +414,23 @@ TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyR
   ASSERT_TRUE(http.Get("/healthz", &r).ok());
   EXPECT_EQ(200, r.status);
 
-  // The RPC port refuses HTTP, as any bad connection header.
+  // The RPC port refuses HTTP, as any bad connection header: closed, no
+  // answer.
   HttpClient on_rpc_port;
   ASSERT_TRUE(on_rpc_port.Connect(hs.server.address).ok());
   ASSERT_TRUE(on_rpc_port.SendRaw("GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").ok());
-  EXPECT_TRUE(on_rpc_port.ClosedWithin(MonoDelta::FromSeconds(5)));
+  HttpReply none;
+  Status read = on_rpc_port.Read(&none, MonoDelta::FromSeconds(5));
+  EXPECT_TRUE(read.IsNetworkError()) << read.ToString() << "; status " << none.status;
 
-  // An RPC client that dials the HTTP address fails at once, with a reason,
+  // An RPC client that dials the HTTP address fails at once, saying why,
   // and the address goes on serving HTTP.
   CalculatorServiceProxy wrong(client, hs.http_address);
   MonoTime start = MonoTime::Now();
   Status s = Add(wrong, 1, 2);  // with a 10 s deadline
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("the server answered in HTTP, not KRPC"))
+      << s.ToString();
   EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(5)) << s.ToString();
   ASSERT_TRUE(http.Get("/healthz", &r).ok());
   EXPECT_EQ(200, r.status);
@@ -460,6 +464,95 @@ TEST(HttpEndpointsTest, ListenHttpNeedsTheEndpointsOnAndTheMessengerRunning) {
   hs.server.messenger->Shutdown();
   s = hs.server.messenger->ListenHttp(Sockaddr::Loopback(0), &bound);
   EXPECT_TRUE(s.IsIllegalState()) << s.ToString();
+
+  std::shared_ptr<Messenger> m;
+  s = MessengerBuilder("contradiction").set_http_on_rpc_port(false).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_http_endpoints(true)")) << s.ToString();
+}
+
+TEST(HttpEndpointsTest, AnHttpOnlyListenerOnAUnixSocketCountsItsBytesAndGoesAtShutdown) {
+  TestServer server;
+  ASSERT_TRUE(
+      server.Start(1, ServicePoolOptions(), MessengerBuilder("observed").set_http_endpoints(true))
+          .ok());
+  Messenger* m = server.messenger.get();
+  const Sockaddr where = ListenAddressFor(TestTransport::kUnix);
+  Sockaddr bound;
+  ASSERT_TRUE(m->ListenHttp(where, &bound).ok());
+  ASSERT_EQ(0, access(where.unix_path().c_str(), F_OK));
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(bound).ok());
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+  ASSERT_TRUE(http.SendRaw(request).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Read(&r).ok());
+  ASSERT_EQ(200, r.status);
+  // No RPC traffic: the counters hold this exchange alone.
+  const double answer = static_cast<double>(r.headers.size() + 2 + r.body.size());
+  EXPECT_EQ(static_cast<double>(request.size()), Value(m, "osprey_bytes_received_total", {}));
+  EXPECT_TRUE(WaitUntil([&] { return Value(m, "osprey_bytes_sent_total", {}) == answer; }))
+      << Value(m, "osprey_bytes_sent_total", {}) << " sent, the answer was " << answer;
+  m->Shutdown();
+  EXPECT_NE(0, access(where.unix_path().c_str(), F_OK)) << where.unix_path() << " is still there";
+}
+
+TEST(HttpEndpointsTest, HttpOnlyConnectionsHaveALimitApartFromRpcs) {
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start(MessengerBuilder("observed").set_max_server_connections(1)).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  ASSERT_TRUE(Add(proxy, 1, 1).ok());  // the one RPC connection allowed
+  // A scrape still gets in, and it takes no RPC client's place.
+  HttpClient http;
+  ASSERT_TRUE(http.Connect(hs.http_address).ok());
+  HttpReply r;
+  ASSERT_TRUE(http.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  ASSERT_TRUE(Add(proxy, 2, 2).ok());
+  // Each limit holds: a second scraper is closed at once.
+  HttpClient second;
+  ASSERT_TRUE(second.Connect(hs.http_address).ok());
+  EXPECT_TRUE(second.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+TEST(HttpEndpointsTest, ListenHttpWhileCallsFlowThroughTheSameReactor) {
+  // One reactor: it accepts, serves every call (taking the messenger's
+  // lock to find the service) and starts each HTTP listener, so a
+  // ListenHttp that held that lock while it waited for the reactor would
+  // deadlock against the calls.
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  auto client = MakeClient(2);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  std::atomic<bool> stop{false};
+  std::atomic<int> calls{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 100000 && !stop.load(); ++i) {
+        if (!Add(proxy, i, 1).ok()) return;
+        calls.fetch_add(1);
+      }
+    });
+  }
+  ASSERT_TRUE(WaitUntil([&] { return calls.load() >= 100; }));
+  std::vector<Sockaddr> listeners;
+  for (int i = 0; i < 20; ++i) {
+    Sockaddr bound;
+    Status s = hs.server.messenger->ListenHttp(Sockaddr::Loopback(0), &bound);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    listeners.push_back(bound);
+  }
+  stop.store(true);
+  for (auto& t : callers) t.join();
+  for (const Sockaddr& a : listeners) {
+    HttpClient http;
+    ASSERT_TRUE(http.Connect(a).ok());
+    HttpReply r;
+    ASSERT_TRUE(http.Get("/healthz", &r).ok());
+    EXPECT_EQ(200, r.status);
+  }
 }
 
 TEST(HttpEndpointsTest, WithoutHttpEndpointsAnHttpRequestIsClosed) {

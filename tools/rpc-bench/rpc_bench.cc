@@ -71,7 +71,14 @@ int ServeOnly() {
   Sockaddr bound, http_bound;
   auto server = StartServer(&bound, &http_bound);
   std::printf("Listening on %s\n", bound.ToString().c_str());
-  if (FLAGS_metrics) {
+  if (FLAGS_metrics && http_bound.is_unix()) {
+    std::string path = http_bound.unix_path();
+    const bool abstract = path.rfind('@', 0) == 0;
+    std::printf("Metrics at %s (curl %s %s http://localhost/metrics)\n",
+                http_bound.ToString().c_str(),
+                abstract ? "--abstract-unix-socket" : "--unix-socket",
+                abstract ? path.c_str() + 1 : path.c_str());
+  } else if (FLAGS_metrics) {
     std::printf("Metrics at http://%s/metrics, calls at http://%s/rpcz\n",
                 http_bound.ToString().c_str(), http_bound.ToString().c_str());
   }

@@ -117,6 +117,11 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (o.negotiation_timeout <= MonoDelta()) {
     return Status::InvalidArgument("negotiation timeout must be positive");
   }
+  if (!http_on_rpc_port_ && !http_endpoints_) {
+    return Status::InvalidArgument(
+        "set_http_on_rpc_port(false) moves the HTTP endpoints off the RPC port, but they are "
+        "off: add set_http_endpoints(true)");
+  }
   if (o.idle_timeout <= MonoDelta()) {
     return Status::InvalidArgument("idle timeout must be positive");
   }
@@ -294,14 +299,32 @@ Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
   if (transport::Reactor::OnAnyReactorThread()) {
     return Status::IllegalState("Listen waits for a reactor; it cannot run on a reactor thread");
   }
-  MutexLock l(mu_);
-  if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
-  if (acceptor_) return Status::IllegalState("messenger " + name_ + " is already listening");
+  {
+    MutexLock l(mu_);
+    if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+    if (listen_started_) {
+      return Status::IllegalState("messenger " + name_ + " is already listening");
+    }
+    listen_started_ = true;
+  }
+  std::shared_ptr<transport::Acceptor> acceptor;
   Sockaddr actual;
-  OSPREY_RETURN_NOT_OK(StartAcceptor(addr, /*http_only=*/false, &acceptor_, &actual));
-  if (bound) *bound = actual;
-  LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
-  return Status::OK();
+  Status s = StartAcceptor(addr, /*http_only=*/false, &acceptor, &actual);
+  {
+    MutexLock l(mu_);
+    if (!s.ok()) {
+      listen_started_ = false;
+      return s;
+    }
+    if (!shut_down_) {
+      acceptor_ = std::move(acceptor);
+      if (bound) *bound = actual;
+      LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
+      return Status::OK();
+    }
+  }
+  StopAcceptors({acceptor});  // Shutdown() began while it started
+  return Status::IllegalState("messenger " + name_ + " is shut down");
 }
 
 Status Messenger::ListenHttp(const Sockaddr& addr, Sockaddr* bound) {
@@ -314,15 +337,24 @@ Status Messenger::ListenHttp(const Sockaddr& addr, Sockaddr* bound) {
                                 " has no HTTP endpoints to serve: build it with "
                                 "MessengerBuilder::set_http_endpoints(true)");
   }
-  MutexLock l(mu_);
-  if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+  {
+    MutexLock l(mu_);
+    if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
+  }
   std::shared_ptr<transport::Acceptor> acceptor;
   Sockaddr actual;
   OSPREY_RETURN_NOT_OK(StartAcceptor(addr, /*http_only=*/true, &acceptor, &actual));
-  http_acceptors_.push_back(std::move(acceptor));
-  if (bound) *bound = actual;
-  LOG(INFO) << "messenger " << name_ << " serving HTTP on " << actual.ToString();
-  return Status::OK();
+  {
+    MutexLock l(mu_);
+    if (!shut_down_) {
+      http_acceptors_.push_back(std::move(acceptor));
+      if (bound) *bound = actual;
+      LOG(INFO) << "messenger " << name_ << " serving HTTP on " << actual.ToString();
+      return Status::OK();
+    }
+  }
+  StopAcceptors({acceptor});  // Shutdown() began while it started
+  return Status::IllegalState("messenger " + name_ + " is shut down");
 }
 
 Status Messenger::StartAcceptor(const Sockaddr& addr, bool http_only,
@@ -333,7 +365,10 @@ Status Messenger::StartAcceptor(const Sockaddr& addr, bool http_only,
   transport::Reactor* r = reactors_[0].get();
   auto acceptor = std::make_shared<transport::Acceptor>(
       r, std::move(listener), http_only ? Serves::kHttp : Serves::kRpc,
-      [this] { return NextServerReactor(); }, open_server_connections_);
+      [this] { return NextServerReactor(); },
+      // Apart, so that scrapes still connect when RPC clients fill the
+      // limit, and scrapers never take an RPC client's place.
+      http_only ? open_http_connections_ : open_server_connections_);
   Status result;
   CountDownLatch started(1);
   if (!r->Schedule([&] {
@@ -399,17 +434,22 @@ void Messenger::Shutdown(MonoDelta handler_wait) {
   FinishShutdown(std::move(acceptors), std::move(services), handler_deadline);
 }
 
+void Messenger::StopAcceptors(const std::vector<std::shared_ptr<transport::Acceptor>>& acceptors) {
+  if (acceptors.empty()) return;
+  CountDownLatch stopped(1);
+  if (reactors_[0]->Schedule([&] {
+        for (auto& a : acceptors) a->Stop();
+        stopped.CountDown();
+      })) {
+    stopped.Wait();
+  }
+  // Refused: reactor 0 has stopped, and each listener closes (its Unix
+  // socket file removed) when its Acceptor goes.
+}
+
 void Messenger::FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>> acceptors,
                                ServiceMap services, MonoTime handler_deadline) {
-  if (!acceptors.empty()) {
-    CountDownLatch stopped(1);
-    if (reactors_[0]->Schedule([&] {
-          for (auto& a : acceptors) a->Stop();
-          stopped.CountDown();
-        })) {
-      stopped.Wait();
-    }
-  }
+  StopAcceptors(acceptors);
   // Services first, so the answers to queued calls still go out.
   for (auto& [name, pool] : services) (void)pool->Shutdown(handler_deadline);
   for (auto& r : reactors_) r->Shutdown();

@@ -98,7 +98,8 @@ class MessengerBuilder {
   MessengerBuilder& set_http_endpoints(bool enabled);
   // With HTTP endpoints on: false serves them only on the addresses given
   // to Messenger::ListenHttp, and refuses HTTP on the RPC port (as a bad
-  // connection header). True by default.
+  // connection header). True by default; false without
+  // set_http_endpoints(true) is InvalidArgument.
   MessengerBuilder& set_http_on_rpc_port(bool enabled);
   // Calls that take at least this long are kept for /rpcz, the last 20 per
   // method and direction (1 s by default).
@@ -145,7 +146,9 @@ class Messenger {
   // Serves the HTTP endpoints, and nothing else, on `addr` as well: a
   // scrape address apart from the RPC port (another interface, a fixed
   // port). Needs MessengerBuilder::set_http_endpoints(true); any number of
-  // addresses. An RPC client there is answered 400 and disconnected.
+  // addresses. Their connections have a max_server_connections limit of
+  // their own, apart from RPC's. An RPC client there is answered 400 and
+  // its calls fail with NetworkError "the server answered in HTTP…".
   Status ListenHttp(const Sockaddr& addr, Sockaddr* bound = nullptr);
   Status RegisterService(std::unique_ptr<ServiceIf> service,
                          const ServicePoolOptions& options = ServicePoolOptions());
@@ -217,15 +220,22 @@ class Messenger {
 
   transport::Reactor* NextServerReactor();
   // Binds `addr` and starts accepting on reactor 0: RPC (which may turn
-  // out to be HTTP), or `http_only`.
+  // out to be HTTP), or `http_only`. Waits for reactor 0, which takes mu_
+  // for every call it hands to a service: so never under mu_.
   Status StartAcceptor(const Sockaddr& addr, bool http_only,
-                       std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) REQUIRES(mu_);
+                       std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) EXCLUDES(mu_);
+  // Stops them on reactor 0 and waits (also never under mu_).
+  void StopAcceptors(const std::vector<std::shared_ptr<transport::Acceptor>>& acceptors)
+      EXCLUDES(mu_);
 
   const std::string name_;
   // Unique among messengers ever made: the client-metrics cache's key.
   const uint64_t id_;
   // Before metrics_, which counts them.
   const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  // Those of the HTTP-only listeners, under a limit of their own.
+  const std::shared_ptr<std::atomic<int64_t>> open_http_connections_ =
       std::make_shared<std::atomic<int64_t>>(0);
   // Shared with the reactors: see messenger_metrics.h.
   const std::shared_ptr<MessengerMetrics> metrics_;
@@ -240,6 +250,7 @@ class Messenger {
 
   Mutex mu_;
   std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);
+  bool listen_started_ GUARDED_BY(mu_) = false;  // Listen() once
   std::vector<std::shared_ptr<transport::Acceptor>> http_acceptors_ GUARDED_BY(mu_);
   // Transparent hashing: looking a service up by the request's name (a
   // view into the frame) allocates nothing.

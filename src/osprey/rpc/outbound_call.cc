@@ -46,6 +46,9 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       retry_policy_(prior->retry_policy_),
       idempotent_(prior->idempotent_),
       requeue_(prior->requeue_) {
+  // The requeue sets it again; a retry that ends before (shutdown, cancel
+  // in the backoff) still names where it went.
+  set_destination(prior->destination());
   set_deadline(prior->deadline());
   set_started(prior->started());
   if (prior->completion_runs_no_user_code()) set_completion_runs_no_user_code();

@@ -21,7 +21,19 @@ Acceptor::Acceptor(Reactor* reactor, Socket listener, Serves serves,
       pick_reactor_(std::move(pick_reactor)),
       open_connections_(std::move(open_connections)) {}
 
-Acceptor::~Acceptor() = default;
+Acceptor::~Acceptor() {
+  if (listener_.is_open()) RemoveUnixSocketFile();
+}
+
+void Acceptor::RemoveUnixSocketFile() {
+  Sockaddr local;
+  if (listener_.GetLocalAddress(&local).ok() && local.is_unix() &&
+      local.unix_path().rfind('@', 0) != 0 && !local.unix_path().empty()) {
+    if (::unlink(local.unix_path().c_str()) != 0 && errno != ENOENT) {
+      PLOG(WARNING) << "removing Unix socket " << local.unix_path();
+    }
+  }
+}
 
 namespace {
 // A Unix socket's file outlives a process that crashed; binding again
@@ -66,14 +78,7 @@ Status Acceptor::Start() { return reactor_->AddFd(listener_.fd(), EPOLLIN, this)
 void Acceptor::Stop() {
   if (!listener_.is_open()) return;
   reactor_->RemoveFd(listener_.fd());
-  // A Unix socket's file would stay behind, and refuse the next listener.
-  Sockaddr local;
-  if (listener_.GetLocalAddress(&local).ok() && local.is_unix() &&
-      local.unix_path().rfind('@', 0) != 0 && !local.unix_path().empty()) {
-    if (::unlink(local.unix_path().c_str()) != 0 && errno != ENOENT) {
-      PLOG(WARNING) << "removing Unix socket " << local.unix_path();
-    }
-  }
+  RemoveUnixSocketFile();
   listener_.Close();
 }
 

@@ -18,13 +18,16 @@ namespace osprey::transport {
 class Acceptor : public EventHandler, public std::enable_shared_from_this<Acceptor> {
  public:
   enum class Serves { kRpc, kHttp };
-  // `open_connections` counts the server connections alive (shared with
-  // every Connection this acceptor creates, which decrement it on
-  // destruction); past the reactor options' max_server_connections new
-  // connections are closed at once.
+  // `open_connections` counts the connections alive under one limit
+  // (shared with every connection this acceptor creates, which decrement
+  // it on destruction); past the reactor options' max_server_connections
+  // new connections are closed at once. A messenger's RPC listener and its
+  // HTTP-only listeners have a count each.
   // kHttp needs the reactors' options to have an http_handler.
   Acceptor(Reactor* reactor, Socket listener, Serves serves, std::function<Reactor*()> pick_reactor,
            std::shared_ptr<std::atomic<int64_t>> open_connections);
+  // A listener never stopped (its reactor had already stopped) closes
+  // here, and its Unix socket file goes too.
   ~Acceptor() override;
 
   // Binds, listens and returns the bound address (port 0 picks one).
@@ -36,6 +39,8 @@ class Acceptor : public EventHandler, public std::enable_shared_from_this<Accept
   void HandleEvents(uint32_t epoll_events) override;
 
  private:
+  // A Unix socket's file would stay behind, and refuse the next listener.
+  void RemoveUnixSocketFile();
   Reactor* const reactor_;
   Socket listener_;
   const Serves serves_;

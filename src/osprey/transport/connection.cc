@@ -247,6 +247,15 @@ void Connection::ReadAvailable() {
     }
     if (n == 0) return;
     if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_received->Increment(n);
+    if (role_ == Role::kClient && !heard_from_server_) {
+      heard_from_server_ = true;
+      if (n >= 5 && memcmp(dst, "HTTP/", 5) == 0) {
+        Shutdown(Status::NetworkError(
+            "the server answered in HTTP, not KRPC: is this an HTTP-only address "
+            "(Messenger::ListenHttp) instead of the RPC port?"));
+        return;
+      }
+    }
     if (tls_reading_) {
       DecryptAndDecode(Slice(dst, n));
     } else {

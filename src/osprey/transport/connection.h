@@ -206,6 +206,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Set once outbound bytes are TLS records.
   std::unique_ptr<TlsRecordLayer> tls_ GUARDED_BY(reactor_->loop_mu_);
   bool tls_reading_ GUARDED_BY(reactor_->loop_mu_) = false;  // inbound bytes are records
+  // Client: the server's first bytes were read (and were not HTTP).
+  bool heard_from_server_ GUARDED_BY(reactor_->loop_mu_) = false;
   // The handshake ended while frames were being decoded: the rest of the
   // decoder's buffer is records.
   bool tls_switch_pending_ GUARDED_BY(reactor_->loop_mu_) = false;

@@ -1,6 +1,7 @@
-// HttpConnection: a connection to a messenger's RPC port whose first bytes
-// were an HTTP request line instead of "hrpc", served as HTTP/1.1 on the
-// reactor that accepted it, so that one port serves both (as brpc does).
+// HttpConnection: a connection served as HTTP/1.1 on one reactor: either
+// one to a messenger's RPC port whose first bytes were an HTTP request line
+// instead of "hrpc" (one port serves both, as brpc does), or one accepted
+// on an HTTP-only listener (Messenger::ListenHttp).
 // Requests come out of an HttpRequestParser one at a time (a pipelined
 // request waits for the answer to the one before it) and go to the
 // HttpHandler, whose answer may come from any thread.
