@@ -296,72 +296,43 @@ transport::Reactor* Messenger::NextServerReactor() {
 }
 
 Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
-  if (transport::Reactor::OnAnyReactorThread()) {
-    return Status::IllegalState("Listen waits for a reactor; it cannot run on a reactor thread");
-  }
   {
     MutexLock l(mu_);
-    if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
     if (listen_started_) {
       return Status::IllegalState("messenger " + name_ + " is already listening");
     }
     listen_started_ = true;
   }
-  std::shared_ptr<transport::Acceptor> acceptor;
-  Sockaddr actual;
-  Status s = StartAcceptor(addr, /*http_only=*/false, &acceptor, &actual);
-  {
+  Status s = AddListener(addr, /*http_only=*/false, bound);
+  if (!s.ok()) {
     MutexLock l(mu_);
-    if (!s.ok()) {
-      listen_started_ = false;
-      return s;
-    }
-    if (!shut_down_) {
-      acceptor_ = std::move(acceptor);
-      if (bound) *bound = actual;
-      LOG(INFO) << "messenger " << name_ << " listening on " << actual.ToString();
-      return Status::OK();
-    }
+    listen_started_ = false;
   }
-  StopAcceptors({acceptor});  // Shutdown() began while it started
-  return Status::IllegalState("messenger " + name_ + " is shut down");
+  return s;
 }
 
 Status Messenger::ListenHttp(const Sockaddr& addr, Sockaddr* bound) {
-  if (transport::Reactor::OnAnyReactorThread()) {
-    return Status::IllegalState(
-        "ListenHttp waits for a reactor; it cannot run on a reactor thread");
-  }
   if (http_ == nullptr) {
     return Status::IllegalState("messenger " + name_ +
                                 " has no HTTP endpoints to serve: build it with "
                                 "MessengerBuilder::set_http_endpoints(true)");
   }
+  return AddListener(addr, /*http_only=*/true, bound);
+}
+
+Status Messenger::AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bound) {
+  const std::string what = http_only ? "ListenHttp" : "Listen";
+  if (transport::Reactor::OnAnyReactorThread()) {
+    return Status::IllegalState(what + " waits for a reactor; it cannot run on a reactor thread");
+  }
   {
     MutexLock l(mu_);
     if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   }
-  std::shared_ptr<transport::Acceptor> acceptor;
-  Sockaddr actual;
-  OSPREY_RETURN_NOT_OK(StartAcceptor(addr, /*http_only=*/true, &acceptor, &actual));
-  {
-    MutexLock l(mu_);
-    if (!shut_down_) {
-      http_acceptors_.push_back(std::move(acceptor));
-      if (bound) *bound = actual;
-      LOG(INFO) << "messenger " << name_ << " serving HTTP on " << actual.ToString();
-      return Status::OK();
-    }
-  }
-  StopAcceptors({acceptor});  // Shutdown() began while it started
-  return Status::IllegalState("messenger " + name_ + " is shut down");
-}
-
-Status Messenger::StartAcceptor(const Sockaddr& addr, bool http_only,
-                                std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) {
   using Serves = transport::Acceptor::Serves;
   Socket listener;
-  OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, bound));
+  Sockaddr actual;
+  OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));
   transport::Reactor* r = reactors_[0].get();
   auto acceptor = std::make_shared<transport::Acceptor>(
       r, std::move(listener), http_only ? Serves::kHttp : Serves::kRpc,
@@ -379,8 +350,18 @@ Status Messenger::StartAcceptor(const Sockaddr& addr, bool http_only,
   }
   started.Wait();
   OSPREY_RETURN_NOT_OK(result);
-  *out = std::move(acceptor);
-  return Status::OK();
+  {
+    MutexLock l(mu_);
+    if (!shut_down_) {
+      acceptors_.push_back(std::move(acceptor));
+      if (bound) *bound = actual;
+      LOG(INFO) << "messenger " << name_ << (http_only ? " serving HTTP on " : " listening on ")
+                << actual.ToString();
+      return Status::OK();
+    }
+  }
+  StopAcceptors({acceptor});  // Shutdown() began while it started
+  return Status::IllegalState("messenger " + name_ + " is shut down");
 }
 
 Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
@@ -413,9 +394,7 @@ void Messenger::Shutdown(MonoDelta handler_wait) {
     }
     shut_down_ = true;
     closing_.store(true);
-    if (acceptor_) acceptors.push_back(std::move(acceptor_));
-    for (auto& a : http_acceptors_) acceptors.push_back(std::move(a));
-    http_acceptors_.clear();
+    acceptors = std::move(acceptors_);
     services = services_;  // keep them registered so late calls find them shutting down
   }
   if (own_thread) {

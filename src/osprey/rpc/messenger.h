@@ -219,11 +219,10 @@ class Messenger {
   bool OnOwnThread();
 
   transport::Reactor* NextServerReactor();
-  // Binds `addr` and starts accepting on reactor 0: RPC (which may turn
-  // out to be HTTP), or `http_only`. Waits for reactor 0, which takes mu_
-  // for every call it hands to a service: so never under mu_.
-  Status StartAcceptor(const Sockaddr& addr, bool http_only,
-                       std::shared_ptr<transport::Acceptor>* out, Sockaddr* bound) EXCLUDES(mu_);
+  // Binds `addr` and accepts there on reactor 0: RPC (which may turn out
+  // to be HTTP), or `http_only`. Waits for reactor 0, which takes mu_ for
+  // every call it hands to a service: so never under mu_.
+  Status AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bound) EXCLUDES(mu_);
   // Stops them on reactor 0 and waits (also never under mu_).
   void StopAcceptors(const std::vector<std::shared_ptr<transport::Acceptor>>& acceptors)
       EXCLUDES(mu_);
@@ -249,9 +248,9 @@ class Messenger {
   std::atomic<bool> closing_{false};
 
   Mutex mu_;
-  std::shared_ptr<transport::Acceptor> acceptor_ GUARDED_BY(mu_);
-  bool listen_started_ GUARDED_BY(mu_) = false;  // Listen() once
-  std::vector<std::shared_ptr<transport::Acceptor>> http_acceptors_ GUARDED_BY(mu_);
+  // The RPC listener (Listen(), once) and the HTTP-only ones.
+  std::vector<std::shared_ptr<transport::Acceptor>> acceptors_ GUARDED_BY(mu_);
+  bool listen_started_ GUARDED_BY(mu_) = false;
   // Transparent hashing: looking a service up by the request's name (a
   // view into the frame) allocates nothing.
   struct NameHash {

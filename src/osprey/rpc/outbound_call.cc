@@ -214,8 +214,8 @@ void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorSta
   if (resolution_ != nullptr && status.IsNetworkError()) resolution_->MarkStale();
   if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
   ResponseCallback cb = std::move(callback_);
-  controller_->set_attempts(static_cast<int>(attempt_no_));
-  controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars));
+  controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars),
+                      static_cast<int>(attempt_no_));
   cb();
 }
 

@@ -50,7 +50,8 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                       RpcController* controller, ResponseCallback callback, bool sync) const {
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
-  call->set_sidecars(controller->StartCall(call));
+  RpcController::CallStart start = controller->StartCall(call);
+  call->set_sidecars(std::move(start.sidecars));
   const Sockaddr* remote = &remote_;
   std::shared_ptr<const std::vector<Sockaddr>> addresses;
   if (resolution_ != nullptr) {
@@ -69,14 +70,13 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
     call->set_request_id(tracker, tracker->Begin());
   }
-  const RetryPolicy policy =
-      controller->has_retry_policy() ? controller->retry_policy() : retry_policy_;
+  const RetryPolicy& policy = start.retry_policy ? *start.retry_policy : retry_policy_;
   if (policy.max_attempts > 1) {
     // A retry goes to the same address (a named proxy's last resolution,
     // without resolving on the reactor thread), on the same messenger if it
     // still exists.
     std::weak_ptr<Messenger> weak = messenger_;
-    call->set_retry(policy, controller->idempotent(),
+    call->set_retry(policy, start.idempotent,
                     [weak, to = *remote, user = user_,
                      addresses = addresses](std::shared_ptr<OutboundCall> next) {
                       std::shared_ptr<Messenger> m = weak.lock();

@@ -75,7 +75,6 @@ Status RpcController::GetInboundSidecar(int idx, Slice* out) const {
 
 void RpcController::set_retry_policy(const RetryPolicy& policy) {
   MutexLock l(mu_);
-  has_retry_policy_ = true;
   retry_policy_ = policy;
 }
 
@@ -89,26 +88,6 @@ int RpcController::attempts() const {
   return attempts_;
 }
 
-bool RpcController::has_retry_policy() const {
-  MutexLock l(mu_);
-  return has_retry_policy_;
-}
-
-RetryPolicy RpcController::retry_policy() const {
-  MutexLock l(mu_);
-  return retry_policy_;
-}
-
-bool RpcController::idempotent() const {
-  MutexLock l(mu_);
-  return idempotent_;
-}
-
-void RpcController::set_attempts(int attempts) {
-  MutexLock l(mu_);
-  attempts_ = attempts;
-}
-
 void RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
   MutexLock l(mu_);
   call_ = next;
@@ -117,8 +96,7 @@ void RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
 void RpcController::Reset() {
   MutexLock l(mu_);
   CHECK(!call_) << "RpcController::Reset() while a call is in flight";
-  has_retry_policy_ = false;
-  retry_policy_ = RetryPolicy();
+  retry_policy_.reset();
   idempotent_ = false;
   attempts_ = 0;
   timeout_ = MonoDelta();
@@ -132,7 +110,7 @@ void RpcController::Reset() {
   inbound_sidecars_.clear();
 }
 
-std::vector<std::string> RpcController::StartCall(const std::shared_ptr<OutboundCall>& call) {
+RpcController::CallStart RpcController::StartCall(const std::shared_ptr<OutboundCall>& call) {
   MutexLock l(mu_);
   CHECK(!call_) << "RpcController used for a second call while the first is in flight";
   call_ = call;
@@ -147,7 +125,7 @@ std::vector<std::string> RpcController::StartCall(const std::shared_ptr<Outbound
     call->set_deadline(MonoTime::Now() + timeout_);
   }
   if (!required_server_features_.empty()) call->set_required_features(required_server_features_);
-  return std::move(outbound_sidecars_);
+  return {std::move(outbound_sidecars_), retry_policy_, idempotent_};
 }
 
 void RpcController::RequireServerFeature(uint32_t feature) {
@@ -165,8 +143,9 @@ std::vector<uint32_t> RpcController::required_server_features() const {
 
 void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                            std::shared_ptr<const uint8_t[]> sidecar_storage,
-                           std::vector<Slice> sidecars) {
+                           std::vector<Slice> sidecars, int attempts) {
   MutexLock l(mu_);
+  attempts_ = attempts;
   status_ = status;
   error_ = std::move(error);
   sidecar_storage_ = std::move(sidecar_storage);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,25 +80,27 @@ class RpcController {
   friend class OutboundCall;
   friend class Proxy;
 
+  // What a starting call takes from its controller, under one lock.
+  struct CallStart {
+    std::vector<std::string> sidecars;
+    std::optional<RetryPolicy> retry_policy;  // unset: the proxy's
+    bool idempotent = false;
+  };
   // Proxy: a call starts. Takes the outbound sidecars.
-  std::vector<std::string> StartCall(const std::shared_ptr<OutboundCall>& call);
+  CallStart StartCall(const std::shared_ptr<OutboundCall>& call);
   // OutboundCall: `next` is the retry of the call in flight (Cancel reaches it).
   void Retrying(const std::shared_ptr<OutboundCall>& next);
-  bool has_retry_policy() const;
-  RetryPolicy retry_policy() const;
-  bool idempotent() const;
-  void set_attempts(int attempts);
-  // OutboundCall: the call ends.
+  // OutboundCall: the call ends, after `attempts` attempts.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
-              std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars);
+              std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars,
+              int attempts);
 
   mutable Mutex mu_;
   MonoDelta timeout_ GUARDED_BY(mu_);
   MonoTime deadline_ GUARDED_BY(mu_) = MonoTime::Max();
   std::vector<std::string> outbound_sidecars_ GUARDED_BY(mu_);
   std::vector<uint32_t> required_server_features_ GUARDED_BY(mu_);
-  bool has_retry_policy_ GUARDED_BY(mu_) = false;
-  RetryPolicy retry_policy_ GUARDED_BY(mu_);
+  std::optional<RetryPolicy> retry_policy_ GUARDED_BY(mu_);
   bool idempotent_ GUARDED_BY(mu_) = false;
   int attempts_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
