@@ -153,15 +153,7 @@ class CrossHostTest : public ::testing::Test {
   Status Add(const Sockaddr& to, MonoDelta timeout = MonoDelta::FromSeconds(10)) {
     InHost in(hosts_->ns(2));
     CalculatorServiceProxy proxy(client_, to);
-    AddRequestPB req;
-    req.set_x(40);
-    req.set_y(2);
-    AddResponsePB resp;
-    RpcController ctl;
-    ctl.set_timeout(timeout);
-    Status s = proxy.Add(req, &resp, &ctl);
-    if (s.ok() && resp.result() != 42) return Status::Corruption("wrong sum");
-    return s;
+    return CheckedAdd(proxy, 40, 2, timeout);
   }
   size_t ServerConnections() {
     std::vector<ConnectionInfo> conns;
@@ -353,17 +345,7 @@ TEST(CrossHostChild, NamedProxyClient) {
   EXPECT_EQ("198.18.0.1", order[1].host());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, std::string(target));
-  auto add = [&]() {
-    AddRequestPB req;
-    req.set_x(1);
-    req.set_y(2);
-    AddResponsePB resp;
-    RpcController ctl;
-    ctl.set_timeout(MonoDelta::FromSeconds(5));
-    Status s = proxy.Add(req, &resp, &ctl);
-    if (s.ok() && resp.result() != 3) return Status::Corruption("wrong sum");
-    return s;
-  };
+  auto add = [&]() { return CheckedAdd(proxy, 1, 2, MonoDelta::FromSeconds(5)); };
   Status s = add();
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ("198.18.0.3", proxy.remote().host());  // still the first of the name's addresses

@@ -31,18 +31,8 @@ fi
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/multihost-bench-test.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
-CHECK="(none yet)"
-fail() {
-  echo "multihost-bench-test: FAIL [$CHECK]: $*" >&2
-  exit 1
-}
-show() {  # show FILE...: for the failure log
-  local f
-  for f in "$@"; do
-    echo "--- $(basename "$f"):" >&2
-    cat "$f" >&2 || true
-  done
-}
+TEST_NAME=multihost-bench-test
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh"
 
 [[ -x "$BENCH" ]] || { CHECK=setup; fail "'$BENCH' is not an executable"; }
 [[ -x "$PYTHON" ]] || { CHECK=setup; fail "needs $PYTHON"; }

@@ -39,24 +39,12 @@ constexpr const char* kAdd = "osprey.rpc_test.CalculatorService.Add";
 constexpr const char* kFail = "osprey.rpc_test.CalculatorService.Fail";
 constexpr const char* kSleep = "osprey.rpc_test.CalculatorService.Sleep";
 
-Status Add(CalculatorServiceProxy& proxy, uint32_t x, uint32_t y) {
-  AddRequestPB req;
-  req.set_x(x);
-  req.set_y(y);
-  AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(10));
-  Status s = proxy.Add(req, &resp, &ctl);
-  if (s.ok() && resp.result() != x + y) return Status::Corruption("wrong sum");
-  return s;
-}
-
 TEST(MetricsTest, CallsAreCountedByMethodAndOutcomeOnBothSides) {
   TestServer server;
   ASSERT_TRUE(server.Start(1).ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, server.address);
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Add(proxy, i, 1).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, 1).ok());
   for (int i = 0; i < 3; ++i) {
     FailRequestPB req;
     req.set_message("no");
@@ -140,7 +128,7 @@ TEST(MetricsTest, OffMeansNothingIsRegistered) {
       server.Start(1, ServicePoolOptions(), MessengerBuilder("server").set_metrics(false)).ok());
   auto client = MakeClient(1, MessengerBuilder("client").set_metrics(false));
   CalculatorServiceProxy proxy(client, server.address);
-  ASSERT_TRUE(Add(proxy, 1, 2).ok());
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
   EXPECT_TRUE(server.messenger->metrics()->Snapshot().empty());
   EXPECT_TRUE(client->metrics()->Snapshot().empty());
 }
@@ -176,7 +164,7 @@ TEST(HttpEndpointsTest, MetricsAndHealthOnTheRpcPortBesideRpcCalls) {
   ASSERT_TRUE(hs.Start().ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, hs.server.address);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Add(proxy, i, i).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
 
   HttpClient http;
   ASSERT_TRUE(http.Connect(hs.server.address).ok());
@@ -197,7 +185,7 @@ TEST(HttpEndpointsTest, MetricsAndHealthOnTheRpcPortBesideRpcCalls) {
   ASSERT_TRUE(http.Get("/nope", &r).ok());
   EXPECT_EQ(404, r.status);
   // RPC goes on, on the same port.
-  ASSERT_TRUE(Add(proxy, 2, 3).ok());
+  ASSERT_TRUE(CheckedAdd(proxy, 2, 3).ok());
   // The HTTP connection is counted as accepted and open.
   EXPECT_EQ(2, Value(hs.server.messenger.get(), "osprey_connections_accepted_total", {}));
 }
@@ -336,7 +324,7 @@ TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
     if (c.status != 405) {
       EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
     }
-    ASSERT_TRUE(Add(proxy, 4, 5).ok());
+    ASSERT_TRUE(CheckedAdd(proxy, 4, 5).ok());
     HttpReply ok;
     ASSERT_TRUE(bystander.Get("/healthz", &ok).ok());
     EXPECT_EQ(200, ok.status);
@@ -410,7 +398,7 @@ TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyR
   ASSERT_NE(hs.server.address, hs.http_address);
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, hs.server.address);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Add(proxy, i, i).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
 
   HttpClient http;
   ASSERT_TRUE(http.Connect(hs.http_address).ok());
@@ -436,14 +424,14 @@ TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyR
   // and the address goes on serving HTTP.
   CalculatorServiceProxy wrong(client, hs.http_address);
   MonoTime start = MonoTime::Now();
-  Status s = Add(wrong, 1, 2);  // with a 10 s deadline
+  Status s = CheckedAdd(wrong, 1, 2);  // with a 10 s deadline
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_NE(std::string::npos, s.ToString().find("the server answered in HTTP, not KRPC"))
       << s.ToString();
   EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(5)) << s.ToString();
   ASSERT_TRUE(http.Get("/healthz", &r).ok());
   EXPECT_EQ(200, r.status);
-  ASSERT_TRUE(Add(proxy, 7, 8).ok());
+  ASSERT_TRUE(CheckedAdd(proxy, 7, 8).ok());
 
   // Shutdown closes the HTTP listener too.
   hs.server.messenger->Shutdown();
@@ -507,14 +495,14 @@ TEST(HttpEndpointsTest, HttpOnlyConnectionsHaveALimitApartFromRpcs) {
   ASSERT_TRUE(hs.Start(MessengerBuilder("observed").set_max_server_connections(1)).ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, hs.server.address);
-  ASSERT_TRUE(Add(proxy, 1, 1).ok());  // the one RPC connection allowed
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 1).ok());  // the one RPC connection allowed
   // A scrape still gets in, and it takes no RPC client's place.
   HttpClient http;
   ASSERT_TRUE(http.Connect(hs.http_address).ok());
   HttpReply r;
   ASSERT_TRUE(http.Get("/healthz", &r).ok());
   EXPECT_EQ(200, r.status);
-  ASSERT_TRUE(Add(proxy, 2, 2).ok());
+  ASSERT_TRUE(CheckedAdd(proxy, 2, 2).ok());
   // Each limit holds: a second scraper is closed at once.
   HttpClient second;
   ASSERT_TRUE(second.Connect(hs.http_address).ok());
@@ -536,7 +524,7 @@ TEST(HttpEndpointsTest, ListenHttpWhileCallsFlowThroughTheSameReactor) {
   for (int t = 0; t < 4; ++t) {
     callers.emplace_back([&] {
       for (int i = 0; i < 100000 && !stop.load(); ++i) {
-        if (!Add(proxy, i, 1).ok()) return;
+        if (!CheckedAdd(proxy, i, 1).ok()) return;
         calls.fetch_add(1);
       }
     });

@@ -19,18 +19,6 @@
 namespace osprey::rpc_test {
 namespace {
 
-Status CallAdd(CalculatorServiceProxy& proxy, MonoDelta timeout) {
-  AddRequestPB req;
-  req.set_x(3);
-  req.set_y(4);
-  AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(timeout);
-  Status s = proxy.Add(req, &resp, &ctl);
-  if (s.ok() && resp.result() != 7u) return Status::Corruption("wrong sum");
-  return s;
-}
-
 TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
   ChildServer child;
   Sockaddr addr;
@@ -38,7 +26,7 @@ TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, addr);
-  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20));
   ASSERT_TRUE(s.ok()) << s.ToString();
 
   constexpr int kPending = 5;
@@ -75,7 +63,7 @@ TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
 
   // With nobody listening, a new call fails fast, long before its timeout.
   MonoTime start = MonoTime::Now();
-  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20));
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_LT((MonoTime::Now() - start).ToMilliseconds(), 5000);
 
@@ -85,7 +73,7 @@ TEST(PeerLossTest, ServerProcessKilledWithCallsInFlight) {
   s = again.Spawn(addr.port(), &addr2);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(addr.port(), addr2.port());
-  s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20));
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (int i = 0; i < kPending; ++i) EXPECT_EQ(1, callbacks[i].load());
 }
@@ -100,7 +88,7 @@ TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
   ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, addr);
-  ASSERT_TRUE(CallAdd(proxy, MonoDelta::FromSeconds(20)).ok());
+  ASSERT_TRUE(CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20)).ok());
   int baseline = CountOpenFds();
 
   constexpr int kCalls = 3;
@@ -123,7 +111,7 @@ TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
   EXPECT_LE(WaitForFdCountAtMost(baseline), baseline);
   // ...and serves others. Its one worker takes calls in order, so by the
   // time this one ran, the two queued before it were dropped, not run.
-  Status s = CallAdd(proxy, MonoDelta::FromSeconds(20));
+  Status s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20));
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(1, calc->sleeps_started.load());
   EXPECT_EQ(1, calc->sleeps_finished.load());

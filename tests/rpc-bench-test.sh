@@ -33,18 +33,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-CHECK="(none yet)"
-fail() {
-  echo "rpc-bench-test: FAIL [$CHECK]: $*" >&2
-  exit 1
-}
-show() {  # show FILE...: a run's output, for the failure log
-  local f
-  for f in "$@"; do
-    echo "--- $(basename "$f"):" >&2
-    cat "$f" >&2 || true
-  done
-}
+TEST_NAME=rpc-bench-test
+source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh"
 
 [[ -x "$BENCH" ]] || { CHECK=setup; fail "'$BENCH' is not an executable"; }
 

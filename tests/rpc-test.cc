@@ -510,13 +510,8 @@ TEST(RpcUnixSocketTest, AStaleSocketFileIsReplacedALiveOneRefusedAndTheFileGoesA
   EXPECT_NE(std::string::npos, s.ToString().find("another process listens on it")) << s.ToString();
   auto client = MakeClient();
   CalculatorServiceProxy proxy(client, path);
-  AddRequestPB req;
-  req.set_x(2);
-  req.set_y(3);
-  AddResponsePB resp;
-  RpcController ctl;
-  ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
-  EXPECT_EQ(5u, resp.result());
+  s = CheckedAdd(proxy, 2, 3);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 
   server.messenger->Shutdown();
   EXPECT_FALSE(std::filesystem::exists(path.unix_path()));
@@ -529,19 +524,12 @@ TEST(RpcNamedProxyTest, LocalhostByNameAndANameThatDoesNotResolve) {
   // localhost may list ::1 first, where nothing listens: the call goes on
   // to 127.0.0.1.
   CalculatorServiceProxy proxy(client, "localhost:" + std::to_string(server.address.port()));
-  AddRequestPB req;
-  req.set_x(2);
-  req.set_y(3);
-  AddResponsePB resp;
-  RpcController ctl;
-  Status s = proxy.Add(req, &resp, &ctl);
+  Status s = CheckedAdd(proxy, 2, 3);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(5u, resp.result());
   EXPECT_TRUE(proxy.remote().IsLoopback()) << proxy.remote().ToString();
 
   CalculatorServiceProxy nowhere(client, "no-such-host.invalid:7050");
-  ctl.Reset();
-  s = nowhere.Add(req, &resp, &ctl);
+  s = CheckedAdd(nowhere, 2, 3);
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_NE(std::string::npos, s.ToString().find("cannot reach no-such-host.invalid:7050"))
       << s.ToString();

@@ -175,6 +175,24 @@ bool WaitUntil(Condition condition, MonoDelta timeout = MonoDelta::FromSeconds(2
   return true;
 }
 
+// One Add of `x` + `y` through `proxy` within `timeout`: its status, or
+// Corruption if the sum comes back wrong.
+inline Status CheckedAdd(CalculatorServiceProxy& proxy, uint32_t x, uint32_t y,
+                         MonoDelta timeout = MonoDelta::FromSeconds(10)) {
+  AddRequestPB req;
+  req.set_x(x);
+  req.set_y(y);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(timeout);
+  Status s = proxy.Add(req, &resp, &ctl);
+  if (s.ok() && resp.result() != x + y) {
+    return Status::Corruption("wrong sum: " + std::to_string(x) + " + " + std::to_string(y) +
+                              " came back " + std::to_string(resp.result()));
+  }
+  return s;
+}
+
 inline std::shared_ptr<Messenger> MakeClient(
     int reactors = 1, MessengerBuilder builder = MessengerBuilder("client")) {
   std::shared_ptr<Messenger> m;
