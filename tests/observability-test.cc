@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "hostile_test_util.h"
 #include "http_test_util.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/prometheus_text.h"
@@ -120,6 +121,116 @@ TEST(MetricsTest, FullQueueRejectionsAndTimeoutsAreCountedExactly) {
   EXPECT_TRUE(proxy.Sleep(slow, &slept, &ctl).IsTimedOut());
   EXPECT_EQ(1, Value(client.get(), "osprey_client_calls_total",
                      {{"method", kSleep}, {"outcome", "timed_out"}}));
+}
+
+TEST(MetricsTest, InFlightDeadlineDropsAndEveryClientOutcomeAreCounted) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  Messenger* s = server.messenger.get();
+  Messenger* c = client.get();
+
+  // A runs on the only worker; B waits behind it past its deadline.
+  SleepRequestPB long_sleep, queued;
+  long_sleep.set_sleep_micros(800000);
+  queued.set_sleep_micros(1000);
+  SleepResponsePB ra, rb;
+  RpcController ca, cb;
+  ca.set_timeout(MonoDelta::FromSeconds(10));
+  cb.set_timeout(MonoDelta::FromMilliseconds(250));
+  CountDownLatch done(2);
+  proxy.SleepAsync(long_sleep, &ra, &ca, [&] { done.CountDown(); });
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
+  proxy.SleepAsync(queued, &rb, &cb, [&] { done.CountDown(); });
+  ASSERT_TRUE(WaitUntil([&] {
+    return Value(s, "osprey_server_calls_received_total", {{"method", kSleep}}) == 2;
+  }));
+  EXPECT_EQ(2, Value(s, "osprey_server_calls_in_flight", {{"method", kSleep}}));
+  EXPECT_EQ(2, Value(c, "osprey_client_calls_in_flight", {{"method", kSleep}}));
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(ca.status().ok()) << ca.status().ToString();
+  EXPECT_TRUE(cb.status().IsTimedOut()) << cb.status().ToString();
+  // The worker drops B when A returns: it never runs.
+  EXPECT_TRUE(WaitUntil([&] {
+    return Value(s, "osprey_server_calls_deadline_expired_in_queue_total", {{"method", kSleep}}) ==
+           1;
+  }));
+  EXPECT_TRUE(WaitUntil([&] {
+    return Value(s, "osprey_server_calls_in_flight", {{"method", kSleep}}) == 0;
+  }));
+  EXPECT_EQ(0, Value(c, "osprey_client_calls_in_flight", {{"method", kSleep}}));
+  EXPECT_EQ(1, Value(c, "osprey_client_calls_total", {{"method", kSleep}, {"outcome", "ok"}}));
+  EXPECT_EQ(1,
+            Value(c, "osprey_client_calls_total", {{"method", kSleep}, {"outcome", "timed_out"}}));
+
+  // Cancelled.
+  SleepRequestPB cancelled;
+  cancelled.set_sleep_micros(300000);
+  SleepResponsePB rc;
+  RpcController cc;
+  CountDownLatch cancel_done(1);
+  proxy.SleepAsync(cancelled, &rc, &cc, [&] { cancel_done.CountDown(); });
+  cc.Cancel();
+  ASSERT_TRUE(cancel_done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_EQ(1,
+            Value(c, "osprey_client_calls_total", {{"method", kSleep}, {"outcome", "cancelled"}}));
+
+  // A server that is not there: a network error.
+  Sockaddr closed;
+  {
+    Socket probe;
+    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.GetLocalAddress(&closed).ok());
+  }
+  CalculatorServiceProxy nowhere(client, closed);
+  EXPECT_TRUE(CheckedAdd(nowhere, 1, 1).IsNetworkError());
+  EXPECT_EQ(
+      1, Value(c, "osprey_client_calls_total", {{"method", kAdd}, {"outcome", "network_error"}}));
+  EXPECT_GT(Value(c, "osprey_reactor_loop_lag_seconds", {{"reactor", "0"}}), 0);
+  EXPECT_GT(Value(s, "osprey_reactor_loop_lag_seconds", {{"reactor", "0"}}), 0);
+}
+
+TEST(MetricsTest, NegotiationFailuresByReasonAndQueuedBytes) {
+  TestServer server;
+  ASSERT_TRUE(server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("server").set_negotiation_timeout(
+                             MonoDelta::FromMilliseconds(300)))
+                  .ok());
+  Messenger* s = server.messenger.get();
+  auto failures = [&](const char* reason) {
+    return Value(s, "osprey_negotiation_failures_total", {{"reason", reason}});
+  };
+  // A connection header that is not KRPC's: a protocol failure.
+  RawConn garbage;
+  ASSERT_TRUE(garbage.Connect(server.address).ok());
+  ASSERT_TRUE(garbage.Send(std::string("xrpc\x09\x00\x00", 7)).ok());
+  EXPECT_TRUE(garbage.WaitForClose());
+  EXPECT_TRUE(WaitUntil([&] { return failures("protocol") == 1; })) << failures("protocol");
+  // A header, then silence: a timeout.
+  RawConn silent;
+  ASSERT_TRUE(silent.Connect(server.address).ok());
+  ASSERT_TRUE(silent.SendConnectionHeader().ok());
+  EXPECT_TRUE(silent.WaitForClose());
+  EXPECT_TRUE(WaitUntil([&] { return failures("timeout") == 1; })) << failures("timeout");
+  EXPECT_EQ(0, failures("refused"));
+
+  // A client that sends and never reads: the server's answers queue up.
+  RawConn reader_gone;
+  ASSERT_TRUE(reader_gone.Connect(server.address, /*rcvbuf=*/4096).ok());
+  ASSERT_TRUE(reader_gone.Negotiate().ok());
+  EchoRequestPB big;
+  big.set_data(std::string(1 << 20, 'q'));
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(reader_gone.Send(CallFrame(i + 1, "Echo", big)).ok());
+  EXPECT_TRUE(WaitUntil([&] { return Value(s, "osprey_outbound_queued_bytes", {}) > 1 << 20; }))
+      << Value(s, "osprey_outbound_queued_bytes", {});
+  reader_gone.Close();
+  EXPECT_TRUE(WaitUntil([&] { return Value(s, "osprey_outbound_queued_bytes", {}) == 0; }))
+      << Value(s, "osprey_outbound_queued_bytes", {});
 }
 
 TEST(MetricsTest, OffMeansNothingIsRegistered) {
