@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the build in ${BUILD_DIR:-build} to a temporary prefix and builds
+# Installs the build in ${BUILD_DIR:-build} to a temporary prefix (never /usr:
+# the config must find its own files there) and builds
 # and runs tests/install-consumer against it: proves find_package(Osprey),
 # Osprey::osprey and osprey_generate_rpc work for another project, that only
-# the public headers are installed, and that a project without CMake builds
-# the same consumer with pkg-config and protoc-gen-osprey.
+# the public headers are installed, that a service .proto importing Kudu's
+# method options (kudu/rpc/rpc_header.proto) compiles, and that a project
+# without CMake builds the same consumer with pkg-config and protoc-gen-osprey.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
@@ -36,6 +38,7 @@ plugin="$(pkg-config --variable=protoc_plugin osprey)"
 [[ -x "$plugin" ]] || { echo "check-install: pkg-config names no plugin ($plugin)" >&2; exit 1; }
 mkdir -p "$tmp/pc"
 protoc --plugin=protoc-gen-osprey="$plugin" -I tests/install-consumer \
+  -I"$(pkg-config --variable=proto_dir osprey)" \
   --cpp_out="$tmp/pc" --osprey_out="$tmp/pc" tests/install-consumer/echo.proto
 # shellcheck disable=SC2046  # the flags are words
 g++ -std=c++20 -o "$tmp/pc/consumer" tests/install-consumer/consumer.cc "$tmp/pc/echo.pb.cc" \

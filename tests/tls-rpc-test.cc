@@ -666,6 +666,61 @@ class HandTlsServer {
     }
   }
 
+  // From here on the session reads and writes the socket itself, as
+  // Kudu's TlsHandshake::Finish does (SSL_set_fd). OpenSSL reads no further
+  // ahead than the record it decrypts; what it decrypted and the caller did
+  // not ask for stays inside the session.
+  void UseSocket() {
+    ASSERT_EQ(0, BIO_ctrl_pending(rbio_)) << "bytes left over from the handshake";
+    ASSERT_EQ(1, SSL_set_fd(ssl_, conn_.fd()));
+    rbio_ = wbio_ = nullptr;
+  }
+
+  // One frame read through the session in two exact reads, length then
+  // body, as Kudu's negotiation reads SASL steps and the connection context.
+  void ReadFrameThroughSession(wire::InboundRequestFrame* out) {
+    uint8_t len[4];
+    ASSERT_NO_FATAL_FAILURE(SessionReadExactly(len, 4));
+    std::string frame(reinterpret_cast<char*>(len), 4);
+    frame.resize(
+        4 + ((size_t{len[0]} << 24) | (size_t{len[1]} << 16) | (size_t{len[2]} << 8) | len[3]));
+    ASSERT_NO_FATAL_FAILURE(
+        SessionReadExactly(reinterpret_cast<uint8_t*>(frame.data()) + 4, frame.size() - 4));
+    std::vector<wire::InboundRequestFrame> got;
+    ASSERT_TRUE(inner_.Feed(frame, &got).ok());
+    ASSERT_EQ(1u, got.size());
+    *out = std::move(got.front());
+  }
+
+  // As Kudu's reactor once negotiation is over: waits (up to `wait`) for
+  // the socket to become readable, never for what the session already
+  // holds, then reads through the session until it would block. False: the
+  // socket stayed quiet.
+  bool ReadWhenReadable(MonoDelta wait, std::vector<wire::InboundRequestFrame>* out) {
+    pollfd p{conn_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.ToMilliseconds())) != 1) return false;
+    EXPECT_TRUE(conn_.SetNonBlocking(true).ok());
+    std::string plain;
+    char buf[16384];
+    int r;
+    while ((r = SSL_read(ssl_, buf, sizeof(buf))) > 0) plain.append(buf, static_cast<size_t>(r));
+    EXPECT_EQ(SSL_ERROR_WANT_READ, SSL_get_error(ssl_, r)) << "the client closed";
+    EXPECT_TRUE(conn_.SetNonBlocking(false).ok());
+    EXPECT_TRUE(inner_.Feed(plain, out).ok());
+    return true;
+  }
+
+  // A response frame written through the session to the socket.
+  void SendThroughSession(int32_t id, const google::protobuf::MessageLite& body) {
+    wire::ResponseHeader h;
+    h.set_call_id(id);
+    std::unique_ptr<wire::OutboundFrame> f;
+    ASSERT_TRUE(wire::OutboundFrame::Encode(&h, body, {}, &f).ok());
+    std::string bytes = f->ToString();
+    ASSERT_EQ(static_cast<int>(bytes.size()),
+              SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())));
+  }
+
   static bool Parse(const wire::InboundRequestFrame& f, google::protobuf::MessageLite* pb) {
     return pb->ParseFromArray(f.main_message.data(), static_cast<int>(f.main_message.size()));
   }
@@ -697,6 +752,14 @@ class HandTlsServer {
     SSL_set_accept_state(ssl_);
   }
   std::string Drain() { return TakeAll(wbio_); }
+  void SessionReadExactly(uint8_t* dst, size_t n) {
+    while (n > 0) {
+      int r = SSL_read(ssl_, dst, static_cast<int>(n));
+      ASSERT_GT(r, 0) << "the client closed or went quiet mid-frame";
+      dst += r;
+      n -= static_cast<size_t>(r);
+    }
+  }
 
   const int max_version_;
   Socket listener_, conn_;
@@ -786,6 +849,73 @@ TEST_F(TlsHandServerTest, ClearErrorFrameInPiecesAfterTheHandshake) {
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "server rejected negotiation: your certificate is not welcome"))
       << s.ToString();
+}
+
+// A model of Apache Kudu's server with full TLS: it reads SASL steps and the
+// connection context through its TLS session, then its reactor waits for
+// the socket to become readable. Call bytes that shared the context's record
+// are already decrypted inside the session, and it never reads them (so
+// every real Kudu server, issue 21). The client's first call, and 100 calls
+// queued before negotiation ended, must be answered.
+TEST_F(TlsHandServerTest, AServerThatReadsTheContextThenWaitsForTheSocketAnswersEveryCall) {
+  for (int calls : {1, 100}) {
+    SCOPED_TRACE(std::to_string(calls) + " calls queued before negotiation");
+    HandTlsServer server(TLS1_3_VERSION);
+    Sockaddr addr;
+    ASSERT_TRUE(server.Listen(&addr).ok());
+    std::shared_ptr<Messenger> client =
+        MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, nullptr, nullptr));
+    CalculatorServiceProxy proxy(client, addr);
+    struct Pending {
+      EchoRequestPB req;
+      EchoResponsePB resp;
+      RpcController ctl;
+    };
+    std::vector<Pending> pending(static_cast<size_t>(calls));
+    CountDownLatch done(calls);
+    for (int i = 0; i < calls; ++i) {
+      Pending& p = pending[static_cast<size_t>(i)];
+      p.req.set_data("call " + std::to_string(i));
+      p.ctl.set_timeout(MonoDelta::FromSeconds(10));
+      proxy.EchoAsync(p.req, &p.resp, &p.ctl, [&done] { done.CountDown(); });
+    }
+
+    int tokens;
+    ASSERT_NO_FATAL_FAILURE(server.AcceptAndHandshake(&tokens));
+    ASSERT_NO_FATAL_FAILURE(server.UseSocket());
+    wire::InboundRequestFrame f;
+    wire::NegotiatePB in;
+    ASSERT_NO_FATAL_FAILURE(server.ReadFrameThroughSession(&f));
+    ASSERT_TRUE(HandTlsServer::Parse(f, &in));
+    ASSERT_EQ(wire::NegotiatePB::SASL_INITIATE, in.step());
+    wire::NegotiatePB success;
+    success.set_step(wire::NegotiatePB::SASL_SUCCESS);
+    ASSERT_NO_FATAL_FAILURE(server.SendThroughSession(-33, success));
+    ASSERT_NO_FATAL_FAILURE(server.ReadFrameThroughSession(&f));
+    ASSERT_EQ(-3, f.header.call_id());
+
+    int answered = 0;
+    while (answered < calls) {
+      std::vector<wire::InboundRequestFrame> got;
+      ASSERT_TRUE(server.ReadWhenReadable(MonoDelta::FromSeconds(5), &got))
+          << "after " << answered << " calls the socket stayed quiet: the rest were decrypted "
+          << "with the connection context and wait inside the server's session";
+      for (auto& call : got) {
+        EchoRequestPB req;
+        ASSERT_TRUE(HandTlsServer::Parse(call, &req));
+        EchoResponsePB reply;
+        reply.set_data(req.data());
+        ASSERT_NO_FATAL_FAILURE(server.SendThroughSession(call.header.call_id(), reply));
+        ++answered;
+      }
+    }
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+    for (int i = 0; i < calls; ++i) {
+      const Pending& p = pending[static_cast<size_t>(i)];
+      ASSERT_TRUE(p.ctl.status().ok()) << p.ctl.status().ToString();
+      EXPECT_EQ(p.req.data(), p.resp.data());
+    }
+  }
 }
 
 TEST(TlsConfigTest, BadFilesAndContradictorySettingsAreClearErrors) {

@@ -432,6 +432,9 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     if (tls_ != nullptr) tls_->set_keep_raw_input(false);
     if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
     negotiation_timer_ = {};
+    if (TransportMetrics* m = reactor_->options().metrics.get()) {
+      m->CountNegotiated(/*inbound=*/false, security_);
+    }
     SendPendingCalls();
   }
   return Status::OK();
@@ -552,6 +555,9 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
       state_ = State::kOpen;
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
       negotiation_timer_ = {};
+      if (TransportMetrics* m = reactor_->options().metrics.get()) {
+        m->CountNegotiated(/*inbound=*/true, security_);
+      }
       return Status::OK();
     }
     case State::kOpen:
@@ -659,6 +665,10 @@ void Connection::QueueMessage(Header* header, const google::protobuf::MessageLit
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = wire::OutboundFrame::Encode(header, body, {}, &frame);
   CHECK(s.ok()) << s.ToString();  // negotiation messages are tiny
+  // Negotiation messages, the context and fatal errors each end their TLS
+  // record: a peer may read them through its session and then wait on the
+  // socket, as Kudu's server does after the context.
+  frame->set_ends_record();
   QueueFrame(std::move(frame));
 }
 

@@ -143,6 +143,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
   void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
   void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
+  // A negotiation message, the context or a fatal error: over TLS it ends
+  // its record.
   template <class Header>
   void QueueMessage(Header* header, const google::protobuf::MessageLite& body)
       REQUIRES(reactor_->loop_mu_);

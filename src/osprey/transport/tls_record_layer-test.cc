@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <vector>
 
 namespace osprey::transport {
 namespace {
@@ -127,6 +128,50 @@ TEST(TlsRecordLayerTest, ClearPrefixFirstThenOnlyRecordsThatThePeerDecrypts) {
       receiver.Decrypt(Slice(records.data() + 7, records.size() - 7), &sink, &answered).ok());
   EXPECT_FALSE(answered);
   EXPECT_EQ(secret_a + secret_b, sink.out);
+}
+
+// The lengths of the TLS records in `wire`, which holds whole records.
+std::vector<size_t> RecordLengths(const std::string& wire) {
+  std::vector<size_t> lengths;
+  size_t off = 0;
+  while (off + 5 <= wire.size()) {
+    size_t len =
+        (size_t{static_cast<uint8_t>(wire[off + 3])} << 8) | static_cast<uint8_t>(wire[off + 4]);
+    lengths.push_back(len);
+    off += 5 + len;
+  }
+  EXPECT_EQ(off, wire.size()) << "a record is cut short";
+  return lengths;
+}
+
+// Small frames share a record, but one that ends its record (a negotiation
+// message, the connection context) is never followed in it: a Kudu server
+// reads the context through its session and then waits for the socket.
+TEST(TlsRecordLayerTest, AFrameThatEndsItsRecordIsNotFollowedInIt) {
+  for (bool mark : {false, true}) {
+    SCOPED_TRACE(mark ? "context ends its record" : "no mark");
+    Sessions s = HandshakeInMemory();
+    SocketPair sockets;
+    FrameQueue none;
+    TlsRecordLayer sender(std::move(s.client), &none);
+    FrameQueue frames = Frames({"the connection context", "call one", "call two"});
+    if (mark) frames.front()->set_ends_record();
+    size_t frame_bytes = 22 + 8 + 8;
+    size_t wrote = 0;
+    ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote).ok());
+    EXPECT_TRUE(frames.empty());
+    std::string wire = ReadAvailable(&sockets.b);
+    EXPECT_EQ(mark ? 2u : 1u, RecordLengths(wire).size());
+
+    TlsRecordLayer receiver(std::move(s.server), &none);
+    StringSink sink;
+    bool answered;
+    ASSERT_TRUE(receiver
+                    .Decrypt(Slice(reinterpret_cast<const uint8_t*>(wire.data()), wire.size()),
+                             &sink, &answered)
+                    .ok());
+    EXPECT_EQ("the connection contextcall onecall two", sink.out);
+  }
 }
 
 TEST(TlsRecordLayerTest, AFullSocketKeepsRecordsAndEncryptsALargeFrameInBatches) {

@@ -64,6 +64,10 @@ Status TlsRecordLayer::Flush(Socket* socket, FrameQueue* frames, size_t* frame_b
       budget -= took;
       frame->Advance(&took);
       if (frame->done()) {
+        if (frame->ends_record() && !plain_out_.empty()) {
+          OSPREY_RETURN_NOT_OK(session_->Encrypt(plain_out_, &wire_out_));
+          plain_out_.clear();
+        }
         *frame_bytes -= frame->total_size();
         frames->pop_front();
       }

@@ -32,6 +32,17 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
                     "Connections that closed before negotiation finished, by reason.",
                     {{"reason", reasons[i]}});
   }
+  const char* directions[] = {"outbound", "inbound"};
+  const char* securities[] = {"clear", "tls_authentication_only", "tls_encrypted"};
+  for (int d = 0; d < 2; ++d) {
+    for (int k = 0; k < 3; ++k) {
+      negotiated_[d][k] = MakeCounter(
+          r, "osprey_connections_negotiated_total",
+          "Connections whose negotiation finished, by direction and what it agreed: clear, TLS "
+          "that only authenticated (loopback), or TLS encrypting every byte.",
+          {{"direction", directions[d]}, {"security", securities[k]}});
+    }
+  }
   auto gauge = [r](const std::string& name, const std::string& help, MetricLabels labels,
                    std::function<double()> read) {
     Status s = r->AddGauge(name, help, std::move(labels), std::move(read));
@@ -80,6 +91,24 @@ TransportMetrics::NegotiationFailure TransportMetrics::Classify(const Status& wh
 
 void TransportMetrics::CountNegotiationFailure(NegotiationFailure why) {
   negotiation_failures_[static_cast<int>(why)]->Increment();
+}
+
+void TransportMetrics::CountNegotiated(bool inbound, ConnectionSecurity security) {
+  int k;
+  switch (security) {
+    case ConnectionSecurity::kClear:
+      k = 0;
+      break;
+    case ConnectionSecurity::kTlsAuthenticationOnly:
+      k = 1;
+      break;
+    case ConnectionSecurity::kTlsEncrypted:
+      k = 2;
+      break;
+    default:
+      return;  // still negotiating: not a finished negotiation
+  }
+  negotiated_[inbound ? 1 : 0][k]->Increment();
 }
 
 void TransportMetrics::RecordReactorIteration(int reactor, MonoDelta busy) {

@@ -1,7 +1,8 @@
 // TransportMetrics: what the reactors and connections of one messenger
 // count, registered in its MetricRegistry: bytes sent and received,
-// connections accepted and open (each direction), negotiations that failed
-// by reason, bytes queued for peers, and per reactor its busy time and the
+// connections accepted and open (each direction), negotiations that ended
+// by what they agreed (clear, TLS for authentication only, TLS encrypted)
+// and that failed by reason, bytes queued for peers, and per reactor its busy time and the
 // length of its loop iterations (how long an event can wait behind the
 // others: the loop's lag).
 //
@@ -14,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/metrics.h"
 #include "osprey/base/status.h"
 
@@ -28,6 +30,8 @@ class TransportMetrics {
                    std::shared_ptr<std::atomic<int64_t>> open_inbound);
 
   void CountNegotiationFailure(NegotiationFailure why);
+  // A negotiation finished; `security` is what it agreed.
+  void CountNegotiated(bool inbound, ConnectionSecurity security);
   // Classifies the status a negotiation ended with.
   static NegotiationFailure Classify(const Status& why);
   void RecordReactorIteration(int reactor, MonoDelta busy);
@@ -44,6 +48,8 @@ class TransportMetrics {
 
  private:
   Counter* negotiation_failures_[static_cast<int>(NegotiationFailure::kCount)];
+  // [inbound][clear, authentication only, encrypted]
+  Counter* negotiated_[2][3];
   std::vector<std::shared_ptr<Counter>> busy_nanos_;
   std::vector<LatencyHistogram*> loop_lag_;
 };

@@ -64,6 +64,13 @@ class OutboundFrame {
   // The whole frame as one string: for tests and tools.
   std::string ToString() const;
 
+  // Over TLS, the frame's last byte ends a record: what follows starts a
+  // new one. Negotiation messages need it: a Kudu server reads the
+  // connection context through its TLS session and then waits for the
+  // socket, so call bytes decrypted with the context would never be read.
+  void set_ends_record() { ends_record_ = true; }
+  bool ends_record() const { return ends_record_; }
+
  private:
   OutboundFrame() = default;
   // Lays out everything but the main message, whose `main_len` bytes the
@@ -92,6 +99,7 @@ class OutboundFrame {
   std::vector<std::string> sidecars_;
   size_t total_size_ = 0;
   size_t sent_ = 0;
+  bool ends_record_ = false;
 };
 
 }  // namespace osprey::wire

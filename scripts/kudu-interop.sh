@@ -1,0 +1,426 @@
+#!/usr/bin/env bash
+# Interop with a live Apache Kudu RPC stack, every setting, both ways:
+#
+#   scripts/kudu-interop.sh KUDU_PEER_BUILD
+#
+# KUDU_PEER_BUILD is the build folder of ../shared/peers/kudu (its build.sh;
+# default /tmp/kudu-peer/build): kudu-calc-server and kudu-calc-client, built
+# from Kudu's own source. Osprey's binaries come from ${BUILD_DIR:-build}
+# (scripts/build.sh). What runs, each cell asserted against Kudu's rules
+# (docs/interop.md): a pairing is refused only when one side requires TLS and
+# the other disables it, and then fast and with a clear message; every other
+# pairing negotiates what the rules say and makes every call.
+#
+#   1. Kudu client {disabled,optional,required} x loopback encryption {off,on}
+#      -> Osprey server (rpc-bench -server_only) {disabled,optional,required}
+#   2. Osprey client (rpc-bench) {disabled,optional,required} x {off,on}
+#      -> Kudu server {disabled,optional,required} x {off,on}
+#   3. both directions again between two network-namespace hosts
+#      (scripts/netns-hosts.sh; needs root), where TLS is full without any
+#      loopback flag; Kudu's server binds 127.0.0.1 only, so socat forwards
+#      its host's address to it
+#   4. exactly-once: Kudu's client replays AddExactlyOnce against rpc-bench's
+#      server; Osprey's tracked calls with retries, through a proxy cutting
+#      connections, against Kudu's AddExactlyOnce (Kudu's running total must
+#      grow by exactly the number of calls)
+#   5. against Kudu's server, clear and full TLS: deadlines, a full queue
+#      (ServiceUnavailable, then retried), ERROR_NO_SUCH_METHOD/SERVICE,
+#      request sidecars, 8 MiB each way
+#
+# One line per cell ("PASS ..." or "FAIL ..."), then the matrices as
+# Markdown tables (for docs/interop.md) and a summary. Exit 1 if any cell is
+# wrong, 2 if the peer build is missing. Every process it starts it ends by
+# PID; every call loop is bounded.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+KUDU="${1:-${KUDU_PEER_BUILD:-/tmp/kudu-peer/build}}"
+BUILD_DIR="${BUILD_DIR:-build}"
+BENCH="$BUILD_DIR/tools/rpc-bench/rpc-bench"
+CLIENT="$BUILD_DIR/tests/kudu-interop-client"
+for f in "$KUDU/kudu-calc-server" "$KUDU/kudu-calc-client"; do
+  [[ -x $f ]] || {
+    echo "kudu-interop: $f not found: build the Kudu peer first (../shared/peers/kudu/build.sh)" >&2
+    exit 2
+  }
+done
+for f in "$BENCH" "$CLIENT"; do
+  [[ -x $f ]] || { echo "kudu-interop: $f not found: run scripts/build.sh first" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+pids=()
+netns_set=""
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null; done
+  [[ -n $netns_set ]] && bash scripts/netns-hosts.sh down "$netns_set" 2> /dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+declare -A table  # "matrix|row|column" -> what was seen
+pass() {
+  echo "PASS $*"
+  passed=$((passed + 1))
+}
+fail() {
+  echo "FAIL $*"
+  failed=$((failed + 1))
+}
+
+# --- the rules --------------------------------------------------------------
+
+# What a pairing must do (docs/interop.md): refused, clear,
+# tls-authentication-only or tls-encrypted. A side lists
+# TLS_AUTHENTICATION_ONLY when it has TLS, sees a loopback peer and does not
+# encrypt loopback.
+expect() {
+  local cenc=$1 cel=$2 senc=$3 sel=$4 cloop=$5 sloop=$6
+  if [[ $cenc == required && $senc == disabled ]]; then echo refused; return; fi
+  if [[ $senc == required && $cenc == disabled ]]; then echo refused; return; fi
+  if [[ $cenc == disabled || $senc == disabled ]]; then echo clear; return; fi
+  if [[ $cloop == 1 && $cel == 0 && $sloop == 1 && $sel == 0 ]]; then
+    echo tls-authentication-only
+  else
+    echo tls-encrypted
+  fi
+}
+
+el_flag() { [[ $1 == 1 ]] && echo --rpc_encrypt_loopback_connections; }
+label() { [[ $2 == 1 ]] && echo "$1 EL" || echo "$1"; }
+
+# --- servers ------------------------------------------------------------------
+
+# start_kudu_server NAME [HOST_PREFIX...] -- FLAGS...: Kudu's server on a free
+# port; sets srv_addr and srv_pid.
+start_kudu_server() {
+  local name=$1
+  shift
+  local prefix=()
+  while [[ $1 != -- ]]; do
+    prefix+=("$1")
+    shift
+  done
+  shift
+  "${prefix[@]}" "$KUDU/kudu-calc-server" 0 --run_seconds=600 "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
+  srv_pid=$!
+  pids+=("$srv_pid")
+  wait_for_line "$tmp/$name.out" '^LISTENING ' "$name"
+  srv_addr=$(awk '/^LISTENING /{print $2; exit}' "$tmp/$name.out")
+}
+
+# start_osprey_server NAME LISTEN [HOST_PREFIX...] -- FLAGS...: rpc-bench
+# -server_only; sets srv_addr and srv_pid.
+start_osprey_server() {
+  local name=$1 listen=$2
+  shift 2
+  local prefix=()
+  while [[ $1 != -- ]]; do
+    prefix+=("$1")
+    shift
+  done
+  shift
+  "${prefix[@]}" "$BENCH" -server_only -listen "$listen" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
+  srv_pid=$!
+  pids+=("$srv_pid")
+  wait_for_line "$tmp/$name.out" '^Listening on ' "$name"
+  srv_addr=$(awk '/^Listening on /{print $3; exit}' "$tmp/$name.out")
+}
+
+wait_for_line() {
+  local file=$1 pattern=$2 name=$3 i
+  for i in $(seq 1 200); do
+    grep -q "$pattern" "$file" 2> /dev/null && return 0
+    sleep 0.1
+  done
+  echo "kudu-interop: server $name did not start:" >&2
+  cat "$file" "${file%.out}.err" >&2
+  exit 1
+}
+
+stop_server() {
+  kill "$1" 2> /dev/null
+  wait "$1" 2> /dev/null
+}
+
+# --- cells --------------------------------------------------------------------
+
+# The Osprey server's count of inbound negotiations, by what they agreed:
+# "clear auth-only encrypted", from its /metrics (HTTP on the RPC port).
+negotiated_counts() {
+  local addr=$1
+  shift
+  "$@" curl -s --max-time 5 "http://$addr/metrics" | awk '
+    /^osprey_connections_negotiated_total\{direction="inbound"/ {
+      if ($0 ~ /security="clear"/) c = $2
+      if ($0 ~ /security="tls_authentication_only"/) a = $2
+      if ($0 ~ /security="tls_encrypted"/) e = $2
+    }
+    END { printf "%d %d %d\n", c, a, e }'
+}
+
+# kudu_client_cell MATRIX ROW COL EXPECT ADDR [HOST_PREFIX...] -- FLAGS...
+# The Kudu client runs in the host of HOST_PREFIX (ip netns exec ...), the
+# Osprey server's metrics are read from the same host.
+kudu_client_cell() {
+  local matrix=$1 row=$2 col=$3 want=$4 addr=$5
+  shift 5
+  local prefix=()
+  while [[ $1 != -- ]]; do
+    prefix+=("$1")
+    shift
+  done
+  shift
+  local out=$tmp/cell.out err=$tmp/cell.err got start took rc before after
+  before=$(negotiated_counts "$addr" "${prefix[@]}")
+  start=$(date +%s.%N)
+  timeout 60 "${prefix[@]}" "$KUDU/kudu-calc-client" "$addr" 20 --call_timeout_ms=10000 "$@" \
+    > "$out" 2> "$err"
+  rc=$?
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+  after=$(negotiated_counts "$addr" "${prefix[@]}")
+  # What the server agreed with this client: the one counter that grew.
+  read -r c0 a0 e0 <<< "$before"
+  read -r c1 a1 e1 <<< "$after"
+  local seen=none
+  ((c1 > c0)) && seen=clear
+  ((a1 > a0)) && seen=tls-authentication-only
+  ((e1 > e0)) && seen=tls-encrypted
+  local data_path=plaintext
+  grep -q '^TRANSPORT .* tls ' "$err" && data_path=tls
+  if grep -q '^DONE calls=20 failures=0' "$out" && [[ $rc == 0 ]]; then
+    got=$seen
+    # Kudu's client must agree: TLS on its data path only when encrypted.
+    if [[ ($seen == tls-encrypted) != ($data_path == tls) ]]; then
+      got="$seen on the server but $data_path on Kudu's data path"
+    fi
+  elif [[ $seen == none ]]; then
+    got=refused
+  else
+    got="calls failed after negotiating $seen"
+  fi
+  table["$matrix|$row|$col"]=$got
+  local what="$matrix: Kudu client $row -> Osprey server $col: expected $want"
+  if [[ $got != "$want" ]]; then
+    fail "$what, got $got ($(grep -m1 -hE 'DONE|rror|refused' "$out" "$err" | head -c 300))"
+  elif [[ $got == refused ]]; then
+    local why
+    why=$(grep -m1 -hiE 'tls|encrypt|unauthori' "$err" "$out" | head -c 300)
+    if [[ -z $why ]] || (($(echo "$took > 5" | bc))); then
+      fail "$what, refused but not fast and clear (${took}s: ${why:-no reason given})"
+    else
+      pass "$what: refused in ${took}s ($why)"
+    fi
+  else
+    pass "$what: 20 calls ok, Kudu's data path $data_path"
+  fi
+}
+
+# osprey_client_cell MATRIX ROW COL EXPECT ADDR [HOST_PREFIX...] -- FLAGS...
+osprey_client_cell() {
+  local matrix=$1 row=$2 col=$3 want=$4 addr=$5
+  shift 5
+  local prefix=()
+  while [[ $1 != -- ]]; do
+    prefix+=("$1")
+    shift
+  done
+  shift
+  local out=$tmp/cell.out err=$tmp/cell.err got start took rc
+  start=$(date +%s.%N)
+  timeout 60 "${prefix[@]}" "$BENCH" -server_address "$addr" -mode both -run_seconds 0.3 \
+    -client_threads 2 -async_call_concurrency 8 "$@" > "$out" 2> "$err"
+  rc=$?
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+  local negotiated
+  negotiated=$(grep -m1 '^Encryption:' "$out" | sed -E 's/.*\(negotiated ([^;]*);.*/\1/')
+  case $negotiated in
+    clear) got=clear ;;
+    "TLS (authentication only)") got=tls-authentication-only ;;
+    "TLS (encrypted)") got=tls-encrypted ;;
+    *) got=refused ;;
+  esac
+  [[ $rc == 0 || $got == refused ]] || got="$got, but rpc-bench exited $rc"
+  table["$matrix|$row|$col"]=$got
+  local what="$matrix: Osprey client $row -> Kudu server $col: expected $want"
+  if [[ $got != "$want" ]]; then
+    fail "$what, got $got ($(head -c 300 "$err"))"
+  elif [[ $got == refused ]]; then
+    local why
+    why=$(grep -m1 -iE 'TLS' "$err" | head -c 300)
+    if [[ -z $why ]] || (($(echo "$took > 5" | bc))); then
+      fail "$what, refused but not fast and clear (${took}s: ${why:-$(head -c 200 "$err")})"
+    else
+      pass "$what: refused in ${took}s (${why#rpc-bench: })"
+    fi
+  else
+    local calls
+    calls=$(grep -c '^Reqs/sec:' "$out")
+    pass "$what: sync and async ran ($calls reports), rpc-bench says 'negotiated $negotiated'"
+  fi
+}
+
+encs=(disabled optional required)
+
+# --- 1 and 2: on loopback -------------------------------------------------------
+
+echo "== Kudu client -> Osprey server (loopback)"
+for senc in "${encs[@]}"; do
+  start_osprey_server "osprey-$senc" 127.0.0.1:0 -- --rpc_encryption="$senc"
+  for cenc in "${encs[@]}"; do
+    for cel in 0 1; do
+      kudu_client_cell loopback-kudu-client "$(label "$cenc" "$cel")" "$senc" \
+        "$(expect "$cenc" "$cel" "$senc" 0 1 1)" "$srv_addr" -- \
+        --rpc_encryption="$cenc" $(el_flag "$cel")
+    done
+  done
+  stop_server "$srv_pid"
+done
+
+echo "== Osprey client -> Kudu server (loopback)"
+for senc in "${encs[@]}"; do
+  for sel in 0 1; do
+    start_kudu_server "kudu-$senc-$sel" -- --rpc_encryption="$senc" $(el_flag "$sel")
+    for cenc in "${encs[@]}"; do
+      for cel in 0 1; do
+        osprey_client_cell loopback-osprey-client "$(label "$cenc" "$cel")" "$(label "$senc" "$sel")" \
+          "$(expect "$cenc" "$cel" "$senc" "$sel" 1 1)" "$srv_addr" -- \
+          --rpc_encryption="$cenc" $(el_flag "$cel")
+      done
+    done
+    stop_server "$srv_pid"
+  done
+done
+
+# --- 4 and 5: exactly-once and semantics against Kudu's server -------------------
+
+echo "== exactly-once"
+for setting in "disabled 0" "required 1"; do
+  read -r enc el <<< "$setting"
+  start_osprey_server "osprey-eo-$enc" 127.0.0.1:0 -- --rpc_encryption="$enc" $(el_flag "$el")
+  if timeout 120 "$KUDU/kudu-calc-client" "$srv_addr" 200 --exactly_once --rpc_encryption="$enc" \
+    $(el_flag "$el") > "$tmp/eo.out" 2> "$tmp/eo.err" &&
+    grep -q '^DONE exactly_once calls=200 replays_ok=200 failures=0' "$tmp/eo.out"; then
+    pass "exactly-once: Kudu client -> Osprey server ($(label "$enc" "$el")): $(grep '^DONE' "$tmp/eo.out")"
+  else
+    fail "exactly-once: Kudu client -> Osprey server ($(label "$enc" "$el")): $(cat "$tmp/eo.out"; head -c 300 "$tmp/eo.err")"
+  fi
+  stop_server "$srv_pid"
+
+  start_kudu_server "kudu-eo-$enc" -- --rpc_encryption="$enc" $(el_flag "$el") --worker_threads=4
+  if timeout 300 "$CLIENT" exactly-once "$srv_addr" --calls=400 --rpc_encryption="$enc" \
+    $(el_flag "$el") > "$tmp/c.out" 2>&1; then
+    pass "exactly-once: Osprey client -> Kudu server ($(label "$enc" "$el")): $(grep '^PASS' "$tmp/c.out" | cut -d' ' -f3-)"
+  else
+    fail "exactly-once: Osprey client -> Kudu server ($(label "$enc" "$el")): $(grep -v '^PASS' "$tmp/c.out" | head -c 400)"
+  fi
+  stop_server "$srv_pid"
+done
+
+echo "== semantics against Kudu's server"
+for setting in "disabled 0" "required 1"; do
+  read -r enc el <<< "$setting"
+  start_kudu_server "kudu-sem-$enc" -- --rpc_encryption="$enc" $(el_flag "$el") --worker_threads=4
+  for check in deadline no-such-method sidecars large; do
+    timeout 120 "$CLIENT" "$check" "$srv_addr" --rpc_encryption="$enc" $(el_flag "$el") \
+      > "$tmp/c.out" 2>&1
+    while read -r verdict rest; do
+      case $verdict in
+        PASS) pass "semantics ($(label "$enc" "$el")): $rest" ;;
+        FAIL) fail "semantics ($(label "$enc" "$el")): $rest" ;;
+      esac
+    done < "$tmp/c.out"
+    grep -qE '^(PASS|FAIL)' "$tmp/c.out" || fail "semantics ($check): no result: $(head -c 300 "$tmp/c.out")"
+  done
+  stop_server "$srv_pid"
+  start_kudu_server "kudu-queue-$enc" -- --rpc_encryption="$enc" $(el_flag "$el") \
+    --worker_threads=1 --service_queue_length=1
+  timeout 120 "$CLIENT" queue "$srv_addr" --rpc_encryption="$enc" $(el_flag "$el") > "$tmp/c.out" 2>&1
+  while read -r verdict rest; do
+    case $verdict in
+      PASS) pass "semantics ($(label "$enc" "$el")): $rest" ;;
+      FAIL) fail "semantics ($(label "$enc" "$el")): $rest" ;;
+    esac
+  done < "$tmp/c.out"
+  grep -qE '^(PASS|FAIL)' "$tmp/c.out" || fail "semantics (queue): no result: $(head -c 300 "$tmp/c.out")"
+  stop_server "$srv_pid"
+done
+
+# --- 3: between network-namespace hosts -------------------------------------------
+
+echo "== between two network-namespace hosts"
+if ! why=$(bash scripts/netns-hosts.sh check); then
+  fail "netns: cannot make hosts here: $why"
+else
+  if ! command -v socat > /dev/null; then
+    apt-get update -qq > /dev/null && apt-get install -y -qq socat > /dev/null
+  fi
+  netns_set="$$kudu"
+  bash scripts/netns-hosts.sh up "$netns_set" 2 > /dev/null
+  h1=(ip netns exec "$(bash scripts/netns-hosts.sh name "$netns_set" 1)")
+  h2=(ip netns exec "$(bash scripts/netns-hosts.sh name "$netns_set" 2)")
+  a1=$(bash scripts/netns-hosts.sh addr "$netns_set" 1)
+  for senc in "${encs[@]}"; do
+    start_osprey_server "ns-osprey-$senc" "$a1:0" "${h1[@]}" -- --rpc_encryption="$senc"
+    for cenc in "${encs[@]}"; do
+      kudu_client_cell netns-kudu-client "$cenc" "$senc" "$(expect "$cenc" 0 "$senc" 0 0 0)" \
+        "$srv_addr" "${h2[@]}" -- --rpc_encryption="$cenc"
+    done
+    stop_server "$srv_pid"
+  done
+  for senc in "${encs[@]}"; do
+    start_kudu_server "ns-kudu-$senc" "${h1[@]}" -- --rpc_encryption="$senc"
+    port=${srv_addr##*:}
+    "${h1[@]}" socat "TCP-LISTEN:$port,bind=$a1,fork,reuseaddr" "TCP:127.0.0.1:$port" &
+    fwd_pid=$!
+    pids+=("$fwd_pid")
+    sleep 0.3
+    for cenc in "${encs[@]}"; do
+      # The Kudu server sees socat's loopback connection; the client does not
+      # see a loopback peer, so it never lists TLS_AUTHENTICATION_ONLY.
+      osprey_client_cell netns-osprey-client "$cenc" "$senc" "$(expect "$cenc" 0 "$senc" 0 0 1)" \
+        "$a1:$port" "${h2[@]}" -- --rpc_encryption="$cenc"
+    done
+    stop_server "$fwd_pid"
+    stop_server "$srv_pid"
+  done
+fi
+
+# --- the tables -------------------------------------------------------------------
+
+print_table() {
+  local matrix=$1 title=$2
+  shift 2
+  local cols=("$@") row col
+  echo
+  echo "$title"
+  echo
+  printf '| client ↓ / server → |'
+  for col in "${cols[@]}"; do printf ' %s |' "$col"; done
+  echo
+  printf '|---|'
+  for col in "${cols[@]}"; do printf -- '---|'; done
+  echo
+  local rows=()
+  for row in disabled "disabled EL" optional "optional EL" required "required EL"; do
+    [[ -n ${table["$matrix|$row|${cols[0]}"]:-} ]] && rows+=("$row")
+  done
+  for row in "${rows[@]}"; do
+    printf '| %s |' "$row"
+    for col in "${cols[@]}"; do printf ' %s |' "${table["$matrix|$row|$col"]:-}"; done
+    echo
+  done
+}
+print_table loopback-kudu-client "Kudu client -> Osprey server, loopback:" "${encs[@]}"
+print_table loopback-osprey-client "Osprey client -> Kudu server, loopback:" \
+  disabled "disabled EL" optional "optional EL" required "required EL"
+print_table netns-kudu-client "Kudu client -> Osprey server, between hosts:" "${encs[@]}"
+print_table netns-osprey-client "Osprey client -> Kudu server, between hosts:" "${encs[@]}"
+
+echo
+echo "kudu-interop: $((passed + failed)) checks, $passed passed, $failed wrong" \
+  "(Kudu $(git -C "$KUDU/.." rev-parse --short HEAD 2> /dev/null || echo "from $KUDU"))"
+((failed == 0))
