@@ -19,6 +19,7 @@
 // TLS_HANDSHAKE step ran, and whether the payload crossed in the clear.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -160,6 +161,23 @@ testing::AssertionResult OnlyConnection(const std::shared_ptr<Messenger>& m, boo
   return testing::AssertionSuccess();
 }
 
+// osprey_connections_negotiated_total of `m` for one direction, by
+// security slug.
+std::map<std::string, double> NegotiatedCounts(const std::shared_ptr<Messenger>& m,
+                                               const std::string& direction) {
+  std::map<std::string, double> counts;
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name != "osprey_connections_negotiated_total") continue;
+    std::string dir, security;
+    for (const auto& [k, val] : v.labels) {
+      if (k == "direction") dir = val;
+      if (k == "security") security = val;
+    }
+    if (dir == direction) counts[security] = v.value;
+  }
+  return counts;
+}
+
 using MatrixParam = std::tuple<RpcEncryption, bool, RpcEncryption, bool, bool>;
 
 class EncryptionMatrixTest : public testing::TestWithParam<MatrixParam> {};
@@ -216,6 +234,16 @@ TEST_P(EncryptionMatrixTest, OutcomeFollowsKudusRules) {
               std::string(ConnectionSecurityName(in_conn.security)));
     EXPECT_EQ(via, out_conn.remote);
     EXPECT_EQ(out_conn.user, in_conn.user);  // SASL carried the user across
+
+    // And what each counted, for operators: one negotiation of that kind.
+    const std::string slug = ConnectionSecuritySlug(ExpectedSecurity(want));
+    const std::map<std::string, double> none = {
+        {"clear", 0}, {"tls_authentication_only", 0}, {"tls_encrypted", 0}};
+    std::map<std::string, double> one = none;
+    one[slug] = 1;
+    EXPECT_EQ(one, NegotiatedCounts(client, "outbound"));
+    EXPECT_EQ(one, NegotiatedCounts(server.messenger, "inbound"));
+    EXPECT_EQ(none, NegotiatedCounts(client, "inbound"));
   }
 
   // What crossed the wire. The client's first frame follows the 7-byte

@@ -12,8 +12,8 @@
 //   queue           the server runs with --service_queue_length=1: a burst
 //                   is partly refused ServiceUnavailable, and with retries
 //                   every call of the same burst succeeds
-//   no-such-method  ERROR_NO_SUCH_METHOD and ERROR_NO_SUCH_SERVICE, with
-//                   Kudu's messages
+//   no-such-method  ERROR_NO_SUCH_METHOD, and for an unknown service Kudu's
+//                   answer naming it
 //   sidecars        calls carrying request sidecars (1 B to 1 MiB) are
 //                   taken and answered
 //   large           8 MiB out and 8 MiB back, byte for byte
@@ -267,8 +267,15 @@ void CheckNoSuchMethod(const std::shared_ptr<Messenger>& m, const Sockaddr& addr
     ctl.set_timeout(MonoDelta::FromSeconds(10));
     Status s = proxy.Add(req, &resp, &ctl);
     const auto* err = ctl.error_response();
-    Report(s.IsRemoteError() && err != nullptr &&
-               err->code() == osprey::wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE,
+    // A Kudu server answers ERROR_NO_SUCH_SERVICE once it has said all its
+    // services are registered (Messenger::SetServicesRegistered, as Kudu's
+    // master and tablet server do), ERROR_UNAVAILABLE before: a client may
+    // retry that. kudu-calc-server never says it, so either is Kudu's.
+    const bool code_ok =
+        err != nullptr && (err->code() == osprey::wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE ||
+                           err->code() == osprey::wire::ErrorStatusPB::ERROR_UNAVAILABLE);
+    Report((s.IsRemoteError() || s.IsServiceUnavailable()) && code_ok &&
+               s.message().find("ServiceKuduDoesNotHave not registered") != std::string::npos,
            "no-such-service", Describe(ctl));
   }
 }
