@@ -22,10 +22,10 @@ and appends one CSV row per run to RESULTS_DIR/results.csv:
 (the header is written once, when the file is new; a failed run gets a row
 with empty measurements and errors=run_failed). Then prints the medians per
 configuration ([min..max] for requests/sec) and saves them to
-RESULTS_DIR/summary.txt. With gnuplot installed it draws
+RESULTS_DIR/summary.txt. It draws (gnuplot, installed by scripts/install-deps.sh)
 RESULTS_DIR/reqs_per_sec.png and RESULTS_DIR/cpu_per_req.png: sync (x: client
 threads) beside async (x: call concurrency); plots.gp and plot-data/ stay in
-RESULTS_DIR to redraw them. Exit status 1 if any run failed.
+RESULTS_DIR to redraw them. Exit status 1 if any run failed or the plots could not be drawn.
 
 Each option is an environment variable or the flag beside it (the flag wins):
 
@@ -65,7 +65,7 @@ RESULTS_DIR/peers-raw/, and its summarize.py medians to
 RESULTS_DIR/peers-summary.md. It builds the gRPC peer first (heavy; needs
 apt-get install -y libgrpc++-dev protobuf-compiler-grpc libgflags-dev pkg-config).
 
-Plots need gnuplot: apt-get install -y gnuplot-nox
+Plots need gnuplot: scripts/install-deps.sh installs it (gnuplot-nox) at start.
 EOF
 }
 
@@ -116,6 +116,8 @@ fi
 [[ "$SERVER_REACTORS" =~ ^[1-9][0-9]*$ ]] || die "SERVER_REACTORS must be a positive integer, got '$SERVER_REACTORS'"
 [[ "$WORKER_THREADS" =~ ^[0-9]+$ ]] || die "WORKER_THREADS must be a non-negative integer, got '$WORKER_THREADS'"
 command -v python3 >/dev/null || die "python3 is needed (CSV rows and medians)"
+# gnuplot for the plots, as everything else is installed: only what is missing.
+bash "$ROOT/scripts/install-deps.sh" || die "could not install the packages it needs (scripts/install-deps.sh)"
 
 # ---------------------------------------------------------------- matrix
 # One configuration a line: mode client_threads async_call_concurrency
@@ -351,19 +353,23 @@ with open(os.path.join(out_dir, "plots.gp"), "w") as f:
     f.write("\n".join(gp) + "\n")
 EOF
 
+NO_PLOTS=0
 if command -v gnuplot >/dev/null; then
   # A single-point series (Kudu's command line) draws fine; drop that warning.
   if gnuplot "$RESULTS_DIR/plots.gp" 2> >(grep -v '^Warning: empty [xy] range' >&2); then
     echo "plots: $RESULTS_DIR/reqs_per_sec.png $RESULTS_DIR/cpu_per_req.png" >&2
   else
     echo "benchmarks.sh: gnuplot failed; plots.gp is in $RESULTS_DIR" >&2
+    NO_PLOTS=1
   fi
 else
-  echo "benchmarks.sh: gnuplot is not installed, so no plots (apt-get install -y gnuplot-nox;" \
-       "then: gnuplot $RESULTS_DIR/plots.gp)" >&2
+  echo "benchmarks.sh: gnuplot is missing though install-deps.sh ran, so no plots" \
+       "(apt-get install -y gnuplot-nox; then: gnuplot $RESULTS_DIR/plots.gp)" >&2
+  NO_PLOTS=1
 fi
 echo "results: $CSV" >&2
 if [[ $FAILED -gt 0 ]]; then
   echo "benchmarks.sh: $FAILED of $TOTAL runs failed; see $RESULTS_DIR/failures.log" >&2
   exit 1
 fi
+[[ $NO_PLOTS == 0 ]] || exit 1

@@ -13,6 +13,8 @@ packages=(
   prometheus python3-prometheus-client chromium python3-pil curl
   # The cross-host tests make network namespaces and drop packets.
   iproute2 nftables
+  # scripts/benchmarks.sh draws its plots (and its test checks them).
+  gnuplot-nox
 )
 # clang builds the sanitizer and fuzz targets and checks formatting in CI; it
 # is optional elsewhere.

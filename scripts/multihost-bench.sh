@@ -18,7 +18,11 @@
 # The flags after -- go to every client. Those that concern the server too
 # (-worker_threads, -server_reactors, --rpc_encryption,
 # --rpc_encrypt_loopback_connections, -enable_encryption, -metrics) also go
-# to the server, so the report's header lines are true of it.
+# to the server, so the report's header lines are true of it;
+# --rpc_service_queue_length goes to the server alone. Without it the
+# server's queue holds every call the clients offer at once: K times the
+# larger of -client_threads and -async_call_concurrency (rpc-bench's
+# defaults: 16 and 60), at least 50.
 #
 # Output on stdout, for each mode the clients ran:
 #   (a) one report in Kudu's rpc-bench text format for all clients together:
@@ -28,8 +32,11 @@
 #   (b) the merged percentiles, from the merged histogram (never an average
 #       of the clients' percentiles);
 #   (c) one line per client host: its calls, reqs/sec and p99.
-# Exits 1 with a message on stderr if a client fails, if not root or if the
-# hosts cannot be made. The hosts are removed at exit, whatever happens.
+# A call the server refused because its queue was full is not a failure: the
+# report counts it (Refused), and each client line marks it. The merged
+# report is printed whenever every client produced one; the script then
+# exits 1 with a message on stderr if a client failed. It also exits 1 if
+# not root or if the hosts cannot be made. The hosts are removed at exit, whatever happens.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,11 +94,42 @@ BENCH="$(cd "$(dirname "$BENCH")" && pwd)/$(basename "$BENCH")"
 # The flags the script sets itself may not come after --; the ones the
 # server needs too are copied to it.
 SERVER_FLAGS=()
+QUEUE_FLAG=""
+CLIENT_EXTRA=()
+client_threads=16
+concurrency=60
 server_bool='^--?(no)?(enable_encryption|rpc_encrypt_loopback_connections|metrics)(=.*)?$'
 server_value='^--?(worker_threads|server_reactors|rpc_encryption)(=.*)?$'
 owned='^--?(server_address|listen|server_only|output|run_seconds)(=.*)?$'
+server_alone='^--?rpc_service_queue_length(=(.*))?$'
+load_value='^--?(client_threads|async_call_concurrency)(=(.*))?$'
 for ((i = 0; i < ${#EXTRA[@]}; i++)); do
   a=${EXTRA[i]}
+  if [[ $a =~ $server_alone ]]; then
+    SERVER_FLAGS+=("$a")
+    QUEUE_FLAG=1
+    if [[ -z ${BASH_REMATCH[1]} && $((i + 1)) -lt ${#EXTRA[@]} ]]; then
+      i=$((i + 1))
+      SERVER_FLAGS+=("${EXTRA[i]}")
+    fi
+    continue
+  fi
+  CLIENT_EXTRA+=("$a")
+  if [[ $a =~ $load_value ]]; then
+    v=${BASH_REMATCH[3]}
+    if [[ -z ${BASH_REMATCH[2]} && $((i + 1)) -lt ${#EXTRA[@]} ]]; then
+      i=$((i + 1))
+      v=${EXTRA[i]}
+      CLIENT_EXTRA+=("$v")
+    fi
+    [[ $v =~ ^[0-9]+$ ]] || die "rpc-bench flag '$a' needs a whole number, got '$v'"
+    if [[ $a == *client_threads* ]]; then
+      client_threads=$v
+    else
+      concurrency=$v
+    fi
+    continue
+  fi
   if [[ $a =~ $owned ]]; then
     die "rpc-bench flag '$a' is set by this script (use --run-seconds, --port)"
   elif [[ $a =~ $server_bool ]]; then
@@ -101,9 +139,15 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
     if [[ -z ${BASH_REMATCH[2]} && $((i + 1)) -lt ${#EXTRA[@]} ]]; then
       i=$((i + 1))
       SERVER_FLAGS+=("${EXTRA[i]}")
+      CLIENT_EXTRA+=("${EXTRA[i]}")
     fi
   fi
 done
+if [[ -z $QUEUE_FLAG ]]; then
+  per_client=$((client_threads > concurrency ? client_threads : concurrency))
+  queue=$((HOSTS * per_client))
+  SERVER_FLAGS+=("--rpc_service_queue_length=$((queue > 50 ? queue : 50))")
+fi
 
 [[ $(id -u) == 0 ]] || die "needs root, to make network namespaces"
 reason="$("$NETNS" check 2>&1)" || die "cannot make hosts here: $reason"
@@ -181,12 +225,14 @@ for ((n = 0; n < 100; n++)); do  # up to 10 s
   sleep 0.1
 done
 [[ -n $ADDR ]] || die "the server on host 1 did not listen within 10 s: $(tail -n 5 "$TMP/server.err")"
-say "server on host 1 listens on $ADDR; $HOSTS clients for ${RUN_SECONDS}s each"
+QUEUE_LINE="$(sed -n 's/^Service queue length: \([0-9]*\).*/\1/p' "$TMP/server.out")"
+say "server on host 1 listens on $ADDR (service queue ${QUEUE_LINE:-?} calls);" \
+  "$HOSTS clients for ${RUN_SECONDS}s each"
 
 # ---------------------------------------------------------------- clients
 # All started together, then all waited for (each bounded by timeout).
 for ((i = 2; i <= HOSTS + 1; i++)); do
-  timeout -k 5 "$CLIENT_LIMIT" "$NETNS" exec "$SET" "$i" "$BENCH" "${EXTRA[@]}" \
+  timeout -k 5 "$CLIENT_LIMIT" "$NETNS" exec "$SET" "$i" "$BENCH" "${CLIENT_EXTRA[@]}" \
     -server_address "$ADDR" -output json -run_seconds "$RUN_SECONDS" \
     > "$TMP/client$i.json" 2> "$TMP/client$i.err" < /dev/null &
   CLIENT_PIDS+=($!)
@@ -209,8 +255,13 @@ CLIENT_PIDS=()
 
 kill -0 "$SERVER_PID" 2> /dev/null || say "the server exited during the run: $(tail -n 5 "$TMP/server.err")"
 stop_server
-[[ $failed -eq 0 ]] || die "$failed of $HOSTS clients failed"
 [[ $SERVER_RC -eq 0 ]] || say "warning: the server exited with status $SERVER_RC after SIGTERM"
+# A client that failed may still have written its report (calls that failed
+# are counted in it): then the merged report is printed, and the script
+# fails after it.
+for ((i = 2; i <= HOSTS + 1; i++)); do
+  [[ -s $TMP/client$i.json ]] || die "$failed of $HOSTS clients failed; host $i wrote no report"
+done
 
 # ------------------------------------------------------------------ merge
 args=("$JSON_OUT" "$SET" "$ADDR")
@@ -318,6 +369,7 @@ for m, mode in enumerate(modes):
     sys_us = sum(r["sys_cpu_us"] for r in parts)
     ctx = sum(r["context_switches"] for r in parts)
     errors = sum(r["errors"] for r in parts)
+    refused = sum(r.get("refused", 0) for r in parts)
     hist = merge([r["latency_histogram"] for r in parts])
     if hist["count"] != calls:
         fail(f"{mode}: merged histogram holds {hist['count']} calls, the clients made {calls}")
@@ -356,6 +408,9 @@ for m, mode in enumerate(modes):
     if first["payload_bytes"] > 0:
         o.append(f"Payload bytes:    {first['payload_bytes']}")
     o.append(f"Errors:           {errors}")
+    o.append(f"Refused (queue full): {refused}" +
+             (" (the server's service queue was full: raise its --rpc_service_queue_length)"
+              if refused else ""))
     if first_error:
         o.append(f"First error:      {first_error}")
     # (b) The merged percentiles.
@@ -366,11 +421,17 @@ for m, mode in enumerate(modes):
     for (index, addr, _), r in zip(hosts, parts):
         own = latencies_us(r["latency_histogram"])
         host_rate = r["calls"] / r["wall_seconds"]
+        marks = ""
+        if r["errors"]:
+            marks += f", FAILED {r['errors']} calls"
+        if r.get("refused", 0):
+            marks += f", REFUSED {r['refused']} calls (queue full)"
         o.append(f"  host {index} ({addr}): calls {r['calls']}, reqs/sec {num(round(host_rate))}, "
-                 f"p99 {num(own['p99'])}us")
+                 f"p99 {num(own['p99'])}us{marks}")
         per_host.append({"host": index, "address": addr, "calls": r["calls"],
                          "reqs_per_sec": float(num(host_rate)),
                          "wall_seconds": r["wall_seconds"], "errors": r["errors"],
+                         "refused": r.get("refused", 0),
                          "latency_us": own, "latency_histogram": r["latency_histogram"]})
     print("\n".join(o), flush=True)
     json_lines.append({
@@ -379,7 +440,8 @@ for m, mode in enumerate(modes):
         "async_call_concurrency": first["async_call_concurrency"],
         "worker_threads": first["worker_threads"], "server_reactors": first["server_reactors"],
         "run_seconds": first["run_seconds"], "payload_bytes": first["payload_bytes"],
-        "total_calls": calls, "errors": errors, "reqs_per_sec": float(num(rate)),
+        "total_calls": calls, "errors": errors, "refused": refused,
+        "reqs_per_sec": float(num(rate)),
         "user_cpu_us_per_req": float(num(user_us / per_req)),
         "sys_cpu_us_per_req": float(num(sys_us / per_req)),
         "ctx_switches_per_req": float(num(ctx / per_req)),
@@ -390,3 +452,4 @@ if json_out:
         for line in json_lines:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
 EOF
+[[ $failed -eq 0 ]] || die "$failed of $HOSTS clients failed"

@@ -9,7 +9,9 @@
 # the merged histogram is the bucket-by-bucket sum of the hosts' histograms
 # and holds every call, the text report has Kudu's rpc-bench lines, and no
 # namespace of the run is left. Then a run whose clients fail must exit
-# non-zero, say so, and leave no namespace either. Skips (exit 77) where
+# non-zero, say so, and leave no namespace either. Then the script at its
+# defaults, plain and TLS: both modes, no failure, no refusal. Then a server
+# queue too short: refusals counted and marked, and the run still succeeds. Skips (exit 77) where
 # namespaces cannot be made, e.g. when not root.
 set -euo pipefail
 
@@ -140,6 +142,7 @@ want=('^== 3 client hosts .* merged ==$'
       "^Latency p99\\.9:    ${NUM}us\$"
       "^Latency max:      ${NUM}us\$"
       '^Errors:           0$'
+      '^Refused \(queue full\): 0$'
       "^Merged histogram: ${TOTAL} calls; p50 ${NUM}us, p99 ${NUM}us, p99\\.9 ${NUM}us, max ${NUM}us\$")
 for i in "${!want[@]}"; do
   line="$(sed -n "$((i + 1))p" "$TMP/good.out")"
@@ -163,6 +166,41 @@ run bad --hosts 2 --run-seconds 1 -- -mode async -client_threads 0
 grep -q 'client on host 2 (198.18.0.2) failed, exit status 2' "$TMP/bad.err" ||
   { show "$TMP/bad.err"; fail "no message naming the failed client"; }
 grep -q 'clients failed' "$TMP/bad.err" || { show "$TMP/bad.err"; fail "no 'clients failed' message"; }
+
+# --------------------------------------------- the script at its defaults
+# Both modes, 3 client hosts of rpc-bench's defaults (16 threads; 16
+# reactors with 60 calls in flight): the server's queue must hold them all.
+for tls in plain tls; do
+  CHECK="defaults ($tls)"
+  args=(--run-seconds 1)
+  [[ $tls == tls ]] && args+=(-- --rpc_encryption=required)
+  run "defaults-$tls" "${args[@]}"
+  [[ $RC -eq 0 ]] || { show "$TMP/defaults-$tls.out" "$TMP/defaults-$tls.err"; fail "exit status $RC"; }
+  out="$TMP/defaults-$tls.out"
+  grep -q 'service queue 180 calls' "$TMP/defaults-$tls.err" ||
+    { show "$TMP/defaults-$tls.err"; fail "the server's queue is not sized to 3 x 60 calls"; }
+  [[ $(grep -c '^== 3 client hosts .* merged ==$' "$out") -eq 2 ]] ||
+    { show "$out"; fail "not one merged report per mode"; }
+  grep -q '^Mode:            Sync$' "$out" && grep -q '^Mode:            Async$' "$out" ||
+    { show "$out"; fail "not both modes"; }
+  [[ $(grep -c '^Errors:           0$' "$out") -eq 2 ]] || { show "$out"; fail "calls failed"; }
+  [[ $(grep -c '^Refused (queue full): 0$' "$out") -eq 2 ]] || { show "$out"; fail "calls refused"; }
+  if [[ $tls == tls ]]; then
+    [[ $(grep -c '^Encryption:       1 (negotiated TLS (encrypted); rpc_encryption=required)$' \
+      "$out") -eq 2 ]] || { show "$out"; fail "not encrypted"; }
+  fi
+done
+
+# ----------------------------------- refusals are reported, not failures
+CHECK="a queue too short: refusals, not failures"
+run refused --hosts 2 --run-seconds 1 -- -mode async --rpc_service_queue_length 5
+[[ $RC -eq 0 ]] || { show "$TMP/refused.out" "$TMP/refused.err"; fail "exit status $RC, expected 0"; }
+grep -q 'service queue 5 calls' "$TMP/refused.err" || { show "$TMP/refused.err"; fail "queue not 5"; }
+grep -Eq '^Refused \(queue full\): [1-9][0-9]* \(.*--rpc_service_queue_length\)$' "$TMP/refused.out" ||
+  { show "$TMP/refused.out"; fail "no Refused line with a count and the flag"; }
+grep -Eq '^  host 2 .*, REFUSED [1-9][0-9]* calls \(queue full\)$' "$TMP/refused.out" ||
+  { show "$TMP/refused.out"; fail "host 2 is not marked as refused"; }
+grep -q '^Errors:           0$' "$TMP/refused.out" || { show "$TMP/refused.out"; fail "refusals counted as errors"; }
 
 CHECK="no namespace left after any run"
 bench_namespaces > "$TMP/ns.after"

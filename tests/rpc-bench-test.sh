@@ -9,7 +9,9 @@
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
 # count), -output=json, -payload_bytes, that bad flags exit 2 with one line
 # on stderr, and a client run against a separate -server_only process that
-# must shut down cleanly on SIGTERM; given wrong_sum_server, that a wrong
+# must shut down cleanly on SIGTERM; a server queue too short
+# (--rpc_service_queue_length): refusals counted apart from failures, exit 0
+# unless -fail_on_refusal; given wrong_sum_server, that a wrong
 # answer mid-run is a fatal error naming the call. Any failure names the
 # check that failed.
 set -euo pipefail
@@ -101,7 +103,7 @@ check_report() {
   if [[ $payload -gt 0 ]]; then
     rest+=("^Payload bytes:    ${payload}\$")
   fi
-  rest+=('^Errors:           0$')
+  rest+=('^Errors:           0$' '^Refused \(queue full\): 0$')
   local n=$((${#want[@]} + 1)) pattern found
   for pattern in "${rest[@]}"; do
     found=""
@@ -270,7 +272,9 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-payload_bytes=-5" "--rpc_encryption=bogus" \
            "-enable_encryption --rpc_encryption=optional" \
            "-enable_encryption -norpc_encrypt_loopback_connections" \
-           "-http_listen=127.0.0.1:0" "-server_only -http_listen=notanaddress"; do
+           "-http_listen=127.0.0.1:0" "-server_only -http_listen=notanaddress" \
+           "--rpc_service_queue_length=-1" "--rpc_service_queue_length=2000000" \
+           "-server_address=127.0.0.1:9 --rpc_service_queue_length=5"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -320,6 +324,8 @@ stop_server() {
 
 CHECK="-server_only server start"
 start_server
+grep -q '^Service queue length: 60 (the larger of 50, -client_threads and -async_call_concurrency' \
+  "$TMP/server.out" || { show "$TMP/server.out"; fail "no 'Service queue length: 60' line"; }
 
 CHECK="client against -server_only at $ADDR"
 run client -server_address "$ADDR" "${SMALL[@]}"
@@ -398,6 +404,41 @@ run encclient -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
 check_text_run encclient 0
 ENC="$ENC_CLEAR"
 CHECK="-server_only --rpc_encryption=required shutdown on SIGTERM"
+stop_server
+
+# ------------------------------------------- a server queue too short
+# Kudu's --rpc_service_queue_length on the server; the client offers more:
+# refusals are counted apart from failures, and fail the run only when asked.
+CHECK="-server_only --rpc_service_queue_length=2 start"
+start_server -worker_threads 1 -server_reactors 1 --rpc_service_queue_length=2
+grep -q '^Service queue length: 2 (--rpc_service_queue_length' "$TMP/server.out" ||
+  { show "$TMP/server.out"; fail "no 'Service queue length: 2' line"; }
+CHECK="refusals are not failures"
+QUEUE_LOAD=(-server_address "$ADDR" -mode async -run_seconds 1 -client_threads 2
+            -async_call_concurrency 32)
+run refused "${QUEUE_LOAD[@]}"
+[[ $RC -eq 0 ]] || { show "$TMP/refused.out" "$TMP/refused.err"; fail "exit status $RC, expected 0"; }
+grep -Eq '^Refused \(queue full\): [1-9][0-9]* \(the server.s service queue was full: raise its --rpc_service_queue_length\)$' \
+  "$TMP/refused.out" || { show "$TMP/refused.out"; fail "no Refused line with a count and a hint"; }
+grep -q '^Errors:           0$' "$TMP/refused.out" || { show "$TMP/refused.out"; fail "refusals counted as errors"; }
+grep -Eq '^rpc-bench: [1-9][0-9]* calls refused: .*--rpc_service_queue_length' "$TMP/refused.err" ||
+  { show "$TMP/refused.err"; fail "no refusal summary on stderr"; }
+CHECK="-fail_on_refusal"
+run refusedfail "${QUEUE_LOAD[@]}" -fail_on_refusal
+[[ $RC -eq 1 ]] || { show "$TMP/refusedfail.out" "$TMP/refusedfail.err"; fail "exit status $RC, expected 1"; }
+grep -q -- '-fail_on_refusal fails the run' "$TMP/refusedfail.err" ||
+  { show "$TMP/refusedfail.err"; fail "stderr does not say why it failed"; }
+CHECK="refusals in the JSON"
+run refusedjson "${QUEUE_LOAD[@]}" -output=json
+[[ $RC -eq 0 ]] || { show "$TMP/refusedjson.out" "$TMP/refusedjson.err"; fail "exit status $RC, expected 0"; }
+/usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[0])
+if not (r["refused"] > 0 and r["errors"] == 0):
+    sys.exit("refused %d, errors %d" % (r["refused"], r["errors"]))
+' "$TMP/refusedjson.out" 2>"$TMP/refusedjson.check" ||
+  { show "$TMP/refusedjson.out" "$TMP/refusedjson.check"; fail "JSON counts wrong"; }
+CHECK="-server_only --rpc_service_queue_length=2 shutdown on SIGTERM"
 stop_server
 
 # ---------------------------------------------------- wrong answers mid-run

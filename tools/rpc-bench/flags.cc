@@ -27,6 +27,13 @@ DEFINE_bool(rpc_encrypt_loopback_connections, false,
 DEFINE_bool(enable_encryption, false,
             "Kudu's rpc-bench flag: the same as --rpc_encryption=required "
             "--rpc_encrypt_loopback_connections");
+DEFINE_int32(rpc_service_queue_length, 0,
+             "Kudu's flag: calls the server's service queue holds before it refuses more "
+             "(ERROR_SERVER_TOO_BUSY); 0: as many as this run offers (at least 50), or for "
+             "-server_only as many as -client_threads and -async_call_concurrency say");
+DEFINE_bool(fail_on_refusal, false,
+            "exit 1 if the server refused any call because its queue was full; refusals are "
+            "reported apart from failures, which always fail the run");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
@@ -113,6 +120,10 @@ void ValidateFlags() {
   if (FLAGS_worker_threads < 0 || FLAGS_worker_threads > 4096) {
     BadFlag("-worker_threads must be from 0 to 4096, got " + std::to_string(FLAGS_worker_threads));
   }
+  if (FLAGS_rpc_service_queue_length < 0 || FLAGS_rpc_service_queue_length > 1000000) {
+    BadFlag("--rpc_service_queue_length must be from 0 (sized to the run) to 1000000, got " +
+            std::to_string(FLAGS_rpc_service_queue_length));
+  }
   if (FLAGS_server_reactors < 1 || FLAGS_server_reactors > 1024) {
     BadFlag("-server_reactors must be from 1 to 1024, got " +
             std::to_string(FLAGS_server_reactors));
@@ -139,6 +150,10 @@ void ValidateFlags() {
   }
   if (FLAGS_server_only && !FLAGS_server_address.empty()) {
     BadFlag("-server_only serves on -listen; it takes no -server_address");
+  }
+  if (!FLAGS_server_address.empty() && FLAGS_rpc_service_queue_length != 0) {
+    BadFlag("--rpc_service_queue_length sizes the queue of rpc-bench's own server; with "
+            "-server_address set it on the server you point at");
   }
   if (!FLAGS_http_listen.empty() && !(FLAGS_server_only && FLAGS_metrics)) {
     BadFlag("-http_listen serves the metrics of -server_only; it needs -server_only and -metrics");

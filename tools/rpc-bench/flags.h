@@ -21,6 +21,8 @@ DECLARE_string(rpc_encryption);
 DECLARE_bool(rpc_encrypt_loopback_connections);
 DECLARE_bool(enable_encryption);
 DECLARE_bool(server_only);
+DECLARE_int32(rpc_service_queue_length);
+DECLARE_bool(fail_on_refusal);
 DECLARE_string(listen);
 DECLARE_string(http_listen);
 DECLARE_string(output);

@@ -74,7 +74,12 @@ struct CallSlot {
              std::to_string(seq);
     };
     if (!ctl.status().ok()) {
-      state->RecordError(who() + ": " + ctl.status().ToString());
+      const wire::ErrorStatusPB* err = ctl.error_response();
+      if (err != nullptr && err->code() == wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY) {
+        state->refused.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        state->RecordError(who() + ": " + ctl.status().ToString());
+      }
       return false;
     }
     if (payload == 0) {
@@ -283,6 +288,7 @@ Results Measure(const Settings& cfg, RunState* state, const std::function<void()
   r.cpu = sw.Elapsed();
   collect(&r);
   r.errors = state->errors.load();
+  r.refused = state->refused.load();
   r.first_error = state->first_error;
   state->TakeSecurity(&r);
   return r;

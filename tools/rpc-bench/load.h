@@ -31,6 +31,9 @@ struct Settings {
 struct Results {
   uint64_t calls = 0;
   uint64_t errors = 0;
+  // Calls the server refused because its service queue was full
+  // (ERROR_SERVER_TOO_BUSY): a setting of the server, not a failure.
+  uint64_t refused = 0;
   CpuTimes cpu;
   Histogram latency;  // nanoseconds
   std::string first_error;
@@ -48,6 +51,7 @@ struct RunState {
   std::mutex error_mu;
   std::string first_error;
   std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> refused{0};
 
   std::set<ConnectionSecurity> securities;  // guarded by error_mu
 

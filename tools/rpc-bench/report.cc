@@ -92,6 +92,11 @@ void PrintText(const Settings& cfg, const Results& r) {
   if (cfg.target_rate > 0) o << "Target rate:      " << Num(cfg.target_rate) << "/s (open loop)\n";
   if (cfg.payload > 0) o << "Payload bytes:    " << cfg.payload << "\n";
   o << "Errors:           " << r.errors << "\n";
+  o << "Refused (queue full): " << r.refused;
+  if (r.refused > 0) {
+    o << " (the server's service queue was full: raise its --rpc_service_queue_length)";
+  }
+  o << "\n";
   if (!r.first_error.empty()) o << "First error:      " << r.first_error << "\n";
   std::cout << o.str() << std::flush;
 }
@@ -154,7 +159,8 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
-    << ",\"errors\":" << r.errors << ",\"first_error\":" << JsonString(r.first_error)
+    << ",\"errors\":" << r.errors << ",\"refused\":" << r.refused
+    << ",\"first_error\":" << JsonString(r.first_error)
     << ",\"user_cpu_us\":" << r.cpu.user.ToMicroseconds()
     << ",\"sys_cpu_us\":" << r.cpu.system.ToMicroseconds()
     << ",\"context_switches\":" << r.cpu.context_switches

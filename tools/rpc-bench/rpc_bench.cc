@@ -32,6 +32,16 @@ using kudu::rpc_test::CalculatorServiceIf;
 using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
 
+// The service queue's length: --rpc_service_queue_length, or deep enough
+// that the calls this run offers never overflow it, so that the run
+// measures the call path, not ERROR_SERVER_TOO_BUSY.
+size_t ServiceQueueLength() {
+  if (FLAGS_rpc_service_queue_length > 0) {
+    return static_cast<size_t>(FLAGS_rpc_service_queue_length);
+  }
+  return static_cast<size_t>(std::max({50, FLAGS_client_threads, FLAGS_async_call_concurrency}));
+}
+
 // `http_bound`: where the HTTP endpoints are, with -metrics.
 std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = nullptr) {
   Sockaddr addr, http_addr;
@@ -50,10 +60,7 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
           .Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
-  // Deep enough that the benchmark's own calls in flight never overflow it:
-  // the run measures the call path, not ERROR_SERVER_TOO_BUSY.
-  pool.queue_length =
-      static_cast<size_t>(std::max({50, FLAGS_client_threads, FLAGS_async_call_concurrency}));
+  pool.queue_length = ServiceQueueLength();
   if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(), pool);
   if (s.ok()) s = server->Listen(addr, bound);
   if (s.ok() && http_bound != nullptr) *http_bound = *bound;
@@ -71,6 +78,12 @@ int ServeOnly() {
   Sockaddr bound, http_bound;
   auto server = StartServer(&bound, &http_bound);
   std::printf("Listening on %s\n", bound.ToString().c_str());
+  std::printf("Service queue length: %zu (%s; more calls at once are refused: "
+              "--rpc_service_queue_length)\n",
+              ServiceQueueLength(),
+              FLAGS_rpc_service_queue_length > 0 ? "--rpc_service_queue_length"
+                                                 : "the larger of 50, -client_threads and "
+                                                   "-async_call_concurrency");
   if (FLAGS_metrics && http_bound.is_unix()) {
     std::string path = http_bound.unix_path();
     const bool abstract = path.rfind('@', 0) == 0;
@@ -118,12 +131,13 @@ int Main(int argc, char** argv) {
   }
   ProbeServer(cfg.server, cfg.payload);
 
-  uint64_t errors = 0;
+  uint64_t errors = 0, refused = 0;
   for (bool async : {false, true}) {
     if ((async && FLAGS_mode == "sync") || (!async && FLAGS_mode == "async")) continue;
     cfg.async = async;
     Results r = async ? RunAsync(cfg) : RunSync(cfg);
     errors += r.errors;
+    refused += r.refused;
     if (FLAGS_output == "json") {
       PrintJson(cfg, r, server != nullptr ? server->metrics() : nullptr);
     } else {
@@ -131,11 +145,18 @@ int Main(int argc, char** argv) {
     }
   }
   if (server) server->Shutdown();
+  if (refused > 0) {
+    std::fprintf(stderr,
+                 "rpc-bench: %" PRIu64
+                 " calls refused: the server's service queue was full (raise the server's "
+                 "--rpc_service_queue_length, or offer fewer calls at once)%s\n",
+                 refused, FLAGS_fail_on_refusal ? "; -fail_on_refusal fails the run" : "");
+  }
   if (errors > 0) {
     std::fprintf(stderr, "rpc-bench: %" PRIu64 " calls failed\n", errors);
     return 1;
   }
-  return 0;
+  return refused > 0 && FLAGS_fail_on_refusal ? 1 : 0;
 }
 
 }  // namespace
