@@ -152,8 +152,9 @@ void ValidateFlags() {
     BadFlag("-server_only serves on -listen; it takes no -server_address");
   }
   if (!FLAGS_server_address.empty() && FLAGS_rpc_service_queue_length != 0) {
-    BadFlag("--rpc_service_queue_length sizes the queue of rpc-bench's own server; with "
-            "-server_address set it on the server you point at");
+    BadFlag(
+        "--rpc_service_queue_length sizes the queue of rpc-bench's own server; with "
+        "-server_address set it on the server you point at");
   }
   if (!FLAGS_http_listen.empty() && !(FLAGS_server_only && FLAGS_metrics)) {
     BadFlag("-http_listen serves the metrics of -server_only; it needs -server_only and -metrics");

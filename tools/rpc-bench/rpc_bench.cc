@@ -78,12 +78,13 @@ int ServeOnly() {
   Sockaddr bound, http_bound;
   auto server = StartServer(&bound, &http_bound);
   std::printf("Listening on %s\n", bound.ToString().c_str());
-  std::printf("Service queue length: %zu (%s; more calls at once are refused: "
-              "--rpc_service_queue_length)\n",
-              ServiceQueueLength(),
-              FLAGS_rpc_service_queue_length > 0 ? "--rpc_service_queue_length"
-                                                 : "the larger of 50, -client_threads and "
-                                                   "-async_call_concurrency");
+  std::printf(
+      "Service queue length: %zu (%s; more calls at once are refused: "
+      "--rpc_service_queue_length)\n",
+      ServiceQueueLength(),
+      FLAGS_rpc_service_queue_length > 0 ? "--rpc_service_queue_length"
+                                         : "the larger of 50, -client_threads and "
+                                           "-async_call_concurrency");
   if (FLAGS_metrics && http_bound.is_unix()) {
     std::string path = http_bound.unix_path();
     const bool abstract = path.rfind('@', 0) == 0;
