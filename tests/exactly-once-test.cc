@@ -321,35 +321,114 @@ TEST_F(ExactlyOnceTest, ARetryOfACompletedRequestGetsTheStoredAnswerWithoutRunni
   EXPECT_EQ(3u, ledger_->runs());
 }
 
-TEST_F(ExactlyOnceTest, AHundredConcurrentDuplicatesRunTheHandlerOnce) {
+// Duplicates that arrive while the first attempt runs wait for it (at most
+// 16); the ones after it get the stored answer. The counters tell the two
+// apart, and the handler runs once.
+TEST_F(ExactlyOnceTest, DuplicatesWaitForTheFirstAttemptOrGetItsStoredAnswer) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  constexpr int kConns = 4, kPerConn = 25;
+  constexpr int kConns = 4;
   std::vector<std::unique_ptr<RawConn>> conns;
   for (int i = 0; i < kConns; ++i) {
     conns.push_back(std::make_unique<RawConn>());
     ASSERT_NO_FATAL_FAILURE(Connect(conns.back().get()));
   }
-  // The first attempt sleeps, so every duplicate arrives while it runs.
+  // The first attempt sleeps, so 16 duplicates arrive while it runs and
+  // wait; a 17th is one too many.
   const wire::RequestIdPB id = Id("client-b", 1, 1);
-  for (int j = 0; j < kPerConn; ++j) {
-    for (int i = 0; i < kConns; ++i) {
-      ASSERT_TRUE(conns[i]->Send(AddFrame(100 + j, &id, 3, /*sleep_ms=*/300)).ok());
-    }
+  ASSERT_TRUE(conns[0]->Send(AddFrame(100, &id, 3, /*sleep_ms=*/500)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int j = 1; j <= 16; ++j) {
+    ASSERT_TRUE(conns[j % kConns]->Send(AddFrame(100 + j, &id, 3)).ok());
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(conns[1]->Send(AddFrame(200, &id, 3)).ok());
   std::set<std::string> bodies;
-  for (int i = 0; i < kConns; ++i) {
-    std::set<int32_t> ids;
-    for (int j = 0; j < kPerConn; ++j) {
-      Answer a;
-      ASSERT_TRUE(ReadAnswer(conns[i].get(), &a).ok());
-      ASSERT_FALSE(a.is_error) << a.error.message();
-      bodies.insert(a.body);
-      ids.insert(a.call_id);
+  int refused = 0;
+  for (int j = 0; j <= 17; ++j) {
+    const int conn = j == 17 ? 1 : j % kConns;
+    Answer a;
+    ASSERT_TRUE(ReadAnswer(conns[conn].get(), &a).ok());
+    if (a.call_id == 200) {
+      EXPECT_TRUE(a.is_error);
+      EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, a.error.code()) << a.error.message();
+      ++refused;
+      continue;
     }
-    EXPECT_EQ(static_cast<size_t>(kPerConn), ids.size());  // each call answered once
+    ASSERT_FALSE(a.is_error) << a.error.message();
+    bodies.insert(a.body);
   }
+  EXPECT_EQ(1, refused);
+  auto duplicates = [&](const std::string& answer) {
+    for (const MetricValue& v : server_->metrics()->Snapshot()) {
+      if (v.name == "osprey_server_tracked_duplicates_total" &&
+          v.labels == MetricLabels{{"answer", answer}}) {
+        return v.value;
+      }
+    }
+    return -1.0;
+  };
+  EXPECT_EQ(16, duplicates("after_waiting"));
+  EXPECT_EQ(1, duplicates("refused"));
+  EXPECT_EQ(0, duplicates("from_memory"));
+  // After it: 20 more, each answered from memory.
+  for (int j = 0; j < 20; ++j) {
+    Answer a = Exchange(conns[j % kConns].get(), AddFrame(300 + j, &id, 3));
+    ASSERT_FALSE(a.is_error) << a.error.message();
+    bodies.insert(a.body);
+  }
+  EXPECT_EQ(20, duplicates("from_memory"));
+  EXPECT_EQ(16, duplicates("after_waiting"));
   EXPECT_EQ(1u, bodies.size());
   EXPECT_EQ(1u, ledger_->runs());
+}
+
+// A stored answer is tied to the user who authenticated its call: another
+// user presenting the same client id and sequence number is another client
+// (its call runs, and never sees alice's answer). Every attempt, the
+// duplicate answered from memory included, is authorized first.
+TEST_F(ExactlyOnceTest, AStoredAnswerGoesOnlyToItsUserAndDuplicatesAreAuthorizedFirst) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn alice, mallory;
+  ASSERT_NO_FATAL_FAILURE(Connect(&alice, "alice"));
+  ASSERT_NO_FATAL_FAILURE(Connect(&mallory, "mallory"));
+  const wire::RequestIdPB id = Id("alices-client", 1, 1);
+  Answer first = Exchange(&alice, AddFrame(1, &id, 40));
+  ASSERT_FALSE(first.is_error) << first.error.message();
+  EXPECT_EQ(1, ledger_->any_user_checks.load());
+
+  Answer again = Exchange(&alice, AddFrame(2, &id, 40));
+  EXPECT_EQ(first.body, again.body);
+  EXPECT_EQ(1u, ledger_->runs());
+  EXPECT_EQ(2, ledger_->any_user_checks.load());  // authorized, then answered from memory
+
+  Answer theirs = Exchange(&mallory, AddFrame(3, &id, 2));
+  ASSERT_FALSE(theirs.is_error) << theirs.error.message();
+  EXPECT_NE(first.body, theirs.body);
+  EXPECT_EQ(2u, ledger_->runs());  // mallory's own first attempt ran
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_clients"));
+}
+
+// A first attempt whose connection closed while it waited in the queue is
+// dropped unrun; its retry, queued behind it on a new connection, runs (it
+// used to wait for the dropped attempt and be answered TOO_BUSY).
+TEST_F(ExactlyOnceTest, ARetryBehindAFirstAttemptDroppedUnrunRunsInItsPlace) {
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server"), /*workers=*/1));
+  RawConn busy, lost, retry;
+  ASSERT_NO_FATAL_FAILURE(Connect(&busy));
+  ASSERT_NO_FATAL_FAILURE(Connect(&lost));
+  ASSERT_NO_FATAL_FAILURE(Connect(&retry));
+  const wire::RequestIdPB blocker = Id("busy-client", 1, 1);
+  ASSERT_TRUE(busy.Send(AddFrame(1, &blocker, 1, /*sleep_ms=*/400)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the worker sleeps
+  const wire::RequestIdPB first = Id("client-j", 1, 1);
+  ASSERT_TRUE(lost.Send(AddFrame(2, &first, 5)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  lost.Close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the server sees it go
+  const wire::RequestIdPB second = Id("client-j", 1, 1, /*attempt=*/2);
+  Answer a = Exchange(&retry, AddFrame(3, &second, 5));
+  ASSERT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(2u, ledger_->runs());  // the blocker and the retry
 }
 
 TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
@@ -367,33 +446,54 @@ TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
   EXPECT_EQ(2u, ledger_->runs());
 }
 
+// The tracker's time, moved by the test: TTLs without sleeping.
+struct FakeClock {
+  MonoTime Now() const { return start + MonoDelta::FromNanoseconds(offset_ns.load()); }
+  void Advance(MonoDelta d) { offset_ns += d.ToNanoseconds(); }
+  std::function<MonoTime()> Fn() {
+    return [this] { return Now(); };
+  }
+  const MonoTime start = MonoTime::Now();
+  std::atomic<int64_t> offset_ns{0};
+};
+
 TEST_F(ExactlyOnceTest, AnAnswerIsForgottenAfterItsTimeToLiveAndItsRetryRefused) {
-  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server")
-                                    .set_remembered_results(MonoDelta::FromMilliseconds(300),
-                                                            MonoDelta::FromSeconds(600), 1 << 20)));
+  FakeClock clock;
+  RememberedResults r;
+  r.response_ttl = MonoDelta::FromSeconds(10);
+  r.clock = clock.Fn();
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server").set_remembered_results(r)));
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   const wire::RequestIdPB one = Id("client-d", 1, 1);
   Answer a = Exchange(&conn, AddFrame(1, &one, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
 
-  // Past the answer's time to live (and the sweep's one-second pace),
-  // another client's call makes the server sweep.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  // At its time to live exactly, the answer is still there.
+  clock.Advance(MonoDelta::FromSeconds(10));
   const wire::RequestIdPB other = Id("client-e", 1, 1);
-  a = Exchange(&conn, AddFrame(2, &other, 1));
-  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));  // client-e's only
-
-  // client-d's retry of the forgotten answer is refused, not run twice.
-  ExpectStale(&conn, 3, Id("client-d", 1, 1, 2));
+  a = Exchange(&conn, AddFrame(2, &other, 1));  // another client's call sweeps
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_answers"));
+  Answer kept = Exchange(&conn, AddFrame(3, &one, 1));
+  EXPECT_FALSE(kept.is_error) << kept.error.message();
   EXPECT_EQ(2u, ledger_->runs());
+
+  // One nanosecond past it, it is forgotten, and its retry is refused, not
+  // run twice.
+  clock.Advance(MonoDelta::FromNanoseconds(1));
+  const wire::RequestIdPB other2 = Id("client-e", 2, 1);
+  a = Exchange(&conn, AddFrame(4, &other2, 1));
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_answers"));  // client-e's
+  ExpectStale(&conn, 5, Id("client-d", 1, 1, 2));
+  EXPECT_EQ(3u, ledger_->runs());
 }
 
 TEST_F(ExactlyOnceTest, AClientSilentPastItsTimeToLiveIsForgottenWithItsAnswers) {
-  ASSERT_NO_FATAL_FAILURE(
-      Start(MessengerBuilder("ledger-server")
-                .set_remembered_results(MonoDelta::FromSeconds(600),
-                                        MonoDelta::FromMilliseconds(300), 1 << 20)));
+  FakeClock clock;
+  RememberedResults r;
+  r.client_ttl = MonoDelta::FromSeconds(30);
+  r.clock = clock.Fn();
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server").set_remembered_results(r)));
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   for (int seq = 1; seq <= 3; ++seq) {
@@ -402,32 +502,46 @@ TEST_F(ExactlyOnceTest, AClientSilentPastItsTimeToLiveIsForgottenWithItsAnswers)
   }
   EXPECT_EQ(3, Gauge("osprey_server_remembered_answers"));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const double with_h = Gauge("osprey_server_remembered_bytes");
+  clock.Advance(MonoDelta::FromSeconds(30));
   const wire::RequestIdPB other = Id("client-i", 1, 1);
-  Answer a = Exchange(&conn, AddFrame(9, &other, 1));
+  Exchange(&conn, AddFrame(9, &other, 1));
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_clients"));  // at the edge: kept
+  clock.Advance(MonoDelta::FromNanoseconds(1));
+  const wire::RequestIdPB other2 = Id("client-i", 2, 1);
+  Exchange(&conn, AddFrame(10, &other2, 1));
   EXPECT_EQ(1, Gauge("osprey_server_remembered_clients"));  // client-i only
-  EXPECT_EQ(1, Gauge("osprey_server_remembered_answers"));
-  EXPECT_GT(Gauge("osprey_server_remembered_answer_bytes"), 0);
+  EXPECT_EQ(2, Gauge("osprey_server_remembered_answers"));
+  EXPECT_GT(Gauge("osprey_server_remembered_bytes"), 0);
+  EXPECT_LT(Gauge("osprey_server_remembered_bytes"), with_h);
+  // As in Kudu, the server no longer knows client-h: what it sends now is
+  // a new request, and runs.
+  const uint64_t runs = ledger_->runs();
+  const wire::RequestIdPB again = Id("client-h", 1, 1, 2);
+  Answer a = Exchange(&conn, AddFrame(11, &again, 1));
+  EXPECT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(runs + 1, ledger_->runs());
 }
 
 TEST_F(ExactlyOnceTest, RememberedAnswersStayWithinTheirByteBound) {
-  MessengerBuilder b("ledger-server");
   constexpr size_t kBound = 64 * 1024;
-  b.set_remembered_results(MonoDelta::FromSeconds(600), MonoDelta::FromSeconds(600), kBound);
-  ASSERT_NO_FATAL_FAILURE(Start(b));
+  RememberedResults r;
+  r.max_bytes = kBound;
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server").set_remembered_results(r)));
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   // 100 answers of 4 KiB that the client never acknowledges: 400 KiB.
+  // Sequence number 1 is never sent: it has no answer to evict.
   constexpr int kCalls = 100;
-  for (int i = 1; i <= kCalls; ++i) {
+  for (int i = 2; i <= kCalls; ++i) {
     const wire::RequestIdPB id = Id("client-f", i, 1);
     Answer a = Exchange(&conn, AddFrame(i, &id, 1, 0, 0, /*padding=*/4096));
     ASSERT_FALSE(a.is_error) << a.error.message();
-    EXPECT_LE(Gauge("osprey_server_remembered_answer_bytes"), static_cast<double>(kBound));
+    EXPECT_LE(Gauge("osprey_server_remembered_bytes"), static_cast<double>(kBound));
   }
   EXPECT_LT(Gauge("osprey_server_remembered_answers"), 20);
-  // The oldest answer was dropped: its retry is refused, not run again.
-  const wire::RequestIdPB retry = Id("client-f", 1, 1, 2);
+  // The oldest answer was evicted: its retry is refused, not run again.
+  const wire::RequestIdPB retry = Id("client-f", 2, 1, 2);
   Answer a = Exchange(&conn, AddFrame(500, &retry, 1));
   ASSERT_TRUE(a.is_error);
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_REQUEST_STALE, a.error.code());
@@ -435,7 +549,13 @@ TEST_F(ExactlyOnceTest, RememberedAnswersStayWithinTheirByteBound) {
   const wire::RequestIdPB newest = Id("client-f", kCalls, 1, 2);
   a = Exchange(&conn, AddFrame(501, &newest, 1));
   ASSERT_FALSE(a.is_error) << a.error.message();
-  EXPECT_EQ(static_cast<uint64_t>(kCalls), a.response.handler_runs());
+  EXPECT_EQ(static_cast<uint64_t>(kCalls - 1), a.response.handler_runs());
+  EXPECT_EQ(static_cast<uint64_t>(kCalls - 1), ledger_->runs());
+  // Sequence number 1 never ran: the evictions above it do not make its
+  // first attempt stale.
+  const wire::RequestIdPB first = Id("client-f", 1, 1);
+  a = Exchange(&conn, AddFrame(502, &first, 1));
+  ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(static_cast<uint64_t>(kCalls), ledger_->runs());
 }
 

@@ -24,6 +24,12 @@ void InboundCall::set_method(const ServiceMethod* m, ServerMethodMetrics* metric
   if (metrics_ != nullptr) metrics_->received->Increment();
 }
 
+size_t InboundCall::memory_bytes() const {
+  size_t n = sizeof(*this) + frame_.main_message.size() + 128;
+  for (const Slice& s : frame_.sidecars) n += s.size();
+  return n;
+}
+
 InboundCall::~InboundCall() {
   if (result_tracker_ == nullptr || recorded_) return;
   wire::ErrorStatusPB err;

@@ -24,12 +24,12 @@ class ServiceIf;
 struct ServiceMethod;
 class SlowCallLog;
 
-class InboundCall {
+class InboundCall : public TrackedCall {
  public:
   InboundCall(std::shared_ptr<transport::Connection> conn, wire::InboundRequest frame);
   // A tracked call destroyed unanswered (dropped unrun) releases the
   // duplicates waiting for it.
-  ~InboundCall();
+  ~InboundCall() override;
 
   int32_t call_id() const { return frame_.header.call_id(); }
   const wire::RequestHeaderView::RemoteMethod& remote_method() const {
@@ -43,12 +43,22 @@ class InboundCall {
   }
   bool has_request_id() const { return frame_.header.has_request_id(); }
   std::string_view request_id_pb() const { return frame_.header.request_id_pb(); }
-  // The first attempt of a tracked request: its answer goes to `tracker`
+  // A call of a method that tracks results, with a request id: once it is
+  // authorized, `tracker` decides whether it runs (ServiceIf::Handle).
+  void set_request_id(std::shared_ptr<ResultTracker> tracker, wire::RequestIdPB id) {
+    pending_tracker_ = std::move(tracker);
+    request_id_ = std::move(id);
+  }
+  const std::shared_ptr<ResultTracker>& pending_tracker() const { return pending_tracker_; }
+  const wire::RequestIdPB& request_id() const { return request_id_; }
+  // The first attempt of a tracked request: its answer goes to the tracker
   // (stored, and sent to its waiting duplicates) before it is sent.
-  void set_tracked(std::shared_ptr<ResultTracker> tracker, ResultTracker::Key key) {
-    result_tracker_ = std::move(tracker);
+  void set_tracked(ResultTracker::Key key) {
+    result_tracker_ = std::move(pending_tracker_);
     tracked_key_ = std::move(key);
   }
+  // What the call holds: its request, with its sidecars.
+  size_t memory_bytes() const override;
   const Sockaddr& remote_address() const { return conn_->remote(); }
   // Any thread: the client's connection closed, so no answer can reach it.
   bool connection_closed() const { return conn_->closed_any_thread(); }
@@ -73,13 +83,13 @@ class InboundCall {
   // Each sends the one response of this call. Any thread.
   void RespondSuccess(const google::protobuf::MessageLite& response,
                       std::vector<std::string> sidecars);
-  void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status);
+  void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) override;
   void RespondError(const wire::ErrorStatusPB& error);
   // ERROR_INVALID_REQUEST listing `unsupported` in unsupported_feature_flags,
   // as a Kudu server answers a call that requires flags its service lacks.
   void RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupported);
   // Sends a remembered answer (ResultTracker), with this call's id.
-  void RespondStored(const ResultTracker::Answer& answer);
+  void RespondStored(const ResultTracker::Answer& answer) override;
 
  private:
   std::shared_ptr<transport::Connection> conn_;
@@ -90,6 +100,8 @@ class InboundCall {
   ServerMethodMetrics* metrics_ = nullptr;
   SlowCallLog* slow_calls_ = nullptr;
   transport::InboundCallTrace* trace_ = nullptr;
+  std::shared_ptr<ResultTracker> pending_tracker_;  // set_request_id, until tracked
+  wire::RequestIdPB request_id_;
   std::shared_ptr<ResultTracker> result_tracker_;  // null: not tracked
   ResultTracker::Key tracked_key_;
   bool handler_started_ = false;

@@ -92,11 +92,8 @@ MessengerBuilder& MessengerBuilder::set_http_on_rpc_port(bool enabled) {
   http_on_rpc_port_ = enabled;
   return *this;
 }
-MessengerBuilder& MessengerBuilder::set_remembered_results(MonoDelta response_ttl,
-                                                           MonoDelta client_ttl, size_t max_bytes) {
-  remember_responses_ttl_ = response_ttl;
-  remember_clients_ttl_ = client_ttl;
-  remember_max_bytes_ = max_bytes;
+MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
+  remembered_ = remembered;
   return *this;
 }
 
@@ -140,8 +137,8 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (o.tcp_keepalive.user_timeout < MonoDelta()) {
     return Status::InvalidArgument("TCP user timeout must not be negative (0: the kernel's)");
   }
-  if (remember_responses_ttl_ <= MonoDelta() || remember_clients_ttl_ <= MonoDelta() ||
-      remember_max_bytes_ == 0) {
+  if (remembered_.response_ttl <= MonoDelta() || remembered_.client_ttl <= MonoDelta() ||
+      remembered_.max_bytes == 0) {
     return Status::InvalidArgument(
         "remembered results need positive times to live and a positive byte bound");
   }
@@ -171,9 +168,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.http_endpoints = http_endpoints_;
   obs.http_on_rpc_port = http_on_rpc_port_;
   obs.slow_call_threshold = slow_call_threshold_;
-  obs.remember_responses_ttl = remember_responses_ttl_;
-  obs.remember_clients_ttl = remember_clients_ttl_;
-  obs.remember_max_bytes = remember_max_bytes_;
+  obs.remembered = remembered_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
@@ -225,8 +220,11 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
                                                   obs.slow_call_threshold, num_reactors,
                                                   open_server_connections_)),
       request_tracker_(std::make_shared<RequestTracker>()),
-      result_tracker_(std::make_shared<ResultTracker>(ResultTracker::Options{
-          obs.remember_responses_ttl, obs.remember_clients_ttl, obs.remember_max_bytes})) {
+      result_tracker_(std::make_shared<ResultTracker>(
+          ResultTracker::Options{.response_ttl = obs.remembered.response_ttl,
+                                 .client_ttl = obs.remembered.client_ttl,
+                                 .max_bytes = obs.remembered.max_bytes,
+                                 .clock = obs.remembered.clock})) {
   options.metrics = metrics_->transport();
   if (metrics_->counting()) {
     MetricRegistry* r = metrics_->registry();
@@ -235,14 +233,31 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
                            "Answers of exactly-once methods kept for the clients' retries.", {},
                            [t] { return static_cast<double>(t->stored_answers()); });
     if (s.ok()) {
-      s = r->AddGauge("osprey_server_remembered_answer_bytes",
-                      "Bytes of the answers kept for retries (bounded, oldest dropped first).", {},
-                      [t] { return static_cast<double>(t->stored_bytes()); });
+      s = r->AddGauge("osprey_server_remembered_bytes",
+                      "Bytes the memory of exactly-once requests takes: answers, request "
+                      "records, clients and waiting retries (bounded; oldest answers go first).",
+                      {}, [t] { return static_cast<double>(t->memory_bytes()); });
     }
     if (s.ok()) {
       s = r->AddGauge("osprey_server_remembered_clients",
                       "Clients whose exactly-once requests this server remembers.", {},
                       [t] { return static_cast<double>(t->clients()); });
+    }
+    using Counts = ResultTracker::DuplicateCounts;
+    const std::pair<const char*, uint64_t Counts::*> outcomes[] = {
+        {"after_waiting", &Counts::after_waiting},
+        {"from_memory", &Counts::from_memory},
+        {"stale", &Counts::stale},
+        {"refused", &Counts::refused}};
+    for (const auto& [label, field] : outcomes) {
+      if (!s.ok()) break;
+      s = r->AddCounterFunction(
+          "osprey_server_tracked_duplicates_total",
+          "Attempts of exactly-once requests that were not the first, by what answered them: "
+          "the first attempt when it finished, a stored answer, a stale refusal, or a "
+          "refusal (memory full, too many waiting).",
+          {{"answer", label}},
+          [t, field = field] { return static_cast<double>(t->duplicate_counts().*field); });
     }
     CHECK(s.ok()) << s.ToString();  // fixed, valid names
   }
@@ -537,6 +552,7 @@ void Messenger::InboundHandler::HandleInboundCall(
   }
   // Exactly once: a retry of a request this server has seen is answered,
   // not run. (A call of such a method without a request id just runs.)
+  // The id is checked here; the tracker sees the call once it is authorized.
   if (method->track_result && call->has_request_id()) {
     wire::RequestIdPB id;
     std::string_view bytes = call->request_id_pb();
@@ -545,8 +561,8 @@ void Messenger::InboundHandler::HandleInboundCall(
                            Status::InvalidArgument("the request_id does not parse as RequestIdPB"));
       return;
     }
-    if (m->result_tracker_->Track(id, &call) != ResultTracker::Decision::kRun) return;
-    call->set_tracked(m->result_tracker_, {id.client_id(), id.seq_no()});
+    // Tracked once authorized (ServiceIf::Handle), as Kudu does.
+    call->set_request_id(m->result_tracker_, std::move(id));
   }
   pool->QueueInboundCall(std::move(call));
 }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -58,6 +59,23 @@ class RequestTracker;
 class ResultTracker;
 class ServicePool;
 class SlowCallLog;
+
+// What a server remembers of the answers of exactly-once methods (Kudu's
+// track_rpc_result), for the clients' retries.
+struct RememberedResults {
+  // How long an answer is kept (Kudu's remember_responses_ttl_ms).
+  MonoDelta response_ttl = MonoDelta::FromSeconds(600);
+  // How long a client that sends nothing is remembered (Kudu's
+  // remember_clients_ttl_ms).
+  MonoDelta client_ttl = MonoDelta::FromSeconds(3600);
+  // All the memory it takes (answers, request records, clients, retries
+  // waiting), at most: the oldest answers go first, and their retries are
+  // refused as stale; when the records alone fill it, new exactly-once
+  // calls are refused ERROR_SERVER_TOO_BUSY (retryable) until room frees.
+  size_t max_bytes = 64 * 1024 * 1024;
+  // Where its time comes from; null: the monotonic clock. For tests.
+  std::function<MonoTime()> clock;
+};
 
 class MessengerBuilder {
  public:
@@ -105,13 +123,9 @@ class MessengerBuilder {
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
 
-  // Exactly-once methods (Kudu's track_rpc_result): how long the server
-  // remembers an answer for the client's retries (Kudu's
-  // remember_responses_ttl_ms: 600 s), a client it has not heard from
-  // (remember_clients_ttl_ms: 3600 s), and at most how many bytes of answers
-  // (64 MiB; the oldest go first, and their retries are refused as stale).
-  MessengerBuilder& set_remembered_results(MonoDelta response_ttl, MonoDelta client_ttl,
-                                           size_t max_bytes);
+  // Exactly-once methods (Kudu's track_rpc_result): what the server
+  // remembers for the clients' retries (see RememberedResults).
+  MessengerBuilder& set_remembered_results(const RememberedResults& remembered);
 
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
@@ -129,9 +143,7 @@ class MessengerBuilder {
   bool http_endpoints_ = false;
   bool http_on_rpc_port_ = true;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
-  MonoDelta remember_responses_ttl_ = MonoDelta::FromSeconds(600);
-  MonoDelta remember_clients_ttl_ = MonoDelta::FromSeconds(3600);
-  size_t remember_max_bytes_ = 64 * 1024 * 1024;
+  RememberedResults remembered_;
 };
 
 class Messenger {
@@ -188,9 +200,7 @@ class Messenger {
     bool http_on_rpc_port = true;
     MonoDelta slow_call_threshold;
     // What the server remembers of exactly-once answers.
-    MonoDelta remember_responses_ttl;
-    MonoDelta remember_clients_ttl;
-    size_t remember_max_bytes = 0;
+    RememberedResults remembered;
   };
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.

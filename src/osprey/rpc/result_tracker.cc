@@ -2,141 +2,277 @@
 
 #include <glog/logging.h>
 
-#include "osprey/rpc/inbound_call.h"
-
 namespace osprey {
 
 namespace {
-size_t SizeOf(const ResultTracker::Answer& a) {
-  size_t n = a.body.size() + 64;  // with what holding it costs
-  for (const std::string& s : a.sidecars) n += s.size();
+size_t SizeOf(const StoredAnswer& a) {
+  size_t n = a.body.size();
+  for (const std::string& s : a.sidecars) n += s.size() + 32;
   return n;
 }
 }  // namespace
 
-ResultTracker::Decision ResultTracker::Track(const wire::RequestIdPB& id,
-                                             std::unique_ptr<InboundCall>* call) {
-  std::unique_ptr<InboundCall> stale;
+ResultTracker::ResultTracker(Options options) : options_(std::move(options)) {}
+
+MonoTime ResultTracker::Now() const {
+  return options_.clock ? options_.clock() : MonoTime::NowCoarse();
+}
+
+std::string ResultTracker::ClientKey(const std::string& user, const std::string& client_id) {
+  // Length-prefixed: no user and id pair can spell another.
+  return std::to_string(user.size()) + ":" + user + client_id;
+}
+
+ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire::RequestIdPB& id,
+                                             std::unique_ptr<TrackedCall>* call) {
+  enum class Reply { kNone, kStored, kStale, kFull, kTooManyWaiting } reply = Reply::kNone;
   Answer stored;
   {
     MutexLock l(mu_);
-    const MonoTime now = MonoTime::NowCoarse();
-    if (now - last_sweep_ > MonoDelta::FromSeconds(1)) Sweep(now);
-    Client& client = clients_[id.client_id()];
-    client.last_heard = now;
-    if (id.first_incomplete_seq_no() > client.first_incomplete) {
-      client.first_incomplete = id.first_incomplete_seq_no();
-      ForgetAcknowledged(&client);
-    }
-    auto it = client.entries.find(id.seq_no());
-    if (it != client.entries.end()) {
-      if (!it->second.done) {
-        it->second.waiting.push_back(std::move(*call));
-        return Decision::kWaiting;
+    const MonoTime now = Now();
+    SweepLocked(now);
+    std::string key = ClientKey(user, id.client_id());
+    auto c = clients_.find(key);
+    if (c == clients_.end()) {
+      // A request the client itself calls finished makes no state.
+      if (id.seq_no() < id.first_incomplete_seq_no()) {
+        reply = Reply::kStale;
+      } else if (!MakeRoom(kClientOverhead + 2 * key.size())) {
+        reply = Reply::kFull;
+      } else {
+        c = clients_.emplace(key, Client()).first;
+        Client& fresh = c->second;
+        fresh.key = key;
+        fresh.by_time = clients_by_time_.insert(clients_by_time_.end(), &fresh);
+        bytes_ += kClientOverhead + 2 * key.size();
+        UpdateEmpty(&fresh);
       }
-      stored = it->second.answer;
-    } else if (id.seq_no() < client.first_incomplete || id.seq_no() < client.forgotten_below) {
-      stale = std::move(*call);
-    } else {
-      client.entries.emplace(id.seq_no(), Entry());
-      return Decision::kRun;
+    }
+    if (reply == Reply::kNone) {
+      Client& client = c->second;
+      client.last_heard = now;
+      clients_by_time_.splice(clients_by_time_.end(), clients_by_time_, client.by_time);
+      if (id.first_incomplete_seq_no() > client.first_incomplete) {
+        client.first_incomplete = id.first_incomplete_seq_no();
+        ForgetAcknowledged(&client);
+      }
+      auto it = client.entries.find(id.seq_no());
+      if (it != client.entries.end()) {
+        Entry& e = it->second;
+        if (e.state == State::kDone) {
+          stored = e.answer;
+          reply = Reply::kStored;
+          ++counts_.from_memory;
+        } else if (e.state == State::kEvicted) {
+          reply = Reply::kStale;
+        } else if (e.waiting.size() >= options_.max_waiting_per_request) {
+          reply = Reply::kTooManyWaiting;
+        } else {
+          const size_t cost = (*call)->memory_bytes();
+          if (!MakeRoom(cost)) {
+            reply = Reply::kFull;
+          } else {
+            bytes_ += cost;
+            e.waiting_bytes += cost;
+            e.waiting.push_back(std::move(*call));
+            return Decision::kWaiting;
+          }
+        }
+      } else if (id.seq_no() < client.first_incomplete || id.seq_no() < client.expired_below) {
+        reply = Reply::kStale;
+      } else if (!MakeRoom(kRequestOverhead, &client)) {
+        reply = Reply::kFull;
+      } else {
+        client.entries.emplace(id.seq_no(), Entry());
+        bytes_ += kRequestOverhead;
+        ++client.running;
+        UpdateEmpty(&client);
+        return Decision::kRun;
+      }
     }
   }
-  if (stale != nullptr) {
-    stale->RespondFailure(
-        wire::ErrorStatusPB::ERROR_REQUEST_STALE,
-        Status::IllegalState("request " + std::to_string(id.seq_no()) + " of client " +
-                             id.client_id() +
-                             " is stale: its answer was already acknowledged or forgotten"));
-    return Decision::kStale;
+  if (reply == Reply::kStale || reply == Reply::kFull || reply == Reply::kTooManyWaiting) {
+    MutexLock l(mu_);
+    ++(reply == Reply::kStale ? counts_.stale : counts_.refused);
   }
-  (*call)->RespondStored(stored);
-  return Decision::kAnswered;
+  switch (reply) {
+    case Reply::kStored:
+      (*call)->RespondStored(stored);
+      return Decision::kAnswered;
+    case Reply::kStale:
+      (*call)->RespondFailure(
+          wire::ErrorStatusPB::ERROR_REQUEST_STALE,
+          Status::IllegalState("request " + std::to_string(id.seq_no()) + " of client " +
+                               id.client_id() +
+                               " is stale: its answer was already acknowledged or forgotten"));
+      return Decision::kStale;
+    case Reply::kFull:
+      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full ("
+                                 << options_.max_bytes << " bytes); refusing new ones until "
+                                 << "clients acknowledge answers or they expire";
+      (*call)->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+                              Status::ServiceUnavailable(
+                                  "the server's memory of exactly-once requests is full (" +
+                                  std::to_string(options_.max_bytes) + " bytes); try again later"));
+      return Decision::kRefused;
+    case Reply::kTooManyWaiting:
+      (*call)->RespondFailure(
+          wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+          Status::ServiceUnavailable(std::to_string(options_.max_waiting_per_request) +
+                                     " attempts of request " + std::to_string(id.seq_no()) +
+                                     " already wait for it to finish; try again later"));
+      return Decision::kRefused;
+    case Reply::kNone:
+      break;
+  }
+  LOG(FATAL) << "unreachable";
+  return Decision::kRefused;
 }
 
 void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
-  std::vector<std::unique_ptr<InboundCall>> waiting;
+  std::vector<std::unique_ptr<TrackedCall>> waiting;
   {
     MutexLock l(mu_);
-    auto c = clients_.find(key.client_id);
+    const MonoTime now = Now();
+    auto c = clients_.find(ClientKey(key.user, key.client_id));
     if (c == clients_.end()) return;
-    auto it = c->second.entries.find(key.seq_no);
-    if (it == c->second.entries.end() || it->second.done) return;
-    waiting.swap(it->second.waiting);
-    if (!store || key.seq_no < c->second.first_incomplete) {
+    Client& client = c->second;
+    auto it = client.entries.find(key.seq_no);
+    if (it == client.entries.end() || it->second.state != State::kRunning) return;
+    Entry& e = it->second;
+    waiting.swap(e.waiting);
+    counts_.after_waiting += waiting.size();
+    bytes_ -= e.waiting_bytes;
+    e.waiting_bytes = 0;
+    --client.running;
+    if (!store || key.seq_no < client.first_incomplete) {
       // Nothing ran, so a retry may; or the client already moved past it.
-      c->second.entries.erase(it);
+      Erase(&client, it);
     } else {
-      Entry& e = it->second;
-      e.done = true;
-      e.answer = answer;
-      e.bytes = SizeOf(answer);
-      bytes_ += e.bytes;
-      ++stored_;
-      const MonoTime now = MonoTime::NowCoarse();
-      done_order_.push_back({now, key.client_id, key.seq_no});
-      if (bytes_ > options_.max_bytes) Sweep(now);
+      const size_t n = SizeOf(answer);
+      // Room for it at the price of older answers; an answer that cannot
+      // fit at all is not kept, but its record is: its retry is stale.
+      if (n <= options_.max_bytes && MakeRoom(n)) {
+        e.state = State::kDone;
+        e.answer = answer;
+        e.answer_bytes = n;
+        bytes_ += n;
+        e.order = done_.insert(done_.end(), {now, &client, key.seq_no});
+      } else {
+        e.state = State::kEvicted;
+        e.order = evicted_.insert(evicted_.end(), {now, &client, key.seq_no});
+      }
     }
+    SweepLocked(now);
   }
   for (auto& w : waiting) w->RespondStored(answer);
 }
 
-void ResultTracker::Forget(Client* client, std::map<int64_t, Entry>::iterator it) {
-  bytes_ -= it->second.bytes;
-  --stored_;
+void ResultTracker::Erase(Client* client, std::map<int64_t, Entry>::iterator it) {
+  Entry& e = it->second;
+  if (e.state == State::kDone) {
+    bytes_ -= e.answer_bytes;
+    done_.erase(e.order);
+  } else if (e.state == State::kEvicted) {
+    evicted_.erase(e.order);
+  }
+  bytes_ -= kRequestOverhead;
   client->entries.erase(it);
+  UpdateEmpty(client);
+}
+
+void ResultTracker::UpdateEmpty(Client* client) {
+  const bool empty = client->entries.empty();
+  if (empty == client->listed_empty) return;
+  if (empty) {
+    client->empty_it = empty_clients_.insert(empty_clients_.end(), client);
+  } else {
+    empty_clients_.erase(client->empty_it);
+  }
+  client->listed_empty = empty;
+}
+
+void ResultTracker::EraseClient(Client* client) {
+  while (!client->entries.empty()) Erase(client, client->entries.begin());
+  if (client->listed_empty) empty_clients_.erase(client->empty_it);
+  clients_by_time_.erase(client->by_time);
+  bytes_ -= kClientOverhead + 2 * client->key.size();
+  clients_.erase(client->key);  // frees *client
 }
 
 void ResultTracker::ForgetAcknowledged(Client* client) {
   for (auto it = client->entries.begin();
        it != client->entries.end() && it->first < client->first_incomplete;) {
     auto next = std::next(it);
-    if (it->second.done) Forget(client, it);
+    if (it->second.state != State::kRunning) Erase(client, it);
     it = next;
   }
 }
 
-void ResultTracker::Sweep(MonoTime now) {
-  last_sweep_ = now;
-  // Oldest answers first: past their time to live, or beyond the bound.
-  while (!done_order_.empty() &&
-         (bytes_ > options_.max_bytes || now - done_order_.front().at > options_.response_ttl)) {
-    Done d = std::move(done_order_.front());
-    done_order_.pop_front();
-    auto c = clients_.find(d.client_id);
-    if (c == clients_.end()) continue;
-    auto it = c->second.entries.find(d.seq_no);
-    if (it == c->second.entries.end() || !it->second.done) continue;  // acknowledged already
-    if (bytes_ > options_.max_bytes) {
-      LOG_EVERY_N(WARNING, 1000) << "forgetting stored RPC answers beyond " << options_.max_bytes
-                                 << " bytes; their retries will be stale";
-    }
-    c->second.forgotten_below = std::max(c->second.forgotten_below, d.seq_no + 1);
-    Forget(&c->second, it);
-  }
-  for (auto it = clients_.begin(); it != clients_.end();) {
-    bool idle = now - it->second.last_heard > options_.client_ttl;
-    bool running = false;
-    for (const auto& [seq, e] : it->second.entries) running |= !e.done;
-    if (idle && !running) {
-      for (auto e = it->second.entries.begin(); e != it->second.entries.end();) {
-        auto next = std::next(e);
-        Forget(&it->second, e);
-        e = next;
+bool ResultTracker::MakeRoom(size_t need, const Client* keep) {
+  while (bytes_ + need > options_.max_bytes) {
+    if (!done_.empty()) {
+      // The oldest answer goes; its record stays, so its retry is refused.
+      OrderNode n = done_.front();
+      done_.pop_front();
+      Entry& e = n.client->entries.at(n.seq_no);
+      bytes_ -= e.answer_bytes;
+      e.answer = Answer();
+      e.answer_bytes = 0;
+      e.state = State::kEvicted;
+      e.order = evicted_.insert(evicted_.end(), {n.at, n.client, n.seq_no});
+      LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers beyond " << options_.max_bytes
+                                 << " bytes; their retries will be refused as stale";
+    } else if (!empty_clients_.empty() &&
+               !(empty_clients_.size() == 1 && empty_clients_.front() == keep)) {
+      // A client with nothing remembered: what it sends later is new.
+      Client* oldest = empty_clients_.front();
+      if (oldest == keep) {
+        empty_clients_.splice(empty_clients_.end(), empty_clients_, keep->empty_it);
+        continue;
       }
-      it = clients_.erase(it);
+      EraseClient(oldest);
     } else {
-      ++it;
+      return false;
     }
   }
+  return true;
+}
+
+void ResultTracker::SweepLocked(MonoTime now) {
+  // Answers and records past their time to live, oldest first: the client
+  // has given up on them, and on everything before them.
+  for (OrderList* list : {&done_, &evicted_}) {
+    while (!list->empty() && now - list->front().at > options_.response_ttl) {
+      OrderNode n = list->front();
+      n.client->expired_below = std::max(n.client->expired_below, n.seq_no + 1);
+      Erase(n.client, n.client->entries.find(n.seq_no));
+    }
+  }
+  // Clients silent for their time to live, unless a request still runs.
+  while (!clients_by_time_.empty() &&
+         now - clients_by_time_.front()->last_heard > options_.client_ttl) {
+    Client* client = clients_by_time_.front();
+    if (client->running > 0) {
+      clients_by_time_.splice(clients_by_time_.end(), clients_by_time_, client->by_time);
+      client->last_heard = now;
+      continue;
+    }
+    EraseClient(client);
+  }
+}
+
+void ResultTracker::Sweep() {
+  MutexLock l(mu_);
+  SweepLocked(Now());
 }
 
 size_t ResultTracker::stored_answers() const {
   MutexLock l(mu_);
-  return stored_;
+  return done_.size();
 }
 
-size_t ResultTracker::stored_bytes() const {
+size_t ResultTracker::memory_bytes() const {
   MutexLock l(mu_);
   return bytes_;
 }
@@ -144,6 +280,16 @@ size_t ResultTracker::stored_bytes() const {
 size_t ResultTracker::clients() const {
   MutexLock l(mu_);
   return clients_.size();
+}
+
+ResultTracker::DuplicateCounts ResultTracker::duplicate_counts() const {
+  MutexLock l(mu_);
+  return counts_;
+}
+
+size_t ResultTracker::evicted_records() const {
+  MutexLock l(mu_);
+  return evicted_.size();
 }
 
 }  // namespace osprey

@@ -3,31 +3,54 @@
 // id, so that a call the client sends again (a retry after a timeout or a
 // lost connection) is answered, not run again: exactly once.
 //
-// For each request id (client id, sequence number):
+// A request is (user, client id, sequence number): the user is who
+// authenticated the connection, so a stored answer is only ever given to the
+// user whose call produced it; another user presenting the same client id
+// is another client. Calls reach the tracker after they were authorized
+// (ServiceIf::Handle), as in Kudu. For each request:
 //  - the first attempt runs the handler;
 //  - a duplicate that arrives while it runs waits for it and gets its
-//    answer;
+//    answer (at most `max_waiting_per_request` wait; more are refused
+//    ERROR_SERVER_TOO_BUSY, which a client retries);
 //  - a duplicate after it completed gets the stored answer, the handler
 //    does not run;
-//  - an attempt whose sequence number is below the lowest the client still
-//    has in flight (its first_incomplete_seq_no) is stale: refused with
+//  - an attempt below the lowest sequence number the client still has in
+//    flight (its first_incomplete_seq_no) is stale: refused with
 //    ERROR_REQUEST_STALE, as Kudu does.
-// Answers are forgotten when the client says it has them
-// (first_incomplete_seq_no passes them), after `response_ttl`, or, oldest
-// first, when they would take more than `max_bytes`; a client not heard
-// from for `client_ttl` is forgotten whole. A forgotten answer's retry is
-// refused as stale rather than run twice.
 //
-// An attempt that did not run (the queue was full, its deadline passed, the
-// server shut down, its client went away), or whose handler answered with
-// an error, leaves nothing behind, as Kudu's FailAndRespond: a retry runs.
-// Duplicates waiting for it get the same answer.
+// Memory. Everything the tracker keeps is counted against `max_bytes`: each
+// client (its id and record), each request (its record; its answer's body
+// and sidecars while stored) and each waiting duplicate (its request).
+//  - An answer is dropped when the client says it has it
+//    (first_incomplete_seq_no passes it): at once, in time proportional to
+//    what is dropped.
+//  - Beyond `max_bytes`, the oldest answers are evicted first. An evicted
+//    answer leaves a small record behind, so that a retry of exactly that
+//    request is refused as stale and never runs twice; no other sequence
+//    number is affected (one that never ran still runs).
+//  - When the records alone fill `max_bytes`, a new request is refused
+//    ERROR_SERVER_TOO_BUSY (retryable) until acknowledgements or time free
+//    room: the bound is never passed, and nothing runs twice.
+//  - After `response_ttl` an answer or record is forgotten, and the
+//    client's requests up to it become stale (Kudu's remember_responses_ttl:
+//    the client has long given up on them).
+//  - A client silent for `client_ttl` with nothing running is forgotten
+//    whole; a request it sends after that is new to the server and runs (as
+//    in Kudu).
+// Time comes from Options::clock; expiry happens as calls arrive and by
+// Sweep(), each pass touching only what it frees.
 //
-// Thread-safe: reactors look calls up, workers record answers.
+// An attempt that did not run, or whose handler answered with an error,
+// leaves nothing behind, as Kudu's FailAndRespond: a retry runs; duplicates
+// waiting for it get the same answer.
+//
+// Thread-safe: workers (and reactors, for pools without workers) track
+// calls and record answers.
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,35 +59,57 @@
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
+#include "osprey/base/status.h"
 #include "osprey/wire/rpc_header.pb.h"
 
 namespace osprey {
 
-class InboundCall;
+// A call's answer as stored: what any attempt is sent.
+struct StoredAnswer {
+  bool is_error = false;
+  std::string body;  // the response message, or an ErrorStatusPB
+  std::vector<std::string> sidecars;
+};
+
+// A call the tracker can hold while it waits for its first attempt, and
+// answer.
+class TrackedCall {
+ public:
+  virtual ~TrackedCall() = default;
+  virtual void RespondStored(const StoredAnswer& answer) = 0;
+  virtual void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) = 0;
+  // What it holds while it waits (its request), for the memory bound.
+  virtual size_t memory_bytes() const = 0;
+};
 
 class ResultTracker {
  public:
+  using Answer = StoredAnswer;
+
   struct Options {
     // Kudu's --remember_responses_ttl_ms and --remember_clients_ttl_ms.
     MonoDelta response_ttl = MonoDelta::FromSeconds(600);
     MonoDelta client_ttl = MonoDelta::FromSeconds(3600);
-    // Stored answers' bytes (bodies and sidecars) at most.
+    // Everything the tracker keeps, at most.
     size_t max_bytes = 64 * 1024 * 1024;
-  };
-
-  // A call's answer as stored: what any attempt is sent.
-  struct Answer {
-    bool is_error = false;
-    std::string body;  // the response message, or an ErrorStatusPB
-    std::vector<std::string> sidecars;
+    // Duplicates that may wait for one running request.
+    size_t max_waiting_per_request = 16;
+    // Where time comes from; null: MonoTime::NowCoarse.
+    std::function<MonoTime()> clock;
   };
 
   struct Key {
+    std::string user;
     std::string client_id;
     int64_t seq_no = 0;
   };
 
-  explicit ResultTracker(Options options) : options_(options) {}
+  // What one record costs besides its answer, and one client besides its
+  // ids: the nodes, the bookkeeping and the allocator's share of them.
+  static constexpr size_t kRequestOverhead = 160;
+  static constexpr size_t kClientOverhead = 192;
+
+  explicit ResultTracker(Options options);
   ResultTracker(const ResultTracker&) = delete;
   ResultTracker& operator=(const ResultTracker&) = delete;
 
@@ -73,53 +118,96 @@ class ResultTracker {
     kWaiting,   // a duplicate of one that runs: the tracker holds the call
     kAnswered,  // a duplicate of one that completed: answered from memory
     kStale,     // refused with ERROR_REQUEST_STALE
+    kRefused,   // refused ERROR_SERVER_TOO_BUSY: the memory bound, or too
+                // many duplicates waiting
   };
-  // What to do with `*call`, which carries `id`. Takes the call for
-  // kWaiting; answers it for kAnswered and kStale.
-  Decision Track(const wire::RequestIdPB& id, std::unique_ptr<InboundCall>* call) EXCLUDES(mu_);
+  // What to do with `*call`, which `user` sent with `id`. Takes the call
+  // for kWaiting (*call is then null); answers it for every decision but
+  // kRun.
+  Decision Track(const std::string& user, const wire::RequestIdPB& id,
+                 std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_);
 
   // The first attempt of `key` answered. `store`: its handler ran and
   // succeeded, so the answer is kept; otherwise the request is forgotten
   // and a retry runs. Answers the waiting duplicates either way.
   void Record(const Key& key, const Answer& answer, bool store) EXCLUDES(mu_);
 
+  // Forgets what has expired by now. Calls do it too as they arrive.
+  void Sweep() EXCLUDES(mu_);
+
   // For tests and /metrics.
   size_t stored_answers() const EXCLUDES(mu_);
-  size_t stored_bytes() const EXCLUDES(mu_);
+  // Every byte counted against max_bytes.
+  size_t memory_bytes() const EXCLUDES(mu_);
   size_t clients() const EXCLUDES(mu_);
+  // Requests whose answers were evicted, kept so that their retries are
+  // refused.
+  size_t evicted_records() const EXCLUDES(mu_);
+  // What became of the attempts that were not first, since the start.
+  struct DuplicateCounts {
+    uint64_t after_waiting = 0;  // answered when the first attempt finished
+    uint64_t from_memory = 0;    // answered from a stored answer
+    uint64_t stale = 0;
+    uint64_t refused = 0;  // the memory bound, or too many waiting
+  };
+  DuplicateCounts duplicate_counts() const EXCLUDES(mu_);
 
  private:
-  struct Entry {
-    bool done = false;
-    Answer answer;
-    size_t bytes = 0;
-    std::vector<std::unique_ptr<InboundCall>> waiting;
-  };
-  struct Client {
-    std::map<int64_t, Entry> entries;
-    int64_t first_incomplete = 0;  // the highest the client has told
-    int64_t forgotten_below = 0;   // answers below this, not stored, are stale
-    MonoTime last_heard;
-  };
-  struct Done {  // in the order answers were stored
+  struct Client;
+  enum class State { kRunning, kDone, kEvicted };
+  // In the order of their answers (or eviction), oldest first.
+  struct OrderNode {
     MonoTime at;
-    std::string client_id;
+    Client* client;
     int64_t seq_no;
   };
+  using OrderList = std::list<OrderNode>;
+  struct Entry {
+    State state = State::kRunning;
+    Answer answer;
+    size_t answer_bytes = 0;
+    std::vector<std::unique_ptr<TrackedCall>> waiting;
+    size_t waiting_bytes = 0;
+    OrderList::iterator order;  // in done_ (kDone) or evicted_ (kEvicted)
+  };
+  using ClientList = std::list<Client*>;
+  struct Client {
+    std::string key;  // user and client id, as clients_ holds it
+    std::map<int64_t, Entry> entries;
+    int64_t first_incomplete = 0;  // the highest the client has told
+    int64_t expired_below = 0;     // requests below this are stale (TTL)
+    int running = 0;
+    MonoTime last_heard;
+    ClientList::iterator by_time;  // in clients_by_time_
+    bool listed_empty = false;     // in empty_clients_: no entries
+    ClientList::iterator empty_it;
+  };
 
-  // Drops client's done entries below its first_incomplete.
+  MonoTime Now() const;
+  static std::string ClientKey(const std::string& user, const std::string& client_id);
+  // Entries below the client's first_incomplete, answered or evicted.
   void ForgetAcknowledged(Client* client) REQUIRES(mu_);
-  void Forget(Client* client, std::map<int64_t, Entry>::iterator it) REQUIRES(mu_);
-  // Expired answers and clients, and answers beyond max_bytes.
-  void Sweep(MonoTime now) REQUIRES(mu_);
+  void Erase(Client* client, std::map<int64_t, Entry>::iterator it) REQUIRES(mu_);
+  // Expired answers, records and clients.
+  void SweepLocked(MonoTime now) REQUIRES(mu_);
+  // Evicts answers, oldest first, and clients with nothing remembered,
+  // least recently heard first, until `need` more bytes fit. False if
+  // they cannot.
+  // `keep` (may be null) is not evicted.
+  bool MakeRoom(size_t need, const Client* keep = nullptr) REQUIRES(mu_);
+  void EraseClient(Client* client) REQUIRES(mu_);
+  // Keeps empty_clients_ true of `client` after its entries changed.
+  void UpdateEmpty(Client* client) REQUIRES(mu_);
 
   const Options options_;
   mutable Mutex mu_;
   std::unordered_map<std::string, Client> clients_ GUARDED_BY(mu_);
-  std::deque<Done> done_order_ GUARDED_BY(mu_);
+  ClientList clients_by_time_ GUARDED_BY(mu_);  // least recently heard first
+  ClientList empty_clients_ GUARDED_BY(mu_);    // with no entries, oldest first
+  OrderList done_ GUARDED_BY(mu_);              // stored answers
+  OrderList evicted_ GUARDED_BY(mu_);           // records of evicted answers
   size_t bytes_ GUARDED_BY(mu_) = 0;
-  size_t stored_ GUARDED_BY(mu_) = 0;
-  MonoTime last_sweep_ GUARDED_BY(mu_);
+  DuplicateCounts counts_ GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -58,7 +58,7 @@ class RpcContext {
   google::protobuf::Message* response_pb() { return response_.get(); }
 
  private:
-  friend class ServiceIf;
+  friend class ServiceIf;  // Handle() and TrackAuthorized() drive the context
   // True for the first response only; logs the others.
   bool BeginResponse(const char* which);
   // Drops one of the two references (the handler's, the response's).

@@ -32,6 +32,28 @@ bool ServiceIf::Authorize(const ServiceMethod& method, const google::protobuf::M
   return method.authorize == nullptr || method.authorize(req, resp, ctx);
 }
 
+bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
+  InboundCall* call = ctx->call_.get();
+  std::shared_ptr<ResultTracker> tracker = call->pending_tracker();
+  // Copied first: once the tracker holds a waiting call, another thread
+  // may answer and free it.
+  ResultTracker::Key key{call->remote_user(), call->request_id().client_id(),
+                         call->request_id().seq_no()};
+  const wire::RequestIdPB id = call->request_id();
+  std::unique_ptr<TrackedCall> tracked(ctx->call_.release());
+  ResultTracker::Decision d = tracker->Track(key.user, id, &tracked);
+  // The tracker answered the call, or holds it (then tracked is null).
+  ctx->call_.reset(static_cast<InboundCall*>(tracked.release()));
+  if (d == ResultTracker::Decision::kRun) {
+    ctx->call_->set_tracked(std::move(key));
+    return true;
+  }
+  // Nobody else has seen this context: it ends here, without a response
+  // of its own.
+  delete ctx;
+  return false;
+}
+
 bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   const ServiceMethod* m = call->method();
   std::unique_ptr<google::protobuf::Message> req(m->request_prototype->New());
@@ -61,6 +83,7 @@ bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
       ctx->HandlerDone(nullptr);
       return true;
     }
+    if (ctx->call_->pending_tracker() != nullptr && !TrackAuthorized(ctx)) return false;
     m->handler(ctx->request_pb(), ctx->response_pb(), ctx);
   } catch (const std::exception& e) {
     ctx->HandlerDone(e.what());

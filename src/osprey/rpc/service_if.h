@@ -66,15 +66,22 @@ class ServiceIf {
   virtual bool Authorize(const ServiceMethod& method, const google::protobuf::Message* req,
                          google::protobuf::Message* resp, RpcContext* ctx);
 
-  // Parses the request and runs the handler on the calling thread, which
-  // read the clock at `start`. The handler owns the call through its
-  // RpcContext from then on. True if the handler ran.
+  // Parses the request, authorizes it and runs the handler on the calling
+  // thread, which read the clock at `start`. The handler owns the call
+  // through its RpcContext from then on. A call with a request id of a
+  // method that tracks results goes to the ResultTracker once authorized,
+  // and runs only if it is the first attempt. True if the handler ran.
   bool Handle(std::unique_ptr<InboundCall> call, MonoTime start);
 
  protected:
   void RegisterMethod(ServiceMethod method);
 
  private:
+  // The authorized call of `ctx` to its tracker: true if it runs (its
+  // answer is then recorded); false if the tracker answered or holds it,
+  // and `ctx` is gone.
+  static bool TrackAuthorized(RpcContext* ctx);
+
   // Transparent hashing: a lookup by string_view allocates nothing.
   struct NameHash {
     using is_transparent = void;
