@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -853,6 +854,52 @@ class ByCode : public bench::BenchService {
     return ServiceIf::Authorize(method, req, resp, ctx);
   }
 };
+
+// Answers every call ERROR_SERVER_TOO_BUSY, which a retry policy retries.
+class AlwaysBusy : public bench::BenchService {
+ public:
+  bool Authorize(const ServiceMethod&, const google::protobuf::Message*, google::protobuf::Message*,
+                 RpcContext* ctx) override {
+    ctx->RespondRpcFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+                           Status::ServiceUnavailable("always busy"));
+    return false;
+  }
+};
+
+// Cancel() at any moment of a call that retries, the moment a retry takes
+// over from an attempt that just failed included, ends it Aborted: the
+// cancel is never lost on the attempt that ended (it used to be, and the
+// retries ran on to their last attempt).
+TEST(RetryCancelTest, ACancelRacingARetryEndsTheCallAborted) {
+  std::shared_ptr<Messenger> server, client;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  ASSERT_TRUE(server->RegisterService(std::make_unique<AlwaysBusy>()).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  RetryPolicy policy;
+  policy.max_attempts = 1000000;
+  policy.initial_backoff = MonoDelta::FromMicroseconds(1);
+  policy.max_backoff = MonoDelta::FromMicroseconds(50);
+  std::minstd_rand rng(42);
+  for (int i = 0; i < 300; ++i) {
+    kudu::rpc_test::AddRequestPB req;
+    req.set_x(1);
+    req.set_y(2);
+    kudu::rpc_test::AddResponsePB resp;
+    RpcController ctl;
+    ctl.set_retry_policy(policy);
+    ctl.set_timeout(MonoDelta::FromSeconds(30));
+    CountDownLatch done(1);
+    proxy.AddAsync(req, &resp, &ctl, [&done] { done.CountDown(); });
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    ctl.Cancel();
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)))
+        << "call " << i << " still retrying 10 s after Cancel()";
+    ASSERT_TRUE(ctl.status().IsAborted()) << "call " << i << ": " << ctl.status().ToString();
+  }
+}
 
 TEST(AuthorizeFromCodeTest, AnOverrideRefusesWithItsOwnAnswer) {
   std::shared_ptr<Messenger> server, client;

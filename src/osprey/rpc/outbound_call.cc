@@ -64,7 +64,7 @@ void OutboundCall::set_retry(const RetryPolicy& policy, bool idempotent, Requeue
 }
 
 bool OutboundCall::ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const {
-  if (attempt_no_ >= retry_policy_.max_attempts || cancel_requested()) return false;
+  if (attempt_no_ >= retry_policy_.max_attempts) return false;
   if (status.IsServiceUnavailable()) return retry_policy_.retry_server_too_busy;  // not run
   if (error != nullptr && error->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
     return retry_policy_.retry_server_shutting_down;  // not run either
@@ -85,11 +85,16 @@ bool OutboundCall::ScheduleRetry() {
   cap = std::min(cap, static_cast<double>(retry_policy_.max_backoff.ToMicroseconds()));
   thread_local std::minstd_rand rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
-  const MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
+  MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
   if (!deadline().IsMax() && at >= deadline()) return false;
   std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
   next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
-  controller_->Retrying(next);
+  if (controller_->Retrying(next)) {
+    // Cancelled while this attempt ended: the retry ends Aborted as soon as
+    // it is queued (Reactor::AssignCall), without its backoff.
+    next->RequestCancel();
+    at = LoopTime();
+  }
   // If the reactor stops before the backoff ends, the retry never runs:
   // it fails instead, so its callback still runs exactly once.
   struct Pending {
@@ -194,9 +199,20 @@ void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow
   if (metrics_ != nullptr) metrics_->started->Increment();
 }
 
-void OutboundCall::Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
+void OutboundCall::Complete(const Status& attempt_status,
+                            std::unique_ptr<wire::ErrorStatusPB> error,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
-  if (retry_ && ShouldRetry(status, error.get()) && ScheduleRetry()) return;
+  Status status = attempt_status;
+  if (retry_ && ShouldRetry(status, error.get())) {
+    if (cancel_requested()) {
+      // Cancel() came as this attempt failed: the call ends as cancelled,
+      // not with the failure it would have retried.
+      status = Status::Aborted(Describe() + " cancelled");
+      error.reset();
+    } else if (ScheduleRetry()) {
+      return;
+    }
+  }
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
   if (metrics_ != nullptr || slow_calls_ != nullptr) {

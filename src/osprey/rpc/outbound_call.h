@@ -74,6 +74,7 @@ class OutboundCall final : public transport::ClientCall {
   // The next attempt of `prior`, which hands it its request, response,
   // controller and callback.
   OutboundCall(RetryOf, OutboundCall* prior);
+  // Whether the failure `status` may be retried (attempts left, and safe to).
   bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
   // True if a retry was scheduled; false: this attempt's outcome is final.
   bool ScheduleRetry();

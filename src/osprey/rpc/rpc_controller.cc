@@ -38,6 +38,8 @@ void RpcController::Cancel() {
   std::shared_ptr<OutboundCall> call;
   {
     MutexLock l(mu_);
+    // Kept for a retry that replaces call_ after this: see Retrying().
+    if (call_) cancelled_ = true;
     call = call_;
   }
   if (call) call->Cancel();
@@ -88,9 +90,10 @@ int RpcController::attempts() const {
   return attempts_;
 }
 
-void RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
+bool RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
   MutexLock l(mu_);
   call_ = next;
+  return cancelled_;
 }
 
 void RpcController::Reset() {
@@ -104,6 +107,7 @@ void RpcController::Reset() {
   outbound_sidecars_.clear();
   required_server_features_.clear();
   finished_ = false;
+  cancelled_ = false;
   status_ = Status::OK();
   error_.reset();
   sidecar_storage_.reset();
@@ -115,6 +119,7 @@ RpcController::CallStart RpcController::StartCall(const std::shared_ptr<Outbound
   CHECK(!call_) << "RpcController used for a second call while the first is in flight";
   call_ = call;
   finished_ = false;
+  cancelled_ = false;
   status_ = Status::OK();
   error_.reset();
   sidecar_storage_.reset();

@@ -88,8 +88,10 @@ class RpcController {
   };
   // Proxy: a call starts. Takes the outbound sidecars.
   CallStart StartCall(const std::shared_ptr<OutboundCall>& call);
-  // OutboundCall: `next` is the retry of the call in flight (Cancel reaches it).
-  void Retrying(const std::shared_ptr<OutboundCall>& next);
+  // OutboundCall: `next` is the retry of the call in flight (Cancel reaches
+  // it). True if Cancel() was called during this call: `next` must end
+  // Aborted, as a Cancel() may have reached only the attempt before it.
+  bool Retrying(const std::shared_ptr<OutboundCall>& next);
   // OutboundCall: the call ends, after `attempts` attempts.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
               std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars,
@@ -105,6 +107,7 @@ class RpcController {
   int attempts_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;  // Cancel() during the call in flight
   Status status_ GUARDED_BY(mu_);
   std::unique_ptr<wire::ErrorStatusPB> error_ GUARDED_BY(mu_);
   std::shared_ptr<const uint8_t[]> sidecar_storage_ GUARDED_BY(mu_);
