@@ -4,9 +4,12 @@
 // HTTP input closing only its own connection. The real tools (promtool,
 // Prometheus, Chromium) are in observability-tools-test.sh.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "hostile_test_util.h"
 #include "http_test_util.h"
@@ -462,6 +465,127 @@ TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
   ASSERT_TRUE(old.Read(&r).ok());
   EXPECT_EQ(200, r.status);
   EXPECT_TRUE(old.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+// A peer that pipelines requests and never reads its answers: the server
+// parses a request only once the answer before it is sent, so it holds one
+// answer and at most 72 KiB of requests for this peer, and drops it when it
+// sends more (it used to answer every request into memory: 331 MB in 4 s).
+// Everyone else is served meanwhile.
+TEST(HttpEndpointsTest, APipeliningPeerThatNeverReadsIsBoundedAndDropped) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  Socket hog;
+  ASSERT_TRUE(hog.Init(hs.server.address).ok());
+  int small = 4096;
+  ASSERT_EQ(0, setsockopt(hog.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
+  ASSERT_TRUE(hog.Connect(hs.server.address).ok());
+  ASSERT_TRUE(hog.SetNonBlocking(true).ok());
+  std::string requests;
+  for (int i = 0; i < 100; ++i) requests += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  size_t written = 0;
+  bool dropped = false;
+  const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
+  while (!dropped && MonoTime::Now() < deadline && written < (64u << 20)) {
+    ssize_t n = ::send(hog.fd(), requests.data(), requests.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{hog.fd(), POLLOUT, 0};
+      ::poll(&p, 1, 10);
+      if (p.revents & (POLLERR | POLLHUP)) dropped = true;
+    } else {
+      dropped = true;  // EPIPE or ECONNRESET: the server closed it
+    }
+  }
+  EXPECT_TRUE(dropped) << written << " bytes of requests written and still connected";
+  // Dropped after a bounded amount: what it buffers, plus the kernel's
+  // socket buffers on both sides.
+  EXPECT_LT(written, 16u << 20);
+  HttpClient bystander;
+  ASSERT_TRUE(bystander.Connect(hs.server.address).ok());
+  HttpReply ok;
+  ASSERT_TRUE(bystander.Get("/healthz", &ok).ok());
+  EXPECT_EQ(200, ok.status);
+}
+
+// Thousands of pipelined requests in one write, each answered at once on
+// the reactor: answered in order without recursing once per request.
+TEST(HttpEndpointsTest, ThousandsOfPipelinedRequestsAreAnsweredInOrder) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start().ok());
+  HttpClient h;
+  ASSERT_TRUE(h.Connect(hs.server.address).ok());
+  constexpr int kRequests = 2000;  // 66 KB: within what a peer may send ahead
+  std::string burst;
+  for (int i = 0; i < kRequests; ++i) {
+    burst += i % 2 == 0 ? "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                        : "GET /nope12 HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  ASSERT_TRUE(h.SendRaw(burst).ok());
+  for (int i = 0; i < kRequests; ++i) {
+    HttpReply r;
+    ASSERT_TRUE(h.Read(&r).ok()) << "answer " << i;
+    ASSERT_EQ(i % 2 == 0 ? 200 : 404, r.status) << "answer " << i;
+  }
+}
+
+// A keep-alive connection whose next request stops half way gets 408 after
+// the request timeout (here 0.5 s), not after the idle timeout (65 s).
+TEST(HttpEndpointsTest, AnIncompleteRequestAfterAnAnswerTimesOutAsAnyRequest) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.Start(ServicePoolOptions(), MonoDelta::FromMilliseconds(500)).ok());
+  HttpClient h;
+  ASSERT_TRUE(h.Connect(hs.server.address).ok());
+  HttpReply first;
+  ASSERT_TRUE(h.Get("/healthz", &first).ok());
+  EXPECT_EQ(200, first.status);
+  ASSERT_TRUE(h.SendRaw("GET /heal").ok());
+  HttpReply r;
+  MonoTime start = MonoTime::Now();
+  ASSERT_TRUE(h.Read(&r, MonoDelta::FromSeconds(10)).ok());
+  EXPECT_EQ(408, r.status);
+  EXPECT_LT((MonoTime::Now() - start).ToSeconds(), 5.0);
+  EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+// /rpcz and /connections list at most 1000 of what they show, and say how
+// many there were: with 20,000 calls in flight the page stays small.
+TEST(HttpEndpointsTest, RpczWithTwentyThousandCallsInFlightIsBoundedAndAnswers) {
+  HttpServer hs;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 30000;
+  ASSERT_TRUE(hs.Start(pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, hs.server.address);
+  constexpr int kCalls = 20000;
+  std::vector<SleepRequestPB> reqs(kCalls);
+  std::vector<SleepResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    reqs[i].set_sleep_micros(i == 0 ? 2000000 : 0);  // the first holds the one worker
+    ctls[i].set_timeout(MonoDelta::FromSeconds(60));
+    proxy.SleepAsync(reqs[i], &resps[i], &ctls[i], [&done] { done.CountDown(); });
+  }
+  HttpClient h;
+  ASSERT_TRUE(h.Connect(hs.server.address).ok());
+  json page;
+  ASSERT_TRUE(WaitUntil([&] {
+    HttpReply r;
+    if (!h.Get("/rpcz?format=json", &r).ok() || r.status != 200) return false;
+    EXPECT_LT(r.body.size(), 1u << 20);
+    page = json::parse(r.body);
+    return page["in_flight_total"].get<size_t>() >= kCalls / 2;
+  }));
+  EXPECT_EQ(1000u, page["in_flight"].size());
+  EXPECT_EQ(1000u, page["listed_at_most"].get<size_t>());
+  HttpReply conns;
+  ASSERT_TRUE(h.Get("/connections", &conns).ok());
+  EXPECT_EQ(1u, json::parse(conns.body)["connections_total"].get<size_t>());  // the RPC client
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(60)));
+  for (const RpcController& c : ctls) ASSERT_TRUE(c.status().ok()) << c.status().ToString();
 }
 
 TEST(HttpEndpointsTest, HttpBytesAreCountedWithTheRpcBytes) {

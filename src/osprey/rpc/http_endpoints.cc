@@ -63,10 +63,17 @@ std::string HtmlEscape(const std::string& s) {
 
 double Millis(MonoDelta d) { return static_cast<double>(d.ToMicroseconds()) / 1000.0; }
 
-// Everything /rpcz and /connections show, from every reactor.
+// What /rpcz and /connections list at most, of calls and of connections:
+// the page stays small and cheap to build on a reactor whatever the load.
+constexpr size_t kMaxListed = 1000;
+
+// Everything /rpcz and /connections show, from every reactor: at most
+// kMaxListed of each, and how many there were.
 struct Gathered {
   std::vector<ConnectionInfo> connections;
   std::vector<CallInfo> calls;
+  size_t connections_total = 0;
+  size_t calls_total = 0;
 };
 
 // Runs a task on every reactor that appends what it has; `done` runs once,
@@ -91,8 +98,14 @@ void Gather(const std::vector<std::shared_ptr<transport::Reactor>>& reactors,
     {
       MutexLock l(st->mu);
       auto& g = st->got;
-      g.connections.insert(g.connections.end(), part.connections.begin(), part.connections.end());
-      g.calls.insert(g.calls.end(), part.calls.begin(), part.calls.end());
+      for (auto& c : part.connections) {
+        if (g.connections.size() < kMaxListed) g.connections.push_back(std::move(c));
+      }
+      for (auto& c : part.calls) {
+        if (g.calls.size() < kMaxListed) g.calls.push_back(std::move(c));
+      }
+      g.connections_total += part.connections_total;
+      g.calls_total += part.calls_total;
       last = --st->left == 0;
       if (last) all = std::move(g);
     }
@@ -106,8 +119,8 @@ void Gather(const std::vector<std::shared_ptr<transport::Reactor>>& reactors,
     transport::Reactor* raw = r.get();
     bool ok = r->Schedule([raw, finish_one] {
       Gathered part;
-      raw->CollectConnections(&part.connections);
-      raw->CollectCalls(&part.calls);
+      raw->CollectConnections(kMaxListed, &part.connections, &part.connections_total);
+      raw->CollectCalls(kMaxListed, &part.calls, &part.calls_total);
       finish_one(std::move(part));
     });
     if (!ok) finish_one(Gathered());  // stopped: it has nothing left to show
@@ -142,7 +155,8 @@ json SlowJson(const std::vector<SlowCall>& slow, MonoTime now) {
 }
 
 std::string RpczHtml(const std::string& name, const std::vector<CallInfo>& calls,
-                     const std::vector<SlowCall>& slow, MonoDelta threshold, MonoTime now) {
+                     size_t calls_total, const std::vector<SlowCall>& slow, MonoDelta threshold,
+                     MonoTime now) {
   std::string h;
   h += "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>rpcz: " + HtmlEscape(name) +
        "</title>\n<style>body{font-family:sans-serif;margin:2em;background:#fff;color:#111}"
@@ -150,7 +164,11 @@ std::string RpczHtml(const std::string& name, const std::vector<CallInfo>& calls
        "padding:4px 10px;text-align:left}th{background:#dde6f0}h1{font-size:1.6em}"
        "</style></head><body>\n";
   h += "<h1>rpcz: " + HtmlEscape(name) + "</h1>\n";
-  h += "<h2>Calls in flight (" + std::to_string(calls.size()) + ")</h2>\n<table>\n";
+  h += "<h2>Calls in flight (" + std::to_string(calls_total) + ")</h2>\n";
+  if (calls_total > calls.size()) {
+    h += "<p>The first " + std::to_string(calls.size()) + " of them:</p>\n";
+  }
+  h += "<table>\n";
   h += "<tr><th>direction</th><th>method</th><th>peer</th><th>user</th><th>elapsed (ms)</th>"
        "<th>state</th></tr>\n";
   for (const CallInfo& c : calls) {
@@ -239,18 +257,23 @@ void HttpEndpoints::HandleHttp(const transport::HttpRequest& req, const Sockaddr
                        {"calls_in_flight", c.calls_in_flight},
                        {"outbound_queued_bytes", c.outbound_queued_bytes}});
         }
-        respond(Json({{"messenger", name}, {"connections", a}}));
+        respond(Json({{"messenger", name},
+                      {"connections", a},
+                      {"connections_total", got.connections_total},
+                      {"listed_at_most", kMaxListed}}));
         return;
       }
       if (html) {
         HttpResponse r;
         r.content_type = "text/html; charset=utf-8";
-        r.body = RpczHtml(name, got.calls, slow, threshold, now);
+        r.body = RpczHtml(name, got.calls, got.calls_total, slow, threshold, now);
         respond(std::move(r));
         return;
       }
       respond(Json({{"messenger", name},
                     {"in_flight", CallsJson(got.calls)},
+                    {"in_flight_total", got.calls_total},
+                    {"listed_at_most", kMaxListed},
                     {"slow_call_threshold_ms", Millis(threshold)},
                     {"slow_calls", SlowJson(slow, now)}}));
     });

@@ -465,7 +465,8 @@ Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {
   for (size_t i = 0; i < reactors_.size(); ++i) {
     transport::Reactor* r = reactors_[i].get();
     if (!r->Schedule([r, part = &parts[i], &done] {
-          r->CollectConnections(part);
+          size_t total = 0;  // the library's caller gets every connection
+          r->CollectConnections(SIZE_MAX, part, &total);
           done.CountDown();
         })) {
       done.CountDown();

@@ -776,11 +776,14 @@ bool Connection::IdleSince(MonoTime cutoff) const {
          !HasUnsentBytes() && last_activity_ < cutoff;
 }
 
-void Connection::CollectCalls(MonoTime now, std::vector<CallInfo>* out) const {
+void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>* out,
+                              size_t* total) const {
   reactor_->AssertCurrentThread();
   if (state_ == State::kClosed) return;
   if (role_ == Role::kServer) {
     server_calls_.ForEachTrace([&](const InboundCallTrace& t) {
+      ++*total;
+      if (out->size() >= limit) return;
       CallInfo& c = out->emplace_back();
       c.inbound = true;
       const std::string* method = t.method.load(std::memory_order_acquire);
@@ -794,6 +797,8 @@ void Connection::CollectCalls(MonoTime now, std::vector<CallInfo>* out) const {
   }
   client_calls_.ForEach([&](const ClientCall& call, bool sent) {
     if (call.finished()) return;
+    ++*total;
+    if (out->size() >= limit) return;
     CallInfo& c = out->emplace_back();
     c.method = call.Describe();
     c.remote = remote_;

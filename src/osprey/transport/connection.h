@@ -94,8 +94,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool IdleSince(MonoTime cutoff) const;
   ConnectionInfo Info() const;
   // Appends the calls in flight on this connection (traced server calls,
-  // every client call).
-  void CollectCalls(MonoTime now, std::vector<CallInfo>* out) const;
+  // every client call) until `out` holds `limit`; *total counts them all.
+  void CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>* out, size_t* total) const;
   size_t calls_in_flight() const {
     reactor_->AssertCurrentThread();
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();

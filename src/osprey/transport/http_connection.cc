@@ -60,27 +60,66 @@ HttpConnection::~HttpConnection() {
 Status HttpConnection::Start() {
   reactor_->AssertCurrentThread();
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), EPOLLIN, this));
-  ArmTimer(reactor_->options().negotiation_timeout);
+  const MonoTime now = MonoTime::Now();
+  timer_state_.idle_since = now;
+  NoteInput(now);
   Parse();
+  UpdateTimer();
   return Status::OK();
 }
 
-void HttpConnection::ArmTimer(MonoDelta after) {
+void HttpConnection::NoteInput(MonoTime now) {
+  const bool pending = !in_.empty() || parser_.in_request();
+  if (pending && !timer_state_.request_pending) timer_state_.request_started_at = now;
+  timer_state_.request_pending = pending;
+}
+
+void HttpConnection::UpdateTimer() {
+  if (closed_) return;
+  timer_state_.awaiting_answer = awaiting_answer_;
+  timer_state_.output_pending = !out_.empty();
+  MonoTime next;
+  // Only asked when to look; what is due is acted on in OnTimer.
+  (void)CheckHttpTimeout(timer_state_, MonoTime::Min(), reactor_->options().negotiation_timeout,
+                         reactor_->options().idle_timeout, &next);
+  if (next == timer_at_ && (timer_ || next.IsMax())) return;
   if (timer_) reactor_->CancelTimer(timer_);
+  timer_ = {};
+  timer_at_ = next;
+  if (next.IsMax()) return;
   std::weak_ptr<HttpConnection> weak = shared_from_this();
-  timer_ = reactor_->ScheduleTimer(MonoTime::Now() + after, [weak] {
+  timer_ = reactor_->ScheduleTimer(next, [weak] {
     auto c = weak.lock();
     if (c == nullptr) return;
     c->reactor_->AssertCurrentThread();  // timers run on the reactor
     c->timer_ = {};
-    if (c->awaiting_answer_ || c->closed_) return;  // the handler is slow, not the client
-    if (c->in_.empty() && !c->parser_.in_request()) {
-      c->Close("idle");
-    } else {
-      c->close_after_send_ = true;
-      c->SendError(408, "the request was not complete in time");
-    }
+    c->timer_at_ = MonoTime::Max();
+    c->OnTimer();
   });
+}
+
+void HttpConnection::OnTimer() {
+  if (closed_) return;
+  timer_state_.awaiting_answer = awaiting_answer_;
+  timer_state_.output_pending = !out_.empty();
+  MonoTime next;
+  switch (CheckHttpTimeout(timer_state_, MonoTime::Now(), reactor_->options().negotiation_timeout,
+                           reactor_->options().idle_timeout, &next)) {
+    case HttpTimeout::kNone:
+      break;
+    case HttpTimeout::kIdle:
+      Close("idle");
+      return;
+    case HttpTimeout::kNotReading:
+      Close("the peer took no byte of its answer for the idle timeout");
+      return;
+    case HttpTimeout::kRequestIncomplete:
+      in_.clear();
+      close_after_send_ = true;
+      SendError(408, "the request was not complete in time");
+      return;
+  }
+  UpdateTimer();
 }
 
 void HttpConnection::HandleEvents(uint32_t events) {
@@ -105,24 +144,37 @@ void HttpConnection::HandleEvents(uint32_t events) {
       }
       if (n < sizeof(buf)) break;
     }
+    NoteInput(MonoTime::Now());
     Parse();
   }
-  if (!closed_ && (events & EPOLLOUT)) Flush();
+  if (!closed_ && (events & EPOLLOUT)) {
+    Flush();
+    Parse();  // the answer went: a pipelined request may be next
+  }
+  UpdateTimer();
 }
 
 void HttpConnection::Parse() {
-  while (!closed_ && !awaiting_answer_ && !close_after_send_ && !in_.empty()) {
+  // An answer given inside Dispatch() calls Send(), which calls Parse():
+  // the loop below goes on instead, so pipelined requests never recurse.
+  if (parsing_) return;
+  parsing_ = true;
+  while (!closed_ && !awaiting_answer_ && !close_after_send_ && out_.empty() && !in_.empty()) {
     size_t consumed = 0;
     HttpRequestParser::Result r = parser_.Feed(Slice(in_), &consumed);
     in_.erase(0, consumed);
-    if (r == HttpRequestParser::Result::kNeedMore) return;
+    if (r == HttpRequestParser::Result::kNeedMore) break;
     if (r == HttpRequestParser::Result::kError) {
       close_after_send_ = true;
       SendError(parser_.error_status(), parser_.error());
-      return;
+      break;
     }
+    timer_state_.request_pending = false;
     Dispatch();
+    NoteInput(MonoTime::Now());
   }
+  parsing_ = false;
+  UpdateTimer();
 }
 
 void HttpConnection::Dispatch() {
@@ -134,8 +186,7 @@ void HttpConnection::Dispatch() {
     return;
   }
   awaiting_answer_ = true;
-  if (timer_) reactor_->CancelTimer(timer_);
-  timer_ = {};
+  UpdateTimer();
   std::weak_ptr<HttpConnection> weak = shared_from_this();
   std::shared_ptr<Reactor> reactor = reactor_keepalive_;
   auto answered = std::make_shared<std::atomic<bool>>(false);
@@ -174,14 +225,14 @@ void HttpConnection::Send(HttpResponse response) {
   out_.append(keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
   if (!head_request_) out_.append(response.body);
   if (!keep) close_after_send_ = true;
+  timer_state_.output_progress_at = MonoTime::Now();
   Flush();
   if (closed_) return;
-  ArmTimer(close_after_send_ ? reactor_->options().negotiation_timeout
-                             : reactor_->options().idle_timeout);
-  Parse();  // a pipelined request may be waiting
+  Parse();  // a pipelined request may be waiting (at once, if this one is sent)
 }
 
 void HttpConnection::Flush() {
+  const size_t before = out_sent_;
   while (out_sent_ < out_.size()) {
     iovec v{out_.data() + out_sent_, out_.size() - out_sent_};
     size_t n = 0;
@@ -194,9 +245,12 @@ void HttpConnection::Flush() {
     if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_sent->Increment(n);
     out_sent_ += n;
   }
+  if (out_sent_ != before) timer_state_.output_progress_at = MonoTime::Now();
   if (out_sent_ == out_.size()) {
-    out_.clear();
+    // Answered: don't keep a large answer's buffer for the next one.
+    std::string().swap(out_);
     out_sent_ = 0;
+    timer_state_.idle_since = MonoTime::Now();
     if (close_after_send_) {
       Close("answered");
       return;

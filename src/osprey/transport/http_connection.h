@@ -2,14 +2,17 @@
 // one to a messenger's RPC port whose first bytes were an HTTP request line
 // instead of "hrpc" (one port serves both, as brpc does), or one accepted
 // on an HTTP-only listener (Messenger::ListenHttp).
-// Requests come out of an HttpRequestParser one at a time (a pipelined
-// request waits for the answer to the one before it) and go to the
-// HttpHandler, whose answer may come from any thread.
+// Requests come out of an HttpRequestParser one at a time and go to the
+// HttpHandler, whose answer may come from any thread. A pipelined request
+// is parsed only once the answer before it is wholly sent, so a peer that
+// pipelines without reading holds one answer and at most
+// kMaxBufferedBytes of requests, and is dropped when it sends more.
 //
 // Hostile input gets what the RPC wire gets: what the parser refuses is
 // answered 4xx and closes this connection alone; so does a request not
-// complete within the negotiation timeout (408). Keep-alive connections
-// close when idle for the idle timeout.
+// complete within the negotiation timeout of its first byte (408), and a
+// peer that takes no byte of an answer for the idle timeout. Keep-alive
+// connections close when idle for the idle timeout (http_timeouts.h).
 //
 // Owned by its Reactor (AdoptHttpConnection); every method runs on that
 // reactor's thread, under its loop lock.
@@ -25,6 +28,7 @@
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/http_request_parser.h"
+#include "osprey/transport/http_timeouts.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/timer_id.h"
 
@@ -40,8 +44,8 @@ struct HttpResponse {
 class HttpHandler {
  public:
   virtual ~HttpHandler() = default;
-  // Reactor thread. `respond` must be called once, from any thread; later
-  // calls are ignored.
+  // Reactor thread. `request` is valid only during the call. `respond` must
+  // be called once, from any thread; later calls are ignored.
   virtual void HandleHttp(const HttpRequest& request, const Sockaddr& remote,
                           std::function<void(HttpResponse)> respond) = 0;
 };
@@ -65,7 +69,11 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   void Send(HttpResponse response) REQUIRES(reactor_->loop_mu_);
   void SendError(int status, const std::string& text) REQUIRES(reactor_->loop_mu_);
   void Flush() REQUIRES(reactor_->loop_mu_);
-  void ArmTimer(MonoDelta after) REQUIRES(reactor_->loop_mu_);
+  // Sets the timer for what the connection waits for now.
+  void UpdateTimer() REQUIRES(reactor_->loop_mu_);
+  void OnTimer() REQUIRES(reactor_->loop_mu_);
+  // Notes that request bytes wait (at `now`) or that none do.
+  void NoteInput(MonoTime now) REQUIRES(reactor_->loop_mu_);
 
   Reactor* const reactor_;
   const std::shared_ptr<Reactor> reactor_keepalive_;
@@ -84,7 +92,10 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   size_t out_sent_ GUARDED_BY(reactor_->loop_mu_) = 0;
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool closed_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool parsing_ GUARDED_BY(reactor_->loop_mu_) = false;  // Parse() is on the stack
+  HttpTimerState timer_state_ GUARDED_BY(reactor_->loop_mu_);
   TimerId timer_ GUARDED_BY(reactor_->loop_mu_);
+  MonoTime timer_at_ GUARDED_BY(reactor_->loop_mu_) = MonoTime::Max();
 };
 
 }  // namespace osprey::transport

@@ -427,17 +427,20 @@ void Reactor::ReleaseHttpConnection(HttpConnection* conn) {
   http_conns_.erase(it);
 }
 
-void Reactor::CollectConnections(std::vector<ConnectionInfo>* out) const {
+void Reactor::CollectConnections(size_t limit, std::vector<ConnectionInfo>* out,
+                                 size_t* total) const {
   AssertCurrentThread();
-  conns_.ForEach([out](const Connection& conn) {
-    if (!conn.is_shut_down()) out->push_back(conn.Info());
+  conns_.ForEach([&](const Connection& conn) {
+    if (conn.is_shut_down()) return;
+    ++*total;
+    if (out->size() < limit) out->push_back(conn.Info());
   });
 }
 
-void Reactor::CollectCalls(std::vector<CallInfo>* out) const {
+void Reactor::CollectCalls(size_t limit, std::vector<CallInfo>* out, size_t* total) const {
   AssertCurrentThread();
   MonoTime now = MonoTime::Now();
-  conns_.ForEach([out, now](const Connection& conn) { conn.CollectCalls(now, out); });
+  conns_.ForEach([&](const Connection& conn) { conn.CollectCalls(now, limit, out, total); });
 }
 
 void Reactor::RemoveConnection(Connection* conn) {

@@ -158,10 +158,12 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void RequestFlush(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
-  // Appends a snapshot of every open connection.
-  void CollectConnections(std::vector<ConnectionInfo>* out) const;
-  // Appends the calls in flight on its connections.
-  void CollectCalls(std::vector<CallInfo>* out) const;
+  // Appends a snapshot of its open connections, until `out` holds `limit`;
+  // *total counts them all.
+  void CollectConnections(size_t limit, std::vector<ConnectionInfo>* out, size_t* total) const;
+  // Appends the calls in flight on its connections, until `out` holds
+  // `limit`; *total counts them all.
+  void CollectCalls(size_t limit, std::vector<CallInfo>* out, size_t* total) const;
 
  private:
   // A connection's state is guarded by its reactor's loop lock too.
