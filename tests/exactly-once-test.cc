@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <random>
 #include <set>
@@ -854,6 +855,77 @@ class ByCode : public bench::BenchService {
     return ServiceIf::Authorize(method, req, resp, ctx);
   }
 };
+
+// A retry policy that could not mean anything is refused with the field's
+// name, and the one set before stays.
+TEST(RetryPolicyTest, ANonsensePolicyIsRefusedAndChangesNothing) {
+  RpcController ctl;
+  RetryPolicy good = RetryPolicy::Default();
+  ASSERT_TRUE(ctl.set_retry_policy(good).ok());
+  struct Bad {
+    const char* what;
+    RetryPolicy p;
+  };
+  std::vector<Bad> bad(5, {"", RetryPolicy::Default()});
+  bad[0].what = "max_attempts";
+  bad[0].p.max_attempts = 0;
+  bad[1].what = "multiplier";
+  bad[1].p.multiplier = std::nan("");
+  bad[2].what = "multiplier";
+  bad[2].p.multiplier = 0;
+  bad[3].what = "negative";
+  bad[3].p.initial_backoff = MonoDelta::FromMilliseconds(-1);
+  bad[4].what = "max_backoff";
+  bad[4].p.max_backoff = MonoDelta::FromMilliseconds(1);
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, Sockaddr::Loopback(1));
+  for (const Bad& b : bad) {
+    Status s = ctl.set_retry_policy(b.p);
+    EXPECT_TRUE(s.IsInvalidArgument()) << b.what;
+    EXPECT_NE(std::string::npos, s.message().find(b.what)) << s.ToString();
+    EXPECT_TRUE(proxy.set_retry_policy(b.p).IsInvalidArgument()) << b.what;
+  }
+  EXPECT_TRUE(proxy.set_retry_policy(good).ok());
+}
+
+// A proxy's settings change while other threads call through it: each call
+// takes the settings of its start, and nothing races (TSan runs this).
+TEST(RetryPolicyTest, AProxysSettingsChangeWhileItsCallsFlow) {
+  std::shared_ptr<Messenger> server, client;
+  ASSERT_TRUE(MessengerBuilder("server").set_num_reactors(1).Build(&server).ok());
+  ASSERT_TRUE(server->RegisterService(std::make_unique<bench::BenchService>()).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
+  std::atomic<bool> stop{false};
+  std::thread setter([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      RetryPolicy p = RetryPolicy::Default();
+      p.max_attempts = 2 + i % 5;
+      EXPECT_TRUE(proxy.set_retry_policy(p).ok());
+      proxy.set_user(i % 2 == 0 ? "ann" : "bob");
+    }
+  });
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 2; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        kudu::rpc_test::AddRequestPB req;
+        req.set_x(1);
+        req.set_y(i);
+        kudu::rpc_test::AddResponsePB resp;
+        RpcController ctl;
+        ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok()) << ctl.status().ToString();
+        EXPECT_EQ(static_cast<uint32_t>(1 + i), resp.result());
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  stop = true;
+  setter.join();
+}
 
 // Answers every call ERROR_SERVER_TOO_BUSY, which a retry policy retries.
 class AlwaysBusy : public bench::BenchService {

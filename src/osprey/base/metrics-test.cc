@@ -12,6 +12,16 @@
 #include "osprey/base/prometheus_text.h"
 
 namespace osprey {
+
+// Outside the unnamed namespace: MetricShards names it a friend.
+class MetricShardsTestPeer {
+ public:
+  static constexpr int kShards = MetricShards::kShards;
+  static constexpr int kOwnedShards = MetricShards::kOwnedShards;
+  static int OwnedShardsInUse() { return MetricShards::OwnedShardsInUse(); }
+  static int SharedShard(uint32_t ticket) { return MetricShards::SharedShard(ticket); }
+};
+
 namespace {
 
 TEST(MetricsTest, CounterSumsEveryThreadsIncrements) {
@@ -27,6 +37,19 @@ TEST(MetricsTest, CounterSumsEveryThreadsIncrements) {
   EXPECT_EQ(120005, c.value());
 }
 
+// The shared shards are handed out round robin by a count bumped at every
+// thread exit: past 2^31 exits it must still name a shared shard (a signed
+// count went negative and landed in owned shards, losing updates).
+TEST(MetricsTest, TheSharedShardCountWrapsIntoTheSharedShards) {
+  for (uint64_t ticket :
+       {uint64_t{0}, uint64_t{1}, uint64_t{INT32_MAX}, uint64_t{INT32_MAX} + 1,
+        uint64_t{INT32_MAX} + 7, uint64_t{UINT32_MAX} - 1, uint64_t{UINT32_MAX}}) {
+    int s = MetricShardsTestPeer::SharedShard(static_cast<uint32_t>(ticket));
+    EXPECT_GE(s, MetricShardsTestPeer::kOwnedShards) << ticket;
+    EXPECT_LT(s, MetricShardsTestPeer::kShards) << ticket;
+  }
+}
+
 // More threads than there are owned shards, in rounds, so that later
 // threads take shards earlier ones gave back and the rest share: no update
 // may be lost on either path.
@@ -34,9 +57,9 @@ TEST(MetricsTest, CountsStayExactAsThreadsComeAndGoAndOutnumberTheOwnedShards) {
   Counter c;
   LatencyHistogram h;
   c.Increment();  // this thread's shard is taken before the baseline
-  const int owned_before = metrics_internal::OwnedShardsInUse();
+  const int owned_before = MetricShardsTestPeer::OwnedShardsInUse();
   constexpr int kRounds = 3;
-  constexpr int kThreads = metrics_internal::kShards + 4;
+  constexpr int kThreads = MetricShardsTestPeer::kShards + 4;
   constexpr int kEach = 5000;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::thread> threads;
@@ -50,7 +73,7 @@ TEST(MetricsTest, CountsStayExactAsThreadsComeAndGoAndOutnumberTheOwnedShards) {
     }
     for (auto& t : threads) t.join();
     // Every thread gave its owned shard back as it exited.
-    EXPECT_EQ(owned_before, metrics_internal::OwnedShardsInUse());
+    EXPECT_EQ(owned_before, MetricShardsTestPeer::OwnedShardsInUse());
   }
   EXPECT_EQ(1 + int64_t{kRounds} * kThreads * kEach, c.value());
   LatencyHistogram::Reading r = h.Read();

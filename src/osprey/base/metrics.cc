@@ -6,34 +6,33 @@
 
 namespace osprey {
 
-namespace metrics_internal {
 namespace {
-static_assert(kOwnedShards < kShards && kOwnedShards <= 32);
 
 // Bit i set: a live thread owns shard i.
 std::atomic<uint32_t> owned_shards{0};
-std::atomic<int> next_shared_shard{0};
+// Unsigned: it is bumped at every thread exit and must wrap, not overflow.
+std::atomic<uint32_t> next_shared_shard{0};
+}  // namespace
 
-int NextSharedShard() {
-  return kOwnedShards +
-         next_shared_shard.fetch_add(1, std::memory_order_relaxed) % (kShards - kOwnedShards);
+constinit thread_local int MetricShards::this_thread_shard = -1;
+
+int MetricShards::NextSharedShard() {
+  return SharedShard(next_shared_shard.fetch_add(1, std::memory_order_relaxed));
 }
 
 // Gives a thread's owned shard back when the thread exits. The release
 // pairs with the next owner's acquire, so that it adds to the values this
 // thread left. Updates from later thread_local destructors go to a shared
 // shard.
-struct OwnedShardReturn {
+struct MetricShards::OwnedShardReturn {
   int shard;
   ~OwnedShardReturn() {
     this_thread_shard = NextSharedShard();
     owned_shards.fetch_and(~(uint32_t{1} << shard), std::memory_order_release);
   }
 };
-}  // namespace
-constinit thread_local int this_thread_shard = -1;
 
-int AssignThisThreadShard() {
+int MetricShards::AssignThisThreadShard() {
   uint32_t taken = owned_shards.load(std::memory_order_relaxed);
   while (true) {
     int free = std::countr_one(taken);
@@ -49,8 +48,9 @@ int AssignThisThreadShard() {
   return this_thread_shard;
 }
 
-int OwnedShardsInUse() { return std::popcount(owned_shards.load(std::memory_order_acquire)); }
-}  // namespace metrics_internal
+int MetricShards::OwnedShardsInUse() {
+  return std::popcount(owned_shards.load(std::memory_order_acquire));
+}
 
 int64_t Counter::value() const {
   int64_t sum = 0;

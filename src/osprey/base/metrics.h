@@ -36,41 +36,56 @@ namespace osprey {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
-namespace metrics_internal {
-// Shards [0, kOwnedShards) are each owned by one thread at a time (taken
-// on the thread's first update, given back when it exits), so their owner
-// adds with a plain load and store: an atomic read-modify-write costs
-// several times more, on every call. Later threads share the remaining
-// shards, round robin, with atomic adds.
-constexpr int kShards = 16;
-constexpr int kOwnedShards = 12;
-// This thread's shard, or -1 before its first update. A
-// constant-initialized thread_local, so that reading it is one load.
-extern constinit thread_local int this_thread_shard;
-int AssignThisThreadShard();
-inline int ThisThreadShard() {
-  int s = this_thread_shard;
-  return s >= 0 ? s : AssignThisThreadShard();
-}
-// Adds `n` to `v`, a value in shard `shard`, which this thread owns or
-// shares as ThisThreadShard() says.
-inline void AddToShard(std::atomic<int64_t>& v, int64_t n, int shard) {
-  if (shard < kOwnedShards) {
-    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  } else {
-    v.fetch_add(n, std::memory_order_relaxed);
+// How Counter and LatencyHistogram spread updates over per-thread shards.
+// Nothing here is for users: every member is private to the two classes
+// (and to the test's peer). Shards [0, kOwnedShards) are each owned by one
+// thread at a time (taken on the thread's first update, given back when it
+// exits), so their owner adds with a plain load and store: an atomic
+// read-modify-write costs several times more, on every call. Later threads
+// share the remaining shards, round robin, with atomic adds.
+class MetricShards {
+ private:
+  friend class Counter;
+  friend class LatencyHistogram;
+  friend class MetricShardsTestPeer;
+
+  static constexpr int kShards = 16;
+  static constexpr int kOwnedShards = 12;
+  static_assert(kOwnedShards < kShards && kOwnedShards <= 32);
+  // This thread's shard, or -1 before its first update. A
+  // constant-initialized thread_local, so that reading it is one load.
+  static constinit thread_local int this_thread_shard;
+  static int AssignThisThreadShard();
+  static int ThisThreadShard() {
+    int s = this_thread_shard;
+    return s >= 0 ? s : AssignThisThreadShard();
   }
-}
-// How many owned shards threads hold now: for tests.
-int OwnedShardsInUse();
-}  // namespace metrics_internal
+  // Adds `n` to `v`, a value in shard `shard`, which this thread owns or
+  // shares as ThisThreadShard() says.
+  static void AddToShard(std::atomic<int64_t>& v, int64_t n, int shard) {
+    if (shard < kOwnedShards) {
+      v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    } else {
+      v.fetch_add(n, std::memory_order_relaxed);
+    }
+  }
+  // The shared shard of the `ticket`th thread to need one (any ticket:
+  // the count wraps).
+  static int SharedShard(uint32_t ticket) {
+    return kOwnedShards + static_cast<int>(ticket % uint32_t{kShards - kOwnedShards});
+  }
+  // How many owned shards threads hold now.
+  static int OwnedShardsInUse();
+  static int NextSharedShard();
+  struct OwnedShardReturn;  // gives an owned shard back at thread exit
+};
 
 // A count that only goes up.
 class Counter {
  public:
   void Increment(int64_t n = 1) {
-    int s = metrics_internal::ThisThreadShard();
-    metrics_internal::AddToShard(shards_[s].value, n, s);
+    int s = MetricShards::ThisThreadShard();
+    MetricShards::AddToShard(shards_[s].value, n, s);
   }
   int64_t value() const;
 
@@ -78,7 +93,7 @@ class Counter {
   struct alignas(64) Shard {
     std::atomic<int64_t> value{0};
   };
-  std::array<Shard, metrics_internal::kShards> shards_;
+  std::array<Shard, MetricShards::kShards> shards_;
 };
 
 // Durations in fixed buckets from 10 us to 10 s (1-2.5-5 steps), plus
@@ -119,10 +134,10 @@ class LatencyHistogram {
     us = std::max<int64_t>(us, 0);
     int b = kFirstCandidate[std::bit_width(static_cast<uint64_t>(us))];
     if (b < kBuckets && kBoundsMicros[b] < us) ++b;
-    int shard = metrics_internal::ThisThreadShard();
+    int shard = MetricShards::ThisThreadShard();
     Shard& s = shards_[shard];
-    metrics_internal::AddToShard(s.buckets[b], 1, shard);
-    metrics_internal::AddToShard(s.sum_micros, us, shard);
+    MetricShards::AddToShard(s.buckets[b], 1, shard);
+    MetricShards::AddToShard(s.sum_micros, us, shard);
   }
 
   struct Reading {
@@ -137,7 +152,7 @@ class LatencyHistogram {
     std::array<std::atomic<int64_t>, kBuckets + 1> buckets{};  // the last: above every bound
     std::atomic<int64_t> sum_micros{0};
   };
-  std::array<Shard, metrics_internal::kShards> shards_;
+  std::array<Shard, MetricShards::kShards> shards_;
 };
 
 // One metric's value in a snapshot.

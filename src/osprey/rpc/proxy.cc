@@ -27,6 +27,18 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
 
 Proxy::~Proxy() = default;
 
+void Proxy::set_user(std::string user) {
+  MutexLock l(settings_mu_);
+  user_ = std::move(user);
+}
+
+Status Proxy::set_retry_policy(const RetryPolicy& policy) {
+  OSPREY_RETURN_NOT_OK(policy.Validate());
+  MutexLock l(settings_mu_);
+  retry_policy_ = policy;
+  return Status::OK();
+}
+
 Sockaddr Proxy::remote() const { return resolution_ != nullptr ? resolution_->first() : remote_; }
 
 void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,
@@ -64,20 +76,27 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     call->set_resolution(resolution_);
     if (addresses->size() > 1) call->set_fallbacks(addresses, 1);
   }
-  call->set_destination({*remote, user_});
+  std::string user;
+  RetryPolicy proxy_policy;
+  {
+    MutexLock l(settings_mu_);
+    user = user_;
+    if (!start.retry_policy) proxy_policy = retry_policy_;
+  }
+  call->set_destination({*remote, user});
   call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls());
   if (method->track_result()) {
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
     call->set_request_id(tracker, tracker->Begin());
   }
-  const RetryPolicy& policy = start.retry_policy ? *start.retry_policy : retry_policy_;
+  const RetryPolicy& policy = start.retry_policy ? *start.retry_policy : proxy_policy;
   if (policy.max_attempts > 1) {
     // A retry goes to the same address (a named proxy's last resolution,
     // without resolving on the reactor thread), on the same messenger if it
     // still exists.
     std::weak_ptr<Messenger> weak = messenger_;
     call->set_retry(policy, start.idempotent,
-                    [weak, to = *remote, user = user_,
+                    [weak, to = *remote, user = std::move(user),
                      addresses = addresses](std::shared_ptr<OutboundCall> next) {
                       std::shared_ptr<Messenger> m = weak.lock();
                       if (m == nullptr) {

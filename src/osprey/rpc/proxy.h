@@ -1,6 +1,8 @@
 // Proxy: the client side of one service at one address. Generated proxies
 // (FooServiceProxy) wrap it with typed methods. Thread-safe: many threads
-// may share one proxy; each call needs its own RpcController.
+// may share one proxy, and change its settings while others call through
+// it (a call uses the settings of the moment it starts); each call needs
+// its own RpcController.
 #pragma once
 
 #include <google/protobuf/message.h>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/remote_method.h"
@@ -54,10 +57,12 @@ class Proxy {
                      google::protobuf::Message* response, RpcController* controller) const;
 
   // Authenticate as `user` instead of the OS user (a separate connection).
-  void set_user(std::string user) { user_ = std::move(user); }
+  void set_user(std::string user) EXCLUDES(settings_mu_);
   // Retries for calls whose controller sets none (RetryPolicy: none by
   // default).
-  void set_retry_policy(const RetryPolicy& policy) { retry_policy_ = policy; }
+  // InvalidArgument, and nothing changes, if the policy is not valid
+  // (RetryPolicy::Validate).
+  Status set_retry_policy(const RetryPolicy& policy) EXCLUDES(settings_mu_);
   // The address calls go to; a named proxy's is the first of its name's
   // last resolution (0.0.0.0:0 before the first).
   Sockaddr remote() const;
@@ -73,8 +78,9 @@ class Proxy {
   // they fail with a network error.
   std::shared_ptr<NameResolution> resolution_;
   std::string service_name_;
-  std::string user_;
-  RetryPolicy retry_policy_;
+  mutable Mutex settings_mu_;
+  std::string user_ GUARDED_BY(settings_mu_);
+  RetryPolicy retry_policy_ GUARDED_BY(settings_mu_);
 
   // `sync`: the caller will block on the call, so it may send it itself
   // when the reactor is idle (Reactor::TryRunHere).

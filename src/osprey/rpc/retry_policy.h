@@ -15,7 +15,11 @@
 // before attempt n+1, so many clients retrying at once spread out.
 #pragma once
 
+#include <cmath>
+#include <string>
+
 #include "osprey/base/monotime.h"
+#include "osprey/base/status.h"
 
 namespace osprey {
 
@@ -28,6 +32,31 @@ struct RetryPolicy {
   bool retry_server_too_busy = true;
   bool retry_server_shutting_down = true;
   bool retry_network_errors = true;
+
+  // InvalidArgument naming the field, for a policy that could not mean
+  // anything: fewer than one attempt, a negative backoff, a max_backoff
+  // below initial_backoff, or a multiplier that is not a finite number of
+  // at least 1.
+  Status Validate() const {
+    if (max_attempts < 1) {
+      return Status::InvalidArgument("RetryPolicy.max_attempts must be at least 1, got " +
+                                     std::to_string(max_attempts));
+    }
+    if (initial_backoff < MonoDelta() || max_backoff < MonoDelta()) {
+      return Status::InvalidArgument("RetryPolicy backoffs must not be negative");
+    }
+    if (max_backoff < initial_backoff) {
+      return Status::InvalidArgument("RetryPolicy.max_backoff (" + max_backoff.ToString() +
+                                     ") is below initial_backoff (" + initial_backoff.ToString() +
+                                     ")");
+    }
+    if (!std::isfinite(multiplier) || multiplier < 1.0) {
+      return Status::InvalidArgument(
+          "RetryPolicy.multiplier must be a finite number of at least 1, got " +
+          std::to_string(multiplier));
+    }
+    return Status::OK();
+  }
 
   // Kudu-like retries: up to 10 attempts, 20 ms doubling to 2 s.
   static RetryPolicy Default() {

@@ -75,9 +75,11 @@ Status RpcController::GetInboundSidecar(int idx, Slice* out) const {
   return Status::OK();
 }
 
-void RpcController::set_retry_policy(const RetryPolicy& policy) {
+Status RpcController::set_retry_policy(const RetryPolicy& policy) {
+  OSPREY_RETURN_NOT_OK(policy.Validate());
   MutexLock l(mu_);
   retry_policy_ = policy;
+  return Status::OK();
 }
 
 void RpcController::set_idempotent(bool idempotent) {

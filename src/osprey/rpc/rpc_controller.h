@@ -49,7 +49,8 @@ class RpcController {
   std::vector<uint32_t> required_server_features() const;
 
   // Retries for this call (see RetryPolicy); without it, the proxy's.
-  void set_retry_policy(const RetryPolicy& policy);
+  // InvalidArgument, and nothing changes, if the policy is not valid.
+  Status set_retry_policy(const RetryPolicy& policy);
   // The call may run twice without harm, so it may be retried after its
   // request may have reached the server (as a method that tracks results).
   void set_idempotent(bool idempotent);

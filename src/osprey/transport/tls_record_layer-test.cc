@@ -193,6 +193,9 @@ TEST(TlsRecordLayerTest, AFullSocketKeepsRecordsAndEncryptsALargeFrameInBatches)
     ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote_any).ok());
     // Never the whole frame as records at once: one batch at most.
     EXPECT_LE(sender.unsent_bytes(), size_t{300 * 1024});
+    // Every byte is counted once: as plaintext still to encrypt or as
+    // records still to send (with the records' few bytes of overhead).
+    EXPECT_LE(frame_bytes + sender.unsent_bytes(), big.size() + 8 * 1024);
     std::string wire = ReadAvailable(&sockets.b);
     bool answered;
     ASSERT_TRUE(receiver.Decrypt(wire, &sink, &answered).ok());
@@ -226,6 +229,33 @@ TEST(TlsRecordLayerTest, ASinkThatStopsEndsDecryptionAndCloseNotifyIsAborted) {
   StringSink rest;
   Status st = receiver.Decrypt(ReadAvailable(&sockets.b), &rest, &answered);
   EXPECT_TRUE(st.IsAborted()) << st.ToString();
+}
+
+// A close_notify comes only after the last record: with the socket full and
+// records left, none is sent behind them; once the peer reads, the rest
+// and the alert go.
+TEST(TlsRecordLayerTest, CloseNotifyNeverFollowsARecordCutShort) {
+  Sessions s = HandshakeInMemory();
+  SocketPair sockets;
+  int small = 4096;
+  ASSERT_EQ(0, setsockopt(sockets.a.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)));
+  FrameQueue none;
+  TlsRecordLayer sender(std::move(s.client), &none);
+  TlsRecordLayer receiver(std::move(s.server), &none);
+  std::string payload(200000, 'r');
+  FrameQueue frames = Frames({payload});
+  size_t frame_bytes = payload.size();
+  size_t wrote;
+  ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote).ok());
+  ASSERT_GT(sender.unsent_bytes(), 0u) << "the socket should be full";
+  sender.CloseNotify(&sockets.a);
+  // What arrived is records only, cut where the socket was full: no alert
+  // in it, so decrypting it ends without the peer's goodbye.
+  StringSink sink;
+  bool answered;
+  Status st = receiver.Decrypt(ReadAvailable(&sockets.b), &sink, &answered);
+  EXPECT_FALSE(st.IsAborted()) << "a close_notify followed records cut short";
+  EXPECT_LT(sink.out.size(), payload.size());
 }
 
 TEST(TlsRecordLayerTest, BytesThatAreNotRecordsAreAnErrorAndKeptWhenAsked) {

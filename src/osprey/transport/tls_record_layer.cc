@@ -62,13 +62,15 @@ Status TlsRecordLayer::Flush(Socket* socket, FrameQueue* frames, size_t* frame_b
         took += piece.size();
       }
       budget -= took;
+      // Bytes encrypted leave the frames' count as they join the records',
+      // so that a frame cut between batches is not counted twice.
+      *frame_bytes -= took;
       frame->Advance(&took);
       if (frame->done()) {
         if (frame->ends_record() && !plain_out_.empty()) {
           OSPREY_RETURN_NOT_OK(session_->Encrypt(plain_out_, &wire_out_));
           plain_out_.clear();
         }
-        *frame_bytes -= frame->total_size();
         frames->pop_front();
       }
     }
@@ -77,12 +79,20 @@ Status TlsRecordLayer::Flush(Socket* socket, FrameQueue* frames, size_t* frame_b
 }
 
 void TlsRecordLayer::CloseNotify(Socket* socket) {
-  wire_out_.erase(0, wire_out_sent_);
-  session_->CloseNotify(&wire_out_);
-  iovec v{wire_out_.data(), wire_out_.size()};
-  size_t n;
-  // Best effort: a peer that does not read gets no goodbye.
-  (void)socket->Writev(&v, 1, &n);
+  // Best effort: what is left of the records goes first, and the alert only
+  // after the last of them, never behind a record cut short (a peer that
+  // does not read gets no goodbye).
+  size_t n = 0;
+  if (wire_out_sent_ < wire_out_.size()) {
+    iovec rest{wire_out_.data() + wire_out_sent_, wire_out_.size() - wire_out_sent_};
+    if (socket->Writev(&rest, 1, &n).ok()) wire_out_sent_ += n;
+  }
+  if (wire_out_sent_ == wire_out_.size()) {
+    wire_out_.clear();
+    session_->CloseNotify(&wire_out_);
+    iovec alert{wire_out_.data(), wire_out_.size()};
+    (void)socket->Writev(&alert, 1, &n);
+  }
   wire_out_.clear();
   wire_out_sent_ = 0;
 }

@@ -52,16 +52,18 @@ class TlsRecordLayer {
   TlsRecordLayer& operator=(const TlsRecordLayer&) = delete;
 
   // Encrypts `frames` and writes the records to `socket` until both are
-  // done or the socket is full (*wrote: the bytes it took).
-  // Frames fully encrypted are popped and their size taken off
-  // *frame_bytes. An error is the socket's or the session's.
+  // done or the socket is full (*wrote: the bytes it took). Bytes
+  // encrypted are taken off *frame_bytes (they are unsent_bytes() now), and
+  // frames fully encrypted are popped. An error is the socket's or the
+  // session's.
   Status Flush(Socket* socket, FrameQueue* frames, size_t* frame_bytes, size_t* wrote);
 
   // Records made but not yet taken by the socket.
   size_t unsent_bytes() const { return wire_out_.size() - wire_out_sent_; }
 
-  // Writes a close_notify, if the socket takes it now, and drops what was
-  // not sent.
+  // Writes what is left of the records and then a close_notify, as far as
+  // the socket takes them now (the alert only if every record went), and
+  // drops the rest.
   void CloseNotify(Socket* socket);
 
   // A buffer for one socket read of records.
