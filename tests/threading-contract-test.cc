@@ -172,6 +172,13 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   ASSERT_GT(queued, kLimit / 2) << "the client's queue never filled";
   ASSERT_LE(queued, kLimit);
   std::this_thread::sleep_for(milliseconds(20));  // the reactor goes to sleep
+  auto borrows = [&] {
+    for (const MetricValue& v : client->metrics()->Snapshot()) {
+      if (v.name == "osprey_reactor_borrows_total") return v.value;
+    }
+    return -1.0;
+  };
+  const double borrows_before = borrows();
   EchoRequestPB over;
   over.set_data(std::string(kLimit - queued + 1000, 'o'));
   EchoResponsePB resp;
@@ -180,6 +187,9 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   Status s = proxy.Echo(over, &resp, &ctl);
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_NE(std::string::npos, s.message().find("peer is not reading")) << s.ToString();
+  // The case this test is for: the sync call was sent by this thread in the
+  // sleeping reactor's place, and the connection failed inside that borrow.
+  EXPECT_EQ(borrows_before + 1, borrows());
   for (int i = 0; i < 1000 && callbacks.load() < issued; ++i) {
     std::this_thread::sleep_for(milliseconds(5));
   }

@@ -37,6 +37,8 @@ bool Reactor::BeginBorrow() {
 
 void Reactor::EndBorrow() {
   FlushRequested();
+  // Under the loop lock, which every borrower holds: a plain add.
+  if (TransportMetrics* m = options_.metrics.get()) m->reactor_borrows->Increment();
   bool wake = timers_.NextDeadline() < planned_wake_;
   {
     MutexLock l(task_mu_);

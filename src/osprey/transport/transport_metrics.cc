@@ -25,6 +25,10 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
   bytes_received = MakeCounter(r, "osprey_bytes_received_total", "Bytes read from sockets.");
   connections_accepted = MakeCounter(r, "osprey_connections_accepted_total",
                                      "Connections this messenger accepted (RPC and HTTP).");
+  reactor_borrows = MakeCounter(
+      r, "osprey_reactor_borrows_total",
+      "Times a caller or worker thread did a sleeping reactor's work in its place (a sync call "
+      "sent, an answer written) instead of waking it.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =

@@ -39,6 +39,10 @@ class TransportMetrics {
   Counter* bytes_sent;
   Counter* bytes_received;
   Counter* connections_accepted;
+  // Work another thread did in a sleeping reactor's place
+  // (Reactor::TryRunHere): a sync call sent, an answer written, without
+  // waking the reactor.
+  Counter* reactor_borrows;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;
