@@ -97,17 +97,26 @@ label() { [[ $2 == 1 ]] && echo "$1 EL" || echo "$1"; }
 
 # --- servers ------------------------------------------------------------------
 
+# split_prefix [HOST_PREFIX...] -- ARGS...: PREFIX gets what runs a command
+# in a host (ip netns exec ...; nothing on this one), REST the arguments.
+split_prefix() {
+  PREFIX=()
+  while [[ $1 != -- ]]; do
+    PREFIX+=("$1")
+    shift
+  done
+  shift
+  REST=("$@")
+}
+
 # start_kudu_server NAME [HOST_PREFIX...] -- FLAGS...: Kudu's server on a free
 # port; sets srv_addr and srv_pid.
 start_kudu_server() {
   local name=$1
   shift
-  local prefix=()
-  while [[ $1 != -- ]]; do
-    prefix+=("$1")
-    shift
-  done
-  shift
+  split_prefix "$@"
+  local prefix=("${PREFIX[@]}")
+  set -- "${REST[@]}"
   "${prefix[@]}" "$KUDU/kudu-calc-server" 0 --run_seconds=600 "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
   srv_pid=$!
   pids+=("$srv_pid")
@@ -120,12 +129,9 @@ start_kudu_server() {
 start_osprey_server() {
   local name=$1 listen=$2
   shift 2
-  local prefix=()
-  while [[ $1 != -- ]]; do
-    prefix+=("$1")
-    shift
-  done
-  shift
+  split_prefix "$@"
+  local prefix=("${PREFIX[@]}")
+  set -- "${REST[@]}"
   "${prefix[@]}" "$BENCH" -server_only -listen "$listen" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
   srv_pid=$!
   pids+=("$srv_pid")
@@ -171,12 +177,9 @@ negotiated_counts() {
 kudu_client_cell() {
   local matrix=$1 row=$2 col=$3 want=$4 addr=$5
   shift 5
-  local prefix=()
-  while [[ $1 != -- ]]; do
-    prefix+=("$1")
-    shift
-  done
-  shift
+  split_prefix "$@"
+  local prefix=("${PREFIX[@]}")
+  set -- "${REST[@]}"
   local out=$tmp/cell.out err=$tmp/cell.err got start took rc before after
   before=$(negotiated_counts "$addr" "${prefix[@]}")
   start=$(date +%s.%N)
@@ -230,12 +233,9 @@ kudu_client_cell() {
 osprey_client_cell() {
   local matrix=$1 row=$2 col=$3 want=$4 addr=$5
   shift 5
-  local prefix=()
-  while [[ $1 != -- ]]; do
-    prefix+=("$1")
-    shift
-  done
-  shift
+  split_prefix "$@"
+  local prefix=("${PREFIX[@]}")
+  set -- "${REST[@]}"
   local out=$tmp/cell.out err=$tmp/cell.err got start took rc
   start=$(date +%s.%N)
   timeout 60 "${prefix[@]}" "$BENCH" -server_address "$addr" -mode both -run_seconds 0.3 \
@@ -336,6 +336,19 @@ done
 
 fi
 
+# take_results CHECK SETTING: kudu-interop-client's PASS and FAIL lines
+# in $tmp/c.out, as cells.
+take_results() {
+  local verdict rest
+  while read -r verdict rest; do
+    case $verdict in
+      PASS) pass "semantics ($2): $rest" ;;
+      FAIL) fail "semantics ($2): $rest" ;;
+    esac
+  done < "$tmp/c.out"
+  grep -qE '^(PASS|FAIL)' "$tmp/c.out" || fail "semantics ($1): no result: $(head -c 300 "$tmp/c.out")"
+}
+
 if section semantics; then
 echo "== semantics against Kudu's server"
 for setting in "disabled 0" "required 1"; do
@@ -344,25 +357,13 @@ for setting in "disabled 0" "required 1"; do
   for check in deadline no-such-method sidecars large; do
     timeout 120 "$CLIENT" "$check" "$srv_addr" --rpc_encryption="$enc" $(el_flag "$el") \
       > "$tmp/c.out" 2>&1
-    while read -r verdict rest; do
-      case $verdict in
-        PASS) pass "semantics ($(label "$enc" "$el")): $rest" ;;
-        FAIL) fail "semantics ($(label "$enc" "$el")): $rest" ;;
-      esac
-    done < "$tmp/c.out"
-    grep -qE '^(PASS|FAIL)' "$tmp/c.out" || fail "semantics ($check): no result: $(head -c 300 "$tmp/c.out")"
+    take_results "$check" "$(label "$enc" "$el")"
   done
   stop_server "$srv_pid"
   start_kudu_server "kudu-queue-$enc" -- --rpc_encryption="$enc" $(el_flag "$el") \
     --worker_threads=1 --service_queue_length=1
   timeout 120 "$CLIENT" queue "$srv_addr" --rpc_encryption="$enc" $(el_flag "$el") > "$tmp/c.out" 2>&1
-  while read -r verdict rest; do
-    case $verdict in
-      PASS) pass "semantics ($(label "$enc" "$el")): $rest" ;;
-      FAIL) fail "semantics ($(label "$enc" "$el")): $rest" ;;
-    esac
-  done < "$tmp/c.out"
-  grep -qE '^(PASS|FAIL)' "$tmp/c.out" || fail "semantics (queue): no result: $(head -c 300 "$tmp/c.out")"
+  take_results queue "$(label "$enc" "$el")"
   stop_server "$srv_pid"
 done
 

@@ -270,7 +270,7 @@ class ExactlyOnceTest : public ::testing::Test {
       OSPREY_RETURN_NOT_OK(MessengerBuilder("client").set_num_reactors(1).Build(&client_));
     }
     LedgerServiceProxy proxy(client_, via);
-    if (proxy_policy != nullptr) proxy.set_retry_policy(*proxy_policy);
+    if (proxy_policy != nullptr) OSPREY_RETURN_NOT_OK(proxy.set_retry_policy(*proxy_policy));
     LedgerAddRequestPB req;
     req.set_amount(amount);
     Status s = tracked ? proxy.Add(req, resp, ctl) : proxy.AddUntracked(req, resp, ctl);
@@ -718,7 +718,7 @@ TEST_F(ExactlyOnceTest, AnUntrackedCallIsNotRetriedAfterSendUnlessMarkedIdempote
   {
     LedgerAddResponsePB resp;
     RpcController ctl;
-    ctl.set_retry_policy(QuickRetries());
+    ASSERT_TRUE(ctl.set_retry_policy(QuickRetries()).ok());
     Status s = CallLosingTheFirstAnswer(/*tracked=*/false, &ctl, &resp);
     EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
     EXPECT_EQ(1, ctl.attempts());  // it may have run: not sent again
@@ -727,7 +727,7 @@ TEST_F(ExactlyOnceTest, AnUntrackedCallIsNotRetriedAfterSendUnlessMarkedIdempote
   {
     LedgerAddResponsePB resp;
     RpcController ctl;
-    ctl.set_retry_policy(QuickRetries());
+    ASSERT_TRUE(ctl.set_retry_policy(QuickRetries()).ok());
     ctl.set_idempotent(true);  // the caller says running it twice is fine
     Status s = CallLosingTheFirstAnswer(/*tracked=*/false, &ctl, &resp);
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -768,7 +768,7 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
     LedgerAddResponsePB resp;
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
-    ctl.set_retry_policy(QuickRetries(100));
+    ASSERT_TRUE(ctl.set_retry_policy(QuickRetries(100)).ok());
     CountDownLatch done(1);
     proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
     ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(15)));
@@ -787,7 +787,7 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
     LedgerAddResponsePB resp;
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromMilliseconds(500));
-    ctl.set_retry_policy(QuickRetries(100));
+    ASSERT_TRUE(ctl.set_retry_policy(QuickRetries(100)).ok());
     MonoTime start = MonoTime::Now();
     Status s = proxy.Add(req, &resp, &ctl);
     MonoDelta took = MonoTime::Now() - start;
@@ -827,7 +827,7 @@ TEST(RetryTest, ACallThatCouldNotConnectIsRetriedUntilTheServerListens) {
   kudu::rpc_test::AddResponsePB resp;
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(10));
-  ctl.set_retry_policy(QuickRetries(200));
+  ASSERT_TRUE(ctl.set_retry_policy(QuickRetries(200)).ok());
   CountDownLatch done(1);
   proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // refused meanwhile
@@ -961,7 +961,7 @@ TEST(RetryCancelTest, ACancelRacingARetryEndsTheCallAborted) {
     req.set_y(2);
     kudu::rpc_test::AddResponsePB resp;
     RpcController ctl;
-    ctl.set_retry_policy(policy);
+    ASSERT_TRUE(ctl.set_retry_policy(policy).ok());
     ctl.set_timeout(MonoDelta::FromSeconds(30));
     CountDownLatch done(1);
     proxy.AddAsync(req, &resp, &ctl, [&done] { done.CountDown(); });

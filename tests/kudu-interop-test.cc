@@ -462,7 +462,7 @@ TEST(KuduRetryTest, AServerShuttingDownIsRetriedOnANewConnection) {
   RetryPolicy retries;
   retries.max_attempts = 3;
   retries.initial_backoff = MonoDelta::FromMilliseconds(10);
-  ctl.set_retry_policy(retries);
+  ASSERT_TRUE(ctl.set_retry_policy(retries).ok());
   CountDownLatch done(1);
   proxy.AddAsync(req, &resp, &ctl, [&] { done.CountDown(); });
 

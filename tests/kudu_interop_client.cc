@@ -70,6 +70,16 @@ using osprey::Status;
 
 int g_failures = 0;
 
+// For settings this program makes itself: one that is refused is a bug here.
+#define CHECK_OK_OR_DIE(expr)                                                   \
+  do {                                                                          \
+    Status _s = (expr);                                                         \
+    if (!_s.ok()) {                                                             \
+      std::fprintf(stderr, "kudu-interop-client: %s\n", _s.ToString().c_str()); \
+      std::exit(2);                                                             \
+    }                                                                           \
+  } while (0)
+
 void Report(bool pass, const std::string& check, const std::string& detail) {
   std::printf("%s %s: %s\n", pass ? "PASS" : "FAIL", check.c_str(), detail.c_str());
   std::fflush(stdout);
@@ -209,7 +219,7 @@ Burst SleepBurst(const std::shared_ptr<Messenger>& m, const Sockaddr& addr, int 
       RetryPolicy p = RetryPolicy::Default();
       p.max_attempts = 100;
       p.max_backoff = MonoDelta::FromMilliseconds(200);
-      ctl.set_retry_policy(p);
+      CHECK_OK_OR_DIE(ctl.set_retry_policy(p));
     }
     proxy.SleepAsync(req, &resps[static_cast<size_t>(i)], &ctl, [&done] { done.CountDown(); });
   }
@@ -337,7 +347,7 @@ void CheckExactlyOnce(const std::shared_ptr<Messenger>& m, const Sockaddr& addr,
   policy.max_backoff = MonoDelta::FromMilliseconds(200);
 
   CalculatorServiceProxy proxy(m, via);
-  proxy.set_retry_policy(policy);
+  CHECK_OK_OR_DIE(proxy.set_retry_policy(policy));
   ExactlyOnceResponsePB before;
   {
     RpcController ctl;
