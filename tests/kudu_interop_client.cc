@@ -2,7 +2,7 @@
 //                     [--rpc_encrypt_loopback_connections] [--calls=N]
 //
 // An Osprey client that checks, against a live Apache Kudu server
-// (kudu-calc-server from ../shared/peers/kudu), what a user relies on
+// (kudu-calc-server, built from Kudu's source), what a user relies on
 // beyond the handshake. scripts/kudu-interop.sh runs it; each CHECK prints
 // "PASS <check>: <what was seen>" or "FAIL <check>: <why>" per assertion
 // and exits 0 only if every one passed (2: usage).
@@ -21,8 +21,6 @@
 //                   through a proxy that cuts every connection 150 ms after
 //                   it opens; retried, Kudu's running total must grow by
 //                   exactly --calls
-#include <poll.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,18 +29,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "kudu_rtest_wire.osprey.h"
+#include "kudu_rtest_wire.pb.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/rpc/proxy.h"
 #include "osprey/rpc/rpc_controller.h"
+#include "recording_proxy.h"
+#include "rpc_bench.osprey.h"
 
 namespace {
 
@@ -53,7 +53,6 @@ using kudu::rpc_test::EchoRequestPB;
 using kudu::rpc_test::EchoResponsePB;
 using kudu::rpc_test::ExactlyOnceRequestPB;
 using kudu::rpc_test::ExactlyOnceResponsePB;
-using kudu::rpc_test::ServiceKuduDoesNotHaveProxy;
 using kudu::rpc_test::SleepRequestPB;
 using kudu::rpc_test::SleepResponsePB;
 using osprey::CountDownLatch;
@@ -67,6 +66,7 @@ using osprey::RpcEncryption;
 using osprey::Sockaddr;
 using osprey::Socket;
 using osprey::Status;
+using osprey::rpc_test::RecordingProxy;
 
 int g_failures = 0;
 
@@ -94,89 +94,11 @@ std::string Describe(const RpcController& ctl) {
   return s;
 }
 
-// Forwards loopback connections to `target` and cuts each one `cut_after`
-// after it opened: calls in flight then may have run on the server with
-// their answers lost. One thread; stops when destroyed.
-class CuttingProxy {
- public:
-  CuttingProxy(const Sockaddr& target, MonoDelta cut_after)
-      : target_(target), cut_after_(cut_after) {}
-  ~CuttingProxy() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  Status Start(Sockaddr* addr) {
-    OSPREY_RETURN_NOT_OK(listener_.Init(Sockaddr::Loopback(0)));
-    OSPREY_RETURN_NOT_OK(listener_.Bind(Sockaddr::Loopback(0)));
-    OSPREY_RETURN_NOT_OK(listener_.Listen(16));
-    OSPREY_RETURN_NOT_OK(listener_.GetLocalAddress(addr));
-    thread_ = std::thread([this] { Run(); });
-    return Status::OK();
-  }
-  int cuts() const { return cuts_.load(); }
-
- private:
-  struct Pair {
-    Socket client, server;
-    MonoTime cut_at;
-    bool open = true;
-  };
-  void Run() {
-    std::vector<std::unique_ptr<Pair>> pairs;
-    while (!stop_) {
-      MonoTime now = MonoTime::Now();
-      for (auto& p : pairs) {
-        if (p->open && now >= p->cut_at) {
-          p->open = false;
-          p->client.Close();
-          p->server.Close();
-          cuts_.fetch_add(1);
-        }
-      }
-      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
-      std::vector<Pair*> owners{nullptr};
-      for (auto& p : pairs) {
-        if (!p->open) continue;
-        fds.push_back({p->client.fd(), POLLIN, 0});
-        fds.push_back({p->server.fd(), POLLIN, 0});
-        owners.push_back(p.get());
-        owners.push_back(p.get());
-      }
-      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        auto p = std::make_unique<Pair>();
-        Sockaddr remote;
-        if (listener_.Accept(&p->client, &remote, false).ok() && p->server.Init(target_).ok() &&
-            p->server.Connect(target_).ok()) {
-          p->cut_at = MonoTime::Now() + cut_after_;
-          pairs.push_back(std::move(p));
-        }
-      }
-      for (size_t i = 1; i < fds.size(); ++i) {
-        Pair* p = owners[i];
-        if (fds[i].revents == 0 || !p->open) continue;
-        bool from_client = fds[i].fd == p->client.fd();
-        Socket& in = from_client ? p->client : p->server;
-        Socket& out = from_client ? p->server : p->client;
-        uint8_t buf[64 * 1024];
-        ssize_t n = ::recv(in.fd(), buf, sizeof(buf), MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) {
-          p->open = false;
-          p->client.Close();
-          p->server.Close();
-        }
-      }
-    }
-  }
-
-  const Sockaddr target_;
-  const MonoDelta cut_after_;
-  Socket listener_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> cuts_{0};
-};
+// Kudu's Sleep, which rpc-bench's proto lacks, by name.
+Status Sleep(const CalculatorServiceProxy& proxy, const SleepRequestPB& req, SleepResponsePB* resp,
+             RpcController* ctl) {
+  return proxy.SyncRequest("Sleep", req, resp, ctl);
+}
 
 void CheckDeadline(const std::shared_ptr<Messenger>& m, const Sockaddr& addr) {
   CalculatorServiceProxy proxy(m, addr);
@@ -186,7 +108,7 @@ void CheckDeadline(const std::shared_ptr<Messenger>& m, const Sockaddr& addr) {
   req.set_client_timeout_defined(true);  // Kudu answers an error if no deadline came
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(10));
-  Status s = proxy.Sleep(req, &resp, &ctl);
+  Status s = Sleep(proxy, req, &resp, &ctl);
   Report(s.ok(), "deadline-sent",
          s.ok() ? "Kudu's Sleep saw the call's deadline" : "Sleep: " + Describe(ctl));
 
@@ -194,7 +116,7 @@ void CheckDeadline(const std::shared_ptr<Messenger>& m, const Sockaddr& addr) {
   RpcController late;
   late.set_timeout(MonoDelta::FromMilliseconds(300));
   MonoTime start = MonoTime::Now();
-  s = proxy.Sleep(req, &resp, &late);
+  s = Sleep(proxy, req, &resp, &late);
   double took = (MonoTime::Now() - start).ToSeconds();
   Report(s.IsTimedOut() && took < 2.0, "deadline-timeout",
          s.ToString() + " after " + std::to_string(took) + " s (timeout 0.3 s, Sleep 3 s)");
@@ -221,7 +143,8 @@ Burst SleepBurst(const std::shared_ptr<Messenger>& m, const Sockaddr& addr, int 
       p.max_backoff = MonoDelta::FromMilliseconds(200);
       CHECK_OK_OR_DIE(ctl.set_retry_policy(p));
     }
-    proxy.SleepAsync(req, &resps[static_cast<size_t>(i)], &ctl, [&done] { done.CountDown(); });
+    proxy.AsyncRequest("Sleep", req, &resps[static_cast<size_t>(i)], &ctl,
+                       [&done] { done.CountDown(); });
   }
   Burst b;
   if (!done.WaitFor(MonoDelta::FromSeconds(60))) {
@@ -265,17 +188,17 @@ void CheckNoSuchMethod(const std::shared_ptr<Messenger>& m, const Sockaddr& addr
     CalculatorServiceProxy proxy(m, addr);
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
-    Status s = proxy.MethodKuduDoesNotHave(req, &resp, &ctl);
+    Status s = proxy.SyncRequest("MethodKuduDoesNotHave", req, &resp, &ctl);
     const auto* err = ctl.error_response();
     Report(s.IsRemoteError() && err != nullptr &&
                err->code() == osprey::wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD,
            "no-such-method", Describe(ctl));
   }
   {
-    ServiceKuduDoesNotHaveProxy proxy(m, addr);
+    osprey::Proxy proxy(m, addr, "kudu.rpc_test.ServiceKuduDoesNotHave");
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
-    Status s = proxy.Add(req, &resp, &ctl);
+    Status s = proxy.SyncRequest("Add", req, &resp, &ctl);
     const auto* err = ctl.error_response();
     // A Kudu server answers ERROR_NO_SUCH_SERVICE once it has said all its
     // services are registered (Messenger::SetServicesRegistered, as Kudu's
@@ -335,7 +258,8 @@ void CheckLarge(const std::shared_ptr<Messenger>& m, const Sockaddr& addr) {
 }
 
 void CheckExactlyOnce(const std::shared_ptr<Messenger>& m, const Sockaddr& addr, int calls) {
-  CuttingProxy cutter(addr, MonoDelta::FromMilliseconds(150));
+  RecordingProxy cutter(addr);
+  cutter.CutEachConnectionAfter(MonoDelta::FromMilliseconds(150));
   Sockaddr via;
   Status s = cutter.Start(&via);
   if (!s.ok()) {

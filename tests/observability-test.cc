@@ -15,6 +15,7 @@
 #include "http_test_util.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/prometheus_text.h"
+#include "osprey/base/sanitizers.h"
 #include "rpc_test_util.h"
 
 namespace osprey::rpc_test {
@@ -548,14 +549,6 @@ TEST(HttpEndpointsTest, AnIncompleteRequestAfterAnAnswerTimesOutAsAnyRequest) {
   EXPECT_LT((MonoTime::Now() - start).ToSeconds(), 5.0);
   EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
 }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OSPREY_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OSPREY_SANITIZED 1
-#endif
-#endif
 
 // /rpcz and /connections list at most 1000 of what they show, and say how
 // many there were: with 100,000 calls in flight (20,000 in a sanitizer's

@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
@@ -22,8 +24,10 @@ namespace osprey::rpc_test {
 
 // Forwards loopback connections to `target`, keeping a copy of every byte
 // in each direction. It listens on the loopback address of `target`'s
-// family (127.0.0.1 or ::1), so the server still sees a loopback peer. One
-// thread; stops when destroyed.
+// family (127.0.0.1 or ::1), so the server still sees a loopback peer.
+// With CutEachConnectionAfter, it closes every connection that long after
+// it opened: calls in flight may then have run with their answers lost.
+// One thread; stops when destroyed.
 class RecordingProxy {
  public:
   explicit RecordingProxy(const Sockaddr& target) : target_(target) {}
@@ -34,6 +38,10 @@ class RecordingProxy {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
   }
+
+  // Before Start().
+  void CutEachConnectionAfter(MonoDelta after) { cut_after_ = after; }
+  int cuts() const { return cuts_.load(); }
 
   Status Start(Sockaddr* addr) {
     Sockaddr local = target_;
@@ -67,12 +75,25 @@ class RecordingProxy {
  private:
   struct Pair {
     Socket client, server;
+    MonoTime cut_at = MonoTime::Max();
     bool open = true;
+    void Close() {
+      open = false;
+      client.Close();
+      server.Close();
+    }
   };
 
   void Run() {
     std::vector<std::unique_ptr<Pair>> pairs;
     while (!stop_) {
+      const MonoTime now = MonoTime::Now();
+      for (auto& p : pairs) {
+        if (p->open && now >= p->cut_at) {
+          p->Close();
+          cuts_.fetch_add(1);
+        }
+      }
       std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
       for (auto& p : pairs) {
         if (!p->open) continue;
@@ -85,6 +106,7 @@ class RecordingProxy {
         Sockaddr remote;
         if (listener_.Accept(&p->client, &remote, false).ok() && p->server.Init(target_).ok() &&
             p->server.Connect(target_).ok()) {
+          if (cut_after_.has_value()) p->cut_at = MonoTime::Now() + *cut_after_;
           pairs.push_back(std::move(p));
         }
       }
@@ -106,11 +128,7 @@ class RecordingProxy {
             (from_client ? c2s_ : s2c_)
                 .append(reinterpret_cast<char*>(buf), static_cast<size_t>(n));
           }
-          if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) {
-            p->open = false;
-            p->client.Close();
-            p->server.Close();
-          }
+          if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) p->Close();
           break;
         }
       }
@@ -123,6 +141,8 @@ class RecordingProxy {
   Socket listener_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::optional<MonoDelta> cut_after_;
+  std::atomic<int> cuts_{0};
   std::mutex mu_;
   std::string c2s_, s2c_;
 };

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/sanitizers.h"
+
 namespace osprey {
 namespace {
 
@@ -120,14 +122,6 @@ TEST(ResultTrackerTest, AcknowledgedAnswersAreFreedAtOnceAndMemoryStaysFlat) {
   EXPECT_EQ(after_100k, t.memory_bytes());
   EXPECT_LT(t.memory_bytes(), 1024u);  // one client, one answer
 }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OSPREY_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OSPREY_SANITIZED 1
-#endif
-#endif
 
 long RssKiB() {
   std::ifstream statm("/proc/self/statm");

@@ -90,10 +90,11 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
         return Decision::kRun;
       }
     }
-  }
-  if (reply == Reply::kStale || reply == Reply::kFull || reply == Reply::kTooManyWaiting) {
-    MutexLock l(mu_);
-    ++(reply == Reply::kStale ? counts_.stale : counts_.refused);
+    if (reply == Reply::kStale) {
+      ++counts_.stale;
+    } else if (reply == Reply::kFull || reply == Reply::kTooManyWaiting) {
+      ++counts_.refused;
+    }
   }
   switch (reply) {
     case Reply::kStored:

@@ -123,7 +123,8 @@ class ResultTracker {
   };
   // What to do with `*call`, which `user` sent with `id`. Takes the call
   // for kWaiting (*call is then null); answers it for every decision but
-  // kRun.
+  // kRun. `id` may be the call's own: it is not read once the call is
+  // handed over.
   Decision Track(const std::string& user, const wire::RequestIdPB& id,
                  std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_);
 

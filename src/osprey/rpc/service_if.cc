@@ -39,9 +39,8 @@ bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
   // may answer and free it.
   ResultTracker::Key key{call->remote_user(), call->request_id().client_id(),
                          call->request_id().seq_no()};
-  const wire::RequestIdPB id = call->request_id();
   std::unique_ptr<TrackedCall> tracked(ctx->call_.release());
-  ResultTracker::Decision d = tracker->Track(key.user, id, &tracked);
+  ResultTracker::Decision d = tracker->Track(key.user, call->request_id(), &tracked);
   // The tracker answered the call, or holds it (then tracked is null).
   ctx->call_.reset(static_cast<InboundCall*>(tracked.release()));
   if (d == ResultTracker::Decision::kRun) {
