@@ -438,6 +438,19 @@ if not (r["refused"] > 0 and r["errors"] == 0):
     sys.exit("refused %d, errors %d" % (r["refused"], r["errors"]))
 ' "$TMP/refusedjson.out" 2>"$TMP/refusedjson.check" ||
   { show "$TMP/refusedjson.out" "$TMP/refusedjson.check"; fail "JSON counts wrong"; }
+# A client that starts while others keep the queue full (as each host of
+# multihost-bench.sh does): its first call may be refused, and the server
+# is still usable. Five starts, each with about even odds of a first refusal.
+CHECK="a client starting while another fills the queue"
+timeout -k 5 "$RUN_LIMIT" "$BENCH" -server_address "$ADDR" -mode async -run_seconds 8 \
+  -client_threads 2 -async_call_concurrency 32 >"$TMP/filler.out" 2>"$TMP/filler.err" </dev/null &
+FILLER_PID=$!
+sleep 1
+for i in 1 2 3 4 5; do
+  run latecomer$i -server_address "$ADDR" -mode sync -client_threads 1 -run_seconds 0.2
+  [[ $RC -eq 0 ]] || { show "$TMP/latecomer$i.out" "$TMP/latecomer$i.err"; fail "start $i: exit status $RC"; }
+done
+wait "$FILLER_PID" || { show "$TMP/filler.err"; fail "the filling client failed"; }
 CHECK="-server_only --rpc_service_queue_length=2 shutdown on SIGTERM"
 stop_server
 

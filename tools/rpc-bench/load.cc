@@ -389,7 +389,17 @@ void ProbeServer(const Sockaddr& addr, int payload) {
   CallSlot slot;
   slot.Prepare(payload, 1);
   slot.ctl.set_timeout(MonoDelta::FromSeconds(5));
-  Status s = slot.IssueSync(&proxy, payload);
+  // Other clients may already fill a short service queue; a refusal says the
+  // server is there and busy, so the probe tries again within its deadline.
+  // A server that is not there fails at once.
+  RetryPolicy busy_only;
+  busy_only.max_attempts = 100;
+  busy_only.initial_backoff = MonoDelta::FromMilliseconds(5);
+  busy_only.max_backoff = MonoDelta::FromMilliseconds(100);
+  busy_only.retry_server_shutting_down = false;
+  busy_only.retry_network_errors = false;
+  Status s = slot.ctl.set_retry_policy(busy_only);
+  if (s.ok()) s = slot.IssueSync(&proxy, payload);
   if (!s.ok()) BadFlag("server at " + addr.ToString() + " is not usable: " + s.ToString());
   m->Shutdown();
 }
