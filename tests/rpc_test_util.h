@@ -102,6 +102,8 @@ class CalculatorService : public CalculatorServiceIf {
   void WhoAmI(const WhoAmIRequestPB*, WhoAmIResponsePB* resp, RpcContext* ctx) override {
     resp->set_user(ctx->remote_user());
     resp->set_address(ctx->remote_address().ToString());
+    resp->set_principal(ctx->remote_principal());
+    resp->set_authentication(AuthenticationMethodName(ctx->authentication_method()));
     if (!ctx->GetClientDeadline().IsMax()) {
       resp->set_client_deadline_ms_left(
           (ctx->GetClientDeadline() - MonoTime::Now()).ToMilliseconds());

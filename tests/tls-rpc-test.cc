@@ -56,7 +56,8 @@ class TempDir {
 
 CertFiles MakeCert(const TempDir& dir, const std::string& name) {
   std::string cert, key;
-  Status s = TlsContext::MakeSelfSigned(name, &cert, &key);
+  // Every address the tests dial, so that clients checking the host pass.
+  Status s = TlsContext::MakeSelfSigned(name, &cert, &key, "IP:127.0.0.1,IP:::1,DNS:localhost");
   EXPECT_TRUE(s.ok()) << s.ToString();
   CertFiles f{dir.path() + "/" + name + ".crt", dir.path() + "/" + name + ".key"};
   std::ofstream(f.cert) << cert;
@@ -279,6 +280,40 @@ TEST_P(TlsRpcTest, WrongCaFailsVerification) {
   EXPECT_TRUE(Contains(s.message(), "certificate verification failed")) << s.ToString();
   s = CallEcho(TlsClient(), server_.address, "y");
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A certificate the CA signed for another host does not pass as this
+// server's: the client checks the host it dialled against the certificate's
+// subject alternative names, unless told not to.
+TEST_P(TlsRpcTest, AClientChecksTheServerCertificateNamesTheHostDialled) {
+  if (GetParam() == TestTransport::kUnix) GTEST_SKIP() << "a Unix socket has no host to check";
+  std::string cert, key;
+  ASSERT_TRUE(TlsContext::MakeSelfSigned("db-9.example.com", &cert, &key,
+                                         "DNS:db-9.example.com,IP:198.18.0.9")
+                  .ok());
+  CertFiles elsewhere{dir_.path() + "/elsewhere.crt", dir_.path() + "/elsewhere.key"};
+  std::ofstream(elsewhere.cert) << cert;
+  std::ofstream(elsewhere.key) << key;
+  CertFiles bundle{dir_.path() + "/bundle-elsewhere.pem", ""};
+  std::ofstream(bundle.cert) << cert << std::ifstream(client_id_.cert).rdbuf();
+  ASSERT_TRUE(server_
+                  .Start(1, ServicePoolOptions(),
+                         TlsBuilder("server", RpcEncryption::kRequired, &elsewhere, &bundle),
+                         ListenAddressFor(GetParam()))
+                  .ok());
+  auto checking =
+      MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &client_id_, &bundle));
+  Status s = CallEcho(checking, server_.address, "x");
+  ASSERT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "IP address mismatch")) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "set_tls_verify_server_host(false)")) << s.ToString();
+  // Told not to check, the same client trusts any certificate the CA signed.
+  auto trusting = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &client_id_, &bundle)
+                                    .set_tls_verify_server_host(false));
+  s = CallEcho(trusting, server_.address, "y");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  // (Every other test here passes with the check on: their certificates
+  // name 127.0.0.1, ::1 and localhost.)
 }
 
 TEST_P(TlsRpcTest, ServerWithCaRefusesAClientWithoutCertificate) {

@@ -27,6 +27,18 @@ DEFINE_bool(rpc_encrypt_loopback_connections, false,
 DEFINE_bool(enable_encryption, false,
             "Kudu's rpc-bench flag: the same as --rpc_encryption=required "
             "--rpc_encrypt_loopback_connections");
+DEFINE_string(rpc_authentication, "disabled",
+              "Kudu's --rpc_authentication, for the client and the server: disabled (SASL "
+              "PLAIN), optional (Kerberos when both sides have it) or required (Kerberos or "
+              "nothing; a server needs --keytab_file)");
+DEFINE_string(keytab_file, "",
+              "Kudu's flag: the keytab of --principal; the server accepts tickets for it, "
+              "and the client logs in from it. Empty: the client uses the ticket cache");
+DEFINE_string(principal, "kudu/_HOST",
+              "Kudu's flag: the Kerberos principal of --keytab_file (_HOST: this machine's "
+              "fully qualified name)");
+DEFINE_string(sasl_protocol_name, "kudu",
+              "Kudu's flag: the service a client asks Kerberos for on the host it dials");
 DEFINE_int32(rpc_service_queue_length, 0,
              "Kudu's flag: calls the server's service queue holds before it refuses more "
              "(ERROR_SERVER_TOO_BUSY); 0: as many as this run offers (at least 50), or for "
@@ -51,8 +63,9 @@ DEFINE_double(target_rate, 0,
 namespace osprey::bench {
 
 namespace {
-// --rpc_encryption, parsed by ValidateFlags.
+// --rpc_encryption and --rpc_authentication, parsed by ValidateFlags.
 RpcEncryption g_encryption = RpcEncryption::kDisabled;
+RpcAuthentication g_authentication = RpcAuthentication::kDisabled;
 
 }  // namespace
 
@@ -65,7 +78,11 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
   MessengerBuilder b(name);
   b.set_rpc_encryption(g_encryption)
       .set_rpc_encrypt_loopback(FLAGS_rpc_encrypt_loopback_connections)
-      .set_metrics(FLAGS_metrics);
+      .set_metrics(FLAGS_metrics)
+      .set_rpc_authentication(g_authentication)
+      .set_keytab_file(FLAGS_keytab_file)
+      .set_principal(FLAGS_principal)
+      .set_sasl_protocol_name(FLAGS_sasl_protocol_name);
   return b;
 }
 
@@ -186,6 +203,21 @@ void ValidateFlags() {
   } else {
     BadFlag("--rpc_encryption must be disabled, optional or required, got '" +
             FLAGS_rpc_encryption + "'");
+  }
+  if (FLAGS_rpc_authentication == "disabled") {
+    g_authentication = RpcAuthentication::kDisabled;
+  } else if (FLAGS_rpc_authentication == "optional") {
+    g_authentication = RpcAuthentication::kOptional;
+  } else if (FLAGS_rpc_authentication == "required") {
+    g_authentication = RpcAuthentication::kRequired;
+  } else {
+    BadFlag("--rpc_authentication must be disabled, optional or required, got '" +
+            FLAGS_rpc_authentication + "'");
+  }
+  if (!FLAGS_keytab_file.empty() && g_authentication == RpcAuthentication::kDisabled) {
+    BadFlag(
+        "--keytab_file is set but --rpc_authentication is disabled: set it to optional or "
+        "required");
   }
 }
 

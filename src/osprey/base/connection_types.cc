@@ -23,6 +23,10 @@ SecurityNames NamesOf(ConnectionSecurity security) {
 }  // namespace
 
 const char* ConnectionSecurityName(ConnectionSecurity security) { return NamesOf(security).name; }
+
+const char* AuthenticationMethodName(AuthenticationMethod method) {
+  return method == AuthenticationMethod::kKerberos ? "GSSAPI" : "PLAIN";
+}
 const char* ConnectionSecuritySlug(ConnectionSecurity security) { return NamesOf(security).slug; }
 
 }  // namespace osprey

@@ -17,6 +17,30 @@ namespace osprey {
 // kRequired: a peer without TLS is refused (FATAL_UNAUTHORIZED).
 enum class RpcEncryption { kDisabled, kOptional, kRequired };
 
+// Kudu's --rpc_authentication. kDisabled: SASL PLAIN, a user name taken on
+// the client's word. kOptional: Kerberos (SASL GSSAPI) when both sides
+// have it (a server its keytab, a client a ticket or keytab), else PLAIN.
+// kRequired: Kerberos or nothing; a peer without it is refused.
+enum class RpcAuthentication { kDisabled, kOptional, kRequired };
+
+// How a connection's client proved who it is.
+enum class AuthenticationMethod {
+  kPlain,     // SASL PLAIN: a name the client chose, proving nothing
+  kKerberos,  // SASL GSSAPI
+};
+// "PLAIN", "GSSAPI".
+const char* AuthenticationMethodName(AuthenticationMethod method);
+
+// Who is calling, as negotiation established it.
+struct AuthenticatedIdentity {
+  // The local user name: PLAIN's authcid, or a Kerberos principal mapped
+  // by krb5.conf's auth_to_local rules (else its first component).
+  std::string user;
+  // Kerberos: "alice@EXAMPLE.COM". Empty for PLAIN.
+  std::string principal;
+  AuthenticationMethod method = AuthenticationMethod::kPlain;
+};
+
 // How a TCP connection (either role) finds out that its peer is gone when
 // no FIN or RST will ever come: the host lost power, a link or a firewall
 // drops everything. Without it such a connection, and every call on it
@@ -60,8 +84,10 @@ const char* ConnectionSecuritySlug(ConnectionSecurity security);
 
 struct ConnectionInfo {
   Sockaddr remote;
-  bool inbound = false;  // accepted by this messenger's server
-  std::string user;      // client: who it authenticates as; server: who authenticated
+  bool inbound = false;   // accepted by this messenger's server
+  std::string user;       // client: who it authenticates as; server: who authenticated
+  std::string principal;  // Kerberos: the principal proven; else empty
+  AuthenticationMethod authentication = AuthenticationMethod::kPlain;
   bool negotiated = false;
   ConnectionSecurity security = ConnectionSecurity::kNegotiating;
   size_t calls_in_flight = 0;

@@ -134,6 +134,7 @@ json CallsJson(const std::vector<CallInfo>& calls) {
                  {"method", c.method},
                  {"peer", c.remote.ToString()},
                  {"user", c.user},
+                 {"principal", c.principal},
                  {"elapsed_ms", Millis(c.elapsed)},
                  {"state", c.state}});
   }
@@ -252,6 +253,9 @@ void HttpEndpoints::HandleHttp(const transport::HttpRequest& req, const Sockaddr
           a.push_back({{"peer", c.remote.ToString()},
                        {"direction", c.inbound ? "inbound" : "outbound"},
                        {"user", c.user},
+                       {"principal", c.principal},
+                       {"authentication",
+                        c.negotiated ? AuthenticationMethodName(c.authentication) : "negotiating"},
                        {"negotiated", c.negotiated},
                        {"security", ConnectionSecuritySlug(c.security)},
                        {"calls_in_flight", c.calls_in_flight},

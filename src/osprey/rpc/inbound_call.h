@@ -63,6 +63,7 @@ class InboundCall : public TrackedCall {
   // Any thread: the client's connection closed, so no answer can reach it.
   bool connection_closed() const { return conn_->closed_any_thread(); }
   const std::string& remote_user() const { return conn_->user(); }
+  const AuthenticatedIdentity& remote_identity() const { return conn_->identity(); }
   MonoTime received_at() const { return received_at_; }
   // The client's deadline (arrival + timeout_millis), or MonoTime::Max().
   MonoTime deadline() const { return deadline_; }

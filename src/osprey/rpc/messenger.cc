@@ -19,6 +19,7 @@
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_options.h"
 #include "osprey/transport/reactor.h"
+#include "osprey/transport/sasl_gssapi.h"
 #include "osprey/transport/tls_context.h"
 #include "osprey/transport/transport_metrics.h"
 
@@ -78,6 +79,26 @@ MessengerBuilder& MessengerBuilder::set_tls_certificate_files(std::string cert_f
 }
 MessengerBuilder& MessengerBuilder::set_tls_ca_file(std::string ca_file) {
   tls_ca_file_ = std::move(ca_file);
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_tls_verify_server_host(bool verify) {
+  tls_verify_server_host_ = verify;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_rpc_authentication(RpcAuthentication policy) {
+  MutableOptions().authentication = policy;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_keytab_file(std::string keytab_file) {
+  keytab_file_ = std::move(keytab_file);
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_principal(std::string principal) {
+  principal_ = std::move(principal);
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_sasl_protocol_name(std::string name) {
+  MutableOptions().sasl_proto_name = std::move(name);
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_metrics(bool enabled) {
@@ -157,11 +178,26 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     tls.cert_file = tls_cert_file_;
     tls.key_file = tls_key_file_;
     tls.ca_file = tls_ca_file_;
+    tls.verify_server_host = tls_verify_server_host_;
     std::unique_ptr<transport::TlsContext> server, client;
     OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateServer(tls, &server));
     OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateClient(tls, &client));
     options.tls_server = std::move(server);
     options.tls_client = std::move(client);
+  }
+  if (options.sasl_proto_name.empty()) {
+    return Status::InvalidArgument("the SASL protocol name must not be empty");
+  }
+  if (!keytab_file_.empty()) {
+    if (options.authentication == RpcAuthentication::kDisabled) {
+      return Status::InvalidArgument(
+          "a keytab file is set but rpc_authentication is disabled: set it to optional or "
+          "required");
+    }
+    OSPREY_RETURN_NOT_OK(transport::KerberosCredentials::ForServer(keytab_file_, principal_,
+                                                                   &options.kerberos_server));
+    OSPREY_RETURN_NOT_OK(transport::KerberosCredentials::ForClient(keytab_file_, principal_,
+                                                                   &options.kerberos_client));
   }
   Messenger::Settings obs;
   obs.metrics = metrics_;
@@ -345,6 +381,13 @@ Status Messenger::AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bo
     if (shut_down_) return Status::IllegalState("messenger " + name_ + " is shut down");
   }
   using Serves = transport::Acceptor::Serves;
+  const transport::ConnectionOptions& options = reactors_.front()->options();
+  if (!http_only && options.authentication == RpcAuthentication::kRequired &&
+      options.kerberos_server == nullptr) {
+    return Status::InvalidArgument(
+        "rpc_authentication=required: a server needs a keytab and principal "
+        "(MessengerBuilder::set_keytab_file, set_principal) to authenticate its clients");
+  }
   Socket listener;
   Sockaddr actual;
   OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));

@@ -104,6 +104,27 @@ class MessengerBuilder {
   // client then verifies the server; a server then requires clients to
   // present a certificate. Without it, peers are not verified.
   MessengerBuilder& set_tls_ca_file(std::string ca_file);
+  // With a CA file, a client also checks that the server's certificate
+  // names the host it dialled (a DNS name or IP address among its subject
+  // alternative names). On by default. Off, any certificate the CA ever
+  // signed, for any host, passes as the server's: whoever holds one can
+  // impersonate every server.
+  MessengerBuilder& set_tls_verify_server_host(bool verify);
+
+  // Kerberos, as Kudu's --rpc_authentication: disabled (the default: SASL
+  // PLAIN, a name the client chose), optional (Kerberos when both sides
+  // have it) or required (Kerberos or nothing; a server needs a keytab).
+  MessengerBuilder& set_rpc_authentication(RpcAuthentication policy);
+  // Kudu's --keytab_file and --principal: the server accepts tickets for
+  // `principal` ("kudu/_HOST" by default; _HOST becomes this machine's
+  // fully qualified name) with keys from `keytab_file`, and the messenger's
+  // outbound calls log in as that principal from it. Without a keytab a
+  // client uses the ticket cache that kinit fills (KRB5CCNAME).
+  MessengerBuilder& set_keytab_file(std::string keytab_file);
+  MessengerBuilder& set_principal(std::string principal);
+  // Kudu's --sasl_protocol_name: the service a client asks Kerberos for on
+  // the host it dials ("kudu": kudu/db-1.example.com@REALM).
+  MessengerBuilder& set_sasl_protocol_name(std::string name);
 
   // Metrics, on by default: per-method calls by outcome and latency
   // histograms on both sides, and the messenger's connections, bytes and
@@ -139,6 +160,9 @@ class MessengerBuilder {
   int num_reactors_ = 4;
   std::shared_ptr<transport::ConnectionOptions> options_;
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
+  bool tls_verify_server_host_ = true;
+  std::string keytab_file_;
+  std::string principal_ = "kudu/_HOST";
   bool metrics_ = true;
   bool http_endpoints_ = false;
   bool http_on_rpc_port_ = true;

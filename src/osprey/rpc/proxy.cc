@@ -12,15 +12,32 @@
 
 namespace osprey {
 
+namespace {
+
+// "db-1:7050" -> "db-1", "[::1]:7050" -> "::1", "unix:/path" -> "".
+std::string HostOf(const std::string& host_port) {
+  if (host_port.rfind("unix:", 0) == 0) return "";
+  if (!host_port.empty() && host_port[0] == '[') {
+    size_t close = host_port.find(']');
+    return host_port.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+  }
+  size_t colon = host_port.rfind(':');
+  return host_port.substr(0, colon);
+}
+
+}  // namespace
+
 Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::string service_name)
     : messenger_(std::move(messenger)),
       remote_(remote),
+      host_(remote.is_unix() ? "" : remote.host()),
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {}
 
 Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name)
     : messenger_(std::move(messenger)),
       host_port_(std::move(host_port)),
+      host_(HostOf(host_port_)),
       resolution_(std::make_shared<NameResolution>(host_port_)),
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {}
@@ -83,7 +100,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     user = user_;
     if (!start.retry_policy) proxy_policy = retry_policy_;
   }
-  call->set_destination({*remote, user});
+  call->set_destination({*remote, user, host_});
   call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls());
   if (method->track_result()) {
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
@@ -96,7 +113,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     // still exists.
     std::weak_ptr<Messenger> weak = messenger_;
     call->set_retry(policy, start.idempotent,
-                    [weak, to = *remote, user = std::move(user),
+                    [weak, to = *remote, user = std::move(user), host = host_,
                      addresses = addresses](std::shared_ptr<OutboundCall> next) {
                       std::shared_ptr<Messenger> m = weak.lock();
                       if (m == nullptr) {
@@ -107,7 +124,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                       if (addresses != nullptr && addresses->size() > 1) {
                         next->set_fallbacks(addresses, 1);
                       }
-                      next->set_destination({to, user});
+                      next->set_destination({to, user, host});
                       m->QueueCall(std::move(next), /*sync=*/false);
                     });
   }

@@ -74,6 +74,9 @@ class Proxy {
   std::shared_ptr<Messenger> messenger_;
   Sockaddr remote_;
   const std::string host_port_;
+  // The host dialled, without the port: Kerberos's service principal and
+  // the name the server's certificate must have.
+  const std::string host_;
   // Named proxies only; shared with their calls, which mark it stale when
   // they fail with a network error.
   std::shared_ptr<NameResolution> resolution_;

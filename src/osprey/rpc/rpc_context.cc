@@ -101,6 +101,12 @@ Status RpcContext::GetInboundSidecar(int idx, Slice* out) const {
 
 const Sockaddr& RpcContext::remote_address() const { return call_->remote_address(); }
 const std::string& RpcContext::remote_user() const { return call_->remote_user(); }
+const std::string& RpcContext::remote_principal() const {
+  return call_->remote_identity().principal;
+}
+AuthenticationMethod RpcContext::authentication_method() const {
+  return call_->remote_identity().method;
+}
 MonoTime RpcContext::GetClientDeadline() const { return call_->deadline(); }
 
 }  // namespace osprey

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/slice.h"
 #include "osprey/base/sockaddr.h"
@@ -50,7 +51,14 @@ class RpcContext {
   Status GetInboundSidecar(int idx, Slice* out) const;
 
   const Sockaddr& remote_address() const;
+  // The caller's local user name: the name SASL PLAIN sent (proving
+  // nothing), or the Kerberos principal mapped to a local name.
   const std::string& remote_user() const;
+  // The caller's Kerberos principal ("alice@EXAMPLE.COM"); empty unless
+  // it authenticated with Kerberos.
+  const std::string& remote_principal() const;
+  // How the caller proved who it is.
+  AuthenticationMethod authentication_method() const;
   // When the client stops waiting; MonoTime::Max() if it set no timeout.
   MonoTime GetClientDeadline() const;
 

@@ -49,6 +49,8 @@ struct CallInfo {
   std::string method;
   Sockaddr remote;
   std::string user;
+  // Inbound, after Kerberos: the principal the caller proved; else empty.
+  std::string principal;
   MonoDelta elapsed;
   // Inbound: "queued" or "running". Outbound: "awaiting negotiation" or
   // "awaiting response".

@@ -46,13 +46,14 @@ class DecoderSink : public PlaintextSink {
 }  // namespace
 
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
-                       std::string user)
+                       std::string user, std::string host)
     : reactor_(reactor),
       reactor_keepalive_(reactor->shared_from_this()),
       role_(role),
       socket_(std::move(socket)),
       remote_(remote),
-      user_(std::move(user)),
+      host_(std::move(host)),
+      identity_{std::move(user), "", AuthenticationMethod::kPlain},
       state_(role == Role::kClient ? State::kConnecting : State::kAwaitingConnectionHeader),
       last_activity_(MonoTime::Now()) {
   size_t max = reactor->options().max_frame_size;
@@ -111,8 +112,14 @@ void Connection::OnConnected() {
   }
   state_ = State::kNegotiating;
   const ConnectionOptions& o = reactor_->options();
-  client_negotiator_ = std::make_unique<ClientNegotiator>(
-      user_, ClientTlsOffer(), o.encryption == RpcEncryption::kRequired, o.tls_client.get());
+  ClientAuthPolicy auth;
+  auth.mode = o.authentication;
+  auth.kerberos = o.kerberos_client;
+  auth.service_name = o.sasl_proto_name;
+  auth.host = host_;
+  client_negotiator_ = std::make_unique<ClientNegotiator>(identity_.user, ClientTlsOffer(),
+                                                          o.encryption == RpcEncryption::kRequired,
+                                                          o.tls_client.get(), std::move(auth));
   QueueFrame(wire::OutboundFrame::FromBytes(wire::ConnectionHeaderBytes()));
   SendNegotiation(client_negotiator_->Start());
 }
@@ -178,7 +185,10 @@ Status Connection::ReadConnectionHeader() {
   policy.available = o.encryption != RpcEncryption::kDisabled && o.tls_server != nullptr;
   policy.required = o.encryption == RpcEncryption::kRequired;
   policy.allow_authentication_only = remote_.IsLoopback() && !o.encrypt_loopback;
-  server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get());
+  ServerAuthPolicy auth;
+  auth.mode = o.authentication;
+  auth.kerberos = o.kerberos_server;
+  server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get(), auth);
   state_ = State::kNegotiating;
   return Status::OK();
 }
@@ -425,9 +435,12 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
   if (steps.tls_handshake_done) session = client_negotiator_->TakeTlsSession();
   ApplyNegotiationSteps(steps, client_negotiator_->agreed(), std::move(session));
   if (steps.done) {
+    wire::ConnectionContextPB context;
+    OSPREY_RETURN_NOT_OK(client_negotiator_->ConnectionContext(&context));
+    identity_.method = client_negotiator_->method();
     RequestHeader header;
     header.set_call_id(kConnectionContextCallId);
-    QueueMessage(&header, ClientConnectionContext(user_));
+    QueueMessage(&header, context);
     state_ = State::kOpen;
     if (tls_ != nullptr) tls_->set_keep_raw_input(false);
     if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
@@ -552,6 +565,11 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         SendFatalError(id, ErrorStatusPB::FATAL_DESERIALIZING_REQUEST, s);
         return s;
       }
+      Status s = server_negotiator_->CheckConnectionContext(ctx);
+      if (!s.ok()) {
+        SendFatalError(id, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+        return s;
+      }
       state_ = State::kOpen;
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
       negotiation_timer_ = {};
@@ -604,7 +622,7 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   if (steps.tls_handshake_done) session = server_negotiator_->TakeTlsSession();
   ApplyNegotiationSteps(steps, server_negotiator_->agreed(), std::move(session));
   if (steps.done) {
-    user_ = server_negotiator_->user();
+    identity_ = server_negotiator_->identity();
     state_ = State::kAwaitingContext;
   }
   return Status::OK();
@@ -789,7 +807,8 @@ void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>*
       const std::string* method = t.method.load(std::memory_order_acquire);
       c.method = method != nullptr ? *method : "(not routed yet)";
       c.remote = remote_;
-      c.user = user_;
+      c.user = identity_.user;
+      c.principal = identity_.principal;
       c.elapsed = now - t.received;
       c.state = t.running.load(std::memory_order_relaxed) ? "running" : "queued";
     });
@@ -802,7 +821,7 @@ void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>*
     CallInfo& c = out->emplace_back();
     c.method = call.Describe();
     c.remote = remote_;
-    c.user = user_;
+    c.user = identity_.user;
     c.elapsed = now - call.started();
     c.state = sent ? "awaiting response" : "awaiting negotiation";
   });
@@ -813,7 +832,9 @@ ConnectionInfo Connection::Info() const {
   ConnectionInfo info;
   info.remote = remote_;
   info.inbound = role_ == Role::kServer;
-  info.user = user_;
+  info.user = identity_.user;
+  info.principal = identity_.principal;
+  info.authentication = identity_.method;
   info.negotiated = state_ == State::kOpen;
   if (info.negotiated) info.security = security_;
   info.calls_in_flight = calls_in_flight();

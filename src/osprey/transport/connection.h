@@ -46,14 +46,19 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
  public:
   enum class Role { kClient, kServer };
 
-  Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote, std::string user);
+  // `host`: a client's host name as dialled (ConnectionKey::host).
+  Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote, std::string user,
+             std::string host = "");
   ~Connection() override;
 
   Role role() const { return role_; }
   const Sockaddr& remote() const { return remote_; }
   Reactor* reactor() const { return reactor_; }
   // Client: the user it authenticates as. Server: set when SASL succeeds.
-  const std::string& user() const { return user_; }
+  const std::string& user() const { return identity_.user; }
+  // Server: who the client proved to be, and how; set when SASL succeeds,
+  // before any call is read, and fixed from then on.
+  const AuthenticatedIdentity& identity() const { return identity_; }
 
   // Server: counts this connection in `counter` until it is destroyed.
   void CountIn(std::shared_ptr<std::atomic<int64_t>> counter);
@@ -172,7 +177,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   const Role role_;
   Socket socket_;
   const Sockaddr remote_;
-  std::string user_;
+  const std::string host_;
+  AuthenticatedIdentity identity_;
   State state_ GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> closed_{false};
   Status close_reason_ GUARDED_BY(reactor_->loop_mu_);

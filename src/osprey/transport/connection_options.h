@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
@@ -11,6 +12,7 @@
 namespace osprey::transport {
 
 class HttpHandler;
+class KerberosCredentials;
 class TlsContext;
 class TransportMetrics;
 
@@ -37,6 +39,15 @@ struct ConnectionOptions {
   // Immutable, shared by every connection of the Messenger.
   std::shared_ptr<const TlsContext> tls_server;
   std::shared_ptr<const TlsContext> tls_client;
+
+  RpcAuthentication authentication = RpcAuthentication::kDisabled;
+  // Set by MessengerBuilder::Build from a keytab: the server's principal,
+  // and the client's login as the same principal. Without a keytab a
+  // client reads the ticket cache when a server offers Kerberos.
+  std::shared_ptr<const KerberosCredentials> kerberos_server;
+  std::shared_ptr<const KerberosCredentials> kerberos_client;
+  // Kudu's sasl_proto_name: the service a client asks Kerberos for.
+  std::string sasl_proto_name = "kudu";
 
   // Null: not counted. Shared by every reactor of the messenger.
   std::shared_ptr<TransportMetrics> metrics;

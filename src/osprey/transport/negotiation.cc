@@ -8,7 +8,17 @@ using wire::NegotiatePB;
 
 namespace {
 constexpr const char* kPlain = "PLAIN";
+constexpr const char* kGssapi = "GSSAPI";
 }  // namespace
+
+SaslMechanisms ListedMechanisms(const NegotiatePB& pb) {
+  SaslMechanisms listed;
+  for (const auto& m : pb.sasl_mechanisms()) {
+    listed.plain |= m.mechanism() == kPlain;
+    listed.gssapi |= m.mechanism() == kGssapi;
+  }
+  return listed;
+}
 
 std::string StepName(const NegotiatePB& pb) { return NegotiatePB::NegotiateStep_Name(pb.step()); }
 
@@ -47,10 +57,10 @@ Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offere
         "negotiation: server chose an authentication type other than "
         "SASL, which this client does not support");
   }
-  bool plain = false;
-  for (const auto& m : server.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
-  if (!plain) {
-    return Status::NotAuthorized("negotiation: server does not offer SASL mechanism PLAIN");
+  SaslMechanisms mechanisms = ListedMechanisms(server);
+  if (!mechanisms.plain && !mechanisms.gssapi) {
+    return Status::NotAuthorized(
+        "negotiation: server offers neither SASL mechanism PLAIN nor GSSAPI");
   }
   // The server lists what it supports, not a choice made for this client:
   // both sides act on the intersection, and a feature only the server
@@ -87,14 +97,49 @@ Status ClientCheckSaslSuccess(const NegotiatePB& reply) {
   return Status::OK();
 }
 
-wire::ConnectionContextPB ClientConnectionContext(const std::string& user) {
+NegotiatePB ClientGssapiInitiate(std::string token) {
+  NegotiatePB out;
+  out.set_step(NegotiatePB::SASL_INITIATE);
+  out.add_sasl_mechanisms()->set_mechanism(kGssapi);
+  out.set_token(std::move(token));
+  return out;
+}
+
+wire::ConnectionContextPB ClientConnectionContext(const std::string& user,
+                                                  const std::string* encoded_nonce) {
   wire::ConnectionContextPB ctx;
   ctx.mutable_deprecated_user_info()->set_real_user(user);
+  if (encoded_nonce != nullptr) ctx.set_encoded_nonce(*encoded_nonce);
   return ctx;
 }
 
+Status InitiatedMechanism(const NegotiatePB& client, SaslMechanisms offered,
+                          SaslMechanisms* chosen) {
+  if (client.step() != NegotiatePB::SASL_INITIATE) {
+    return Status::Corruption("negotiation: expected SASL_INITIATE, got " + StepName(client));
+  }
+  std::string names = std::string(offered.gssapi ? "GSSAPI" : "") +
+                      (offered.gssapi && offered.plain ? " or " : "") +
+                      (offered.plain ? "PLAIN" : "");
+  if (client.sasl_mechanisms_size() != 1) {
+    return Status::NotAuthorized("negotiation: SASL_INITIATE must name exactly one mechanism, " +
+                                 names);
+  }
+  *chosen = ListedMechanisms(client);
+  if ((chosen->plain && offered.plain) || (chosen->gssapi && offered.gssapi)) return Status::OK();
+  std::string named = client.sasl_mechanisms(0).mechanism();
+  if (chosen->plain) {
+    return Status::NotAuthorized(
+        "negotiation: this server requires Kerberos authentication (rpc_authentication="
+        "required) and the client offered SASL PLAIN: give the client a Kerberos ticket "
+        "(kinit) or keytab");
+  }
+  return Status::NotAuthorized("negotiation: the client chose SASL mechanism '" + named +
+                               "'; this server offers " + names);
+}
+
 Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& policy,
-                             NegotiatePB* answer, TlsFeatures* agreed) {
+                             NegotiatePB* answer, TlsFeatures* agreed, SaslMechanisms mechanisms) {
   if (client.step() != NegotiatePB::NEGOTIATE) {
     return Status::Corruption("negotiation: expected NEGOTIATE, got " + StepName(client));
   }
@@ -106,12 +151,11 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& p
         "server supports (only SASL)");
   }
   if (client.sasl_mechanisms_size() > 0) {
-    bool plain = false;
-    for (const auto& m : client.sasl_mechanisms()) plain |= m.mechanism() == kPlain;
-    if (!plain) {
+    SaslMechanisms listed = ListedMechanisms(client);
+    if (!(listed.plain && mechanisms.plain) && !(listed.gssapi && mechanisms.gssapi)) {
       return Status::NotAuthorized(
-          "negotiation: client offers no SASL mechanism this server "
-          "supports (only PLAIN)");
+          std::string("negotiation: client offers no SASL mechanism this server supports (only ") +
+          (mechanisms.gssapi ? (mechanisms.plain ? "GSSAPI and PLAIN" : "GSSAPI") : "PLAIN") + ")");
     }
   }
   TlsFeatures client_listed = ListedTlsFeatures(client);
@@ -135,7 +179,8 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& p
   if (listed.tls) answer->add_supported_features(wire::TLS);
   if (listed.authentication_only) answer->add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
   answer->set_step(NegotiatePB::NEGOTIATE);
-  answer->add_sasl_mechanisms()->set_mechanism(kPlain);
+  if (mechanisms.gssapi) answer->add_sasl_mechanisms()->set_mechanism(kGssapi);
+  if (mechanisms.plain) answer->add_sasl_mechanisms()->set_mechanism(kPlain);
   if (client.authn_types_size() > 0) answer->add_authn_types()->mutable_sasl();
   return Status::OK();
 }

@@ -29,11 +29,18 @@ TlsFeatures ListedTlsFeatures(const wire::NegotiatePB& pb);
 // (as Kudu's client).
 wire::NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer);
 
+// The SASL mechanisms a NEGOTIATE message lists, of those Osprey speaks.
+struct SaslMechanisms {
+  bool plain = false;
+  bool gssapi = false;  // Kerberos
+};
+SaslMechanisms ListedMechanisms(const wire::NegotiatePB& pb);
+
 // Client: checks the server's NEGOTIATE answer: the sasl type (if one was
-// chosen), PLAIN among the mechanisms, and TLS. The server lists what it
+// chosen), PLAIN or GSSAPI among the mechanisms, and TLS. The server lists what it
 // supports; *agreed gets the intersection with `offered`, and a feature
-// only the server lists is ignored. NotAuthorized if the server offers no
-// PLAIN, chose another authentication type, or lacks TLS while
+// only the server lists is ignored. NotAuthorized if the server offers
+// neither PLAIN nor GSSAPI, chose another authentication type, or lacks TLS while
 // `tls_required`.
 Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const TlsFeatures& offered,
                             bool tls_required, TlsFeatures* agreed);
@@ -44,8 +51,13 @@ wire::NegotiatePB ClientSaslInitiate(const std::string& user);
 // Client: checks that the server accepted the SASL exchange.
 Status ClientCheckSaslSuccess(const wire::NegotiatePB& server_reply);
 
-// Client: the connection context sent with call id -3.
-wire::ConnectionContextPB ClientConnectionContext(const std::string& user);
+// Client: SASL_INITIATE with GSSAPI and the first Kerberos token.
+wire::NegotiatePB ClientGssapiInitiate(std::string token);
+
+// Client: the connection context sent with call id -3; `encoded_nonce`
+// (the server's nonce, wrapped by Kerberos) when the server sent one.
+wire::ConnectionContextPB ClientConnectionContext(const std::string& user,
+                                                  const std::string* encoded_nonce = nullptr);
 
 // What a server does about TLS on one connection.
 struct ServerTlsPolicy {
@@ -55,7 +67,8 @@ struct ServerTlsPolicy {
   bool allow_authentication_only = false;
 };
 
-// Server: answers a client's NEGOTIATE as a Kudu server does. It lists the
+// Server: answers a client's NEGOTIATE as a Kudu server does, offering
+// `mechanisms` (GSSAPI first, as Kudu lists them). It lists the
 // features it supports whatever the client listed (APPLICATION_FEATURE_FLAGS
 // always; TLS when available; TLS_AUTHENTICATION_ONLY when also allowed),
 // mechanism PLAIN, and the sasl type when the client listed authentication
@@ -64,7 +77,12 @@ struct ServerTlsPolicy {
 // TLS while the policy requires it; Corruption for a wrong step.
 Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate,
                              const ServerTlsPolicy& policy, wire::NegotiatePB* answer,
-                             TlsFeatures* agreed);
+                             TlsFeatures* agreed, SaslMechanisms mechanisms = {true, false});
+
+// The one mechanism a SASL_INITIATE names; Corruption for another step,
+// NotAuthorized for none, several or one not in `offered`.
+Status InitiatedMechanism(const wire::NegotiatePB& client_initiate, SaslMechanisms offered,
+                          SaslMechanisms* chosen);
 
 // Server: checks SASL_INITIATE with PLAIN, sets *user to the authcid and
 // builds the SASL_SUCCESS answer. NotAuthorized for another mechanism.

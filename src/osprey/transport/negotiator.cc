@@ -1,5 +1,7 @@
 #include "osprey/transport/negotiator.h"
 
+#include <openssl/rand.h>
+
 namespace osprey::transport {
 
 using wire::NegotiatePB;
@@ -29,27 +31,134 @@ Status HandshakeRound(TlsSession* tls, Slice peer_token, NegotiationSteps* steps
 }  // namespace
 
 ClientNegotiator::ClientNegotiator(std::string user, TlsFeatures offer, bool tls_required,
-                                   const TlsContext* tls_context)
+                                   const TlsContext* tls_context, ClientAuthPolicy auth)
     : user_(std::move(user)),
       offer_(offer),
       tls_required_(tls_required),
-      tls_context_(tls_context) {}
+      tls_context_(tls_context),
+      auth_(std::move(auth)) {}
+
+ClientNegotiator::~ClientNegotiator() = default;
+
+Status ClientNegotiator::ChooseMechanism(const NegotiatePB& server) {
+  SaslMechanisms offered = ListedMechanisms(server);
+  const bool required = auth_.mode == RpcAuthentication::kRequired;
+  if (auth_.mode != RpcAuthentication::kDisabled && offered.gssapi) {
+    kerberos_ = auth_.kerberos;
+    Status creds;
+    if (kerberos_ == nullptr) creds = KerberosCredentials::ForClient("", "", &kerberos_);
+    if (creds.ok()) {
+      method_ = AuthenticationMethod::kKerberos;
+      return Status::OK();
+    }
+    if (required || !offered.plain) {
+      return Status::NotAuthorized(
+          std::string("negotiation: the server ") +
+          (offered.plain ? "offers Kerberos" : "requires Kerberos (it offers only GSSAPI)") +
+          ", and this client has no usable Kerberos credentials: " + creds.message());
+    }
+  }
+  if (required) {
+    return Status::NotAuthorized(
+        "negotiation: the server does not offer Kerberos (SASL GSSAPI), which this client "
+        "requires (rpc_authentication=required)");
+  }
+  if (!offered.plain) {
+    return Status::NotAuthorized(
+        "negotiation: the server requires Kerberos (it offers only GSSAPI) and this client's "
+        "rpc_authentication is disabled");
+  }
+  method_ = AuthenticationMethod::kPlain;
+  return Status::OK();
+}
+
+Status ClientNegotiator::BeginSasl(NegotiationSteps* steps) {
+  step_ = Step::kSasl;
+  if (method_ == AuthenticationMethod::kPlain) {
+    steps->send.push_back(ClientSaslInitiate(user_));
+    return Status::OK();
+  }
+  if (auth_.host.empty()) {
+    return Status::NotAuthorized(
+        "negotiation: Kerberos asks for the server's principal by the host dialled, and this "
+        "connection has none (a Unix socket): dial the server by host name");
+  }
+  gssapi_ = std::make_unique<GssapiSaslClient>(kerberos_, auth_.service_name, auth_.host);
+  std::string token;
+  OSPREY_RETURN_NOT_OK(gssapi_->Start(&token));
+  steps->send.push_back(ClientGssapiInitiate(std::move(token)));
+  return Status::OK();
+}
+
+Status ClientNegotiator::HandleSasl(const NegotiatePB& server, NegotiationSteps* steps) {
+  if (method_ == AuthenticationMethod::kPlain) {
+    OSPREY_RETURN_NOT_OK(ClientCheckSaslSuccess(server));
+  } else if (server.step() == NegotiatePB::SASL_CHALLENGE) {
+    NegotiatePB response;
+    response.set_step(NegotiatePB::SASL_RESPONSE);
+    OSPREY_RETURN_NOT_OK(gssapi_->Step(server.token(), response.mutable_token()));
+    steps->send.push_back(std::move(response));
+    return Status::OK();
+  } else if (server.step() != NegotiatePB::SASL_SUCCESS) {
+    return Status::NetworkError("negotiation: expected SASL_CHALLENGE or SASL_SUCCESS, got " +
+                                StepName(server));
+  } else {
+    OSPREY_RETURN_NOT_OK(CheckKerberosSuccess(server));
+  }
+  step_ = Step::kDone;
+  steps->done = true;
+  return Status::OK();
+}
+
+Status ClientNegotiator::CheckKerberosSuccess(const NegotiatePB& server) {
+  if (!gssapi_->layer_chosen()) {
+    return Status::NotAuthorized(
+        "negotiation: the server said SASL_SUCCESS before Kerberos chose its security layer");
+  }
+  if (server.has_nonce()) {
+    nonce_ = server.nonce();
+    have_nonce_ = true;
+  }
+  if (!agreed_.tls) return Status::OK();
+  if (!server.has_channel_bindings()) {
+    return Status::NotAuthorized(
+        "negotiation: the server sent no channel bindings after Kerberos over TLS");
+  }
+  std::string got;
+  OSPREY_RETURN_NOT_OK(gssapi_->Unwrap(server.channel_bindings(), &got));
+  if (got != channel_bindings_) {
+    return Status::NotAuthorized(
+        "negotiation: the channel bindings do not match the certificate this client saw: "
+        "someone between client and server terminated TLS (a man in the middle)");
+  }
+  return Status::OK();
+}
+
+Status ClientNegotiator::ConnectionContext(wire::ConnectionContextPB* context) {
+  if (!have_nonce_) {
+    *context = ClientConnectionContext(user_);
+    return Status::OK();
+  }
+  std::string wrapped;
+  OSPREY_RETURN_NOT_OK(gssapi_->Wrap(nonce_, &wrapped));
+  *context = ClientConnectionContext(user_, &wrapped);
+  return Status::OK();
+}
 
 Status ClientNegotiator::Handle(const NegotiatePB& server, NegotiationSteps* steps) {
   switch (step_) {
     case Step::kNegotiate:
       OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(server, offer_, tls_required_, &agreed_));
+      OSPREY_RETURN_NOT_OK(ChooseMechanism(server));
       if (agreed_.tls) {
         if (tls_context_ == nullptr) {
           return Status::IllegalState("negotiation: TLS agreed without a TLS context");
         }
-        OSPREY_RETURN_NOT_OK(tls_context_->NewSession(&tls_));
+        OSPREY_RETURN_NOT_OK(tls_context_->NewSession(&tls_, auth_.host));
         step_ = Step::kTlsHandshake;
         return ContinueHandshake(Slice(), steps);  // the ClientHello
       }
-      steps->send.push_back(ClientSaslInitiate(user_));
-      step_ = Step::kSasl;
-      return Status::OK();
+      return BeginSasl(steps);
     case Step::kTlsHandshake:
       if (server.step() != NegotiatePB::TLS_HANDSHAKE) {
         return Status::NetworkError("negotiation: expected TLS_HANDSHAKE from server, got " +
@@ -57,10 +166,7 @@ Status ClientNegotiator::Handle(const NegotiatePB& server, NegotiationSteps* ste
       }
       return ContinueHandshake(server.tls_handshake(), steps);
     case Step::kSasl:
-      OSPREY_RETURN_NOT_OK(ClientCheckSaslSuccess(server));
-      step_ = Step::kDone;
-      steps->done = true;
-      return Status::OK();
+      return HandleSasl(server, steps);
     case Step::kDone:
       break;
   }
@@ -72,23 +178,80 @@ Status ClientNegotiator::ContinueHandshake(Slice server_token, NegotiationSteps*
   OSPREY_RETURN_NOT_OK(HandshakeRound(tls_.get(), server_token, steps, &done));
   if (!done) return Status::OK();
   steps->tls_handshake_done = true;
+  if (method_ == AuthenticationMethod::kKerberos) {
+    OSPREY_RETURN_NOT_OK(tls_->ServerEndPointBindings(&channel_bindings_));
+  }
   // The SASL exchange follows at once, without waiting for an answer (with
   // TLS 1.3 the client's last token needs none), inside the records unless
   // both sides chose authentication only.
   if (!agreed_.authentication_only) steps->records_from = static_cast<int>(steps->send.size());
-  steps->send.push_back(ClientSaslInitiate(user_));
-  step_ = Step::kSasl;
+  return BeginSasl(steps);
+}
+
+ServerNegotiator::ServerNegotiator(ServerTlsPolicy policy, const TlsContext* tls_context,
+                                   ServerAuthPolicy auth)
+    : policy_(policy), tls_context_(tls_context), auth_(std::move(auth)) {}
+
+ServerNegotiator::~ServerNegotiator() = default;
+
+SaslMechanisms ServerNegotiator::Offered() const {
+  SaslMechanisms m;
+  m.gssapi = auth_.mode != RpcAuthentication::kDisabled && auth_.kerberos != nullptr;
+  m.plain = auth_.mode != RpcAuthentication::kRequired;
+  return m;
+}
+
+Status ServerNegotiator::HandleGssapiToken(Slice token, NegotiationSteps* steps) {
+  NegotiatePB answer;
+  bool done = false;
+  OSPREY_RETURN_NOT_OK(gssapi_->Step(token, answer.mutable_token(), &done));
+  if (!done) {
+    answer.set_step(NegotiatePB::SASL_CHALLENGE);
+    steps->send.push_back(std::move(answer));
+    return Status::OK();
+  }
+  identity_.principal = gssapi_->client_principal();
+  identity_.method = AuthenticationMethod::kKerberos;
+  OSPREY_RETURN_NOT_OK(MapPrincipalToLocalName(identity_.principal, &identity_.user));
+  answer.Clear();
+  answer.set_step(NegotiatePB::SASL_SUCCESS);
+  // A fresh nonce the client must return wrapped in its connection
+  // context: a recorded exchange replayed on a new connection cannot.
+  nonce_.resize(16);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce_.data()), 16) != 1) {
+    return Status::IllegalState("negotiation: no random bytes for the nonce");
+  }
+  answer.set_nonce(nonce_);
+  if (agreed_.tls) {
+    OSPREY_RETURN_NOT_OK(gssapi_->Wrap(channel_bindings_, answer.mutable_channel_bindings()));
+  }
+  steps->send.push_back(std::move(answer));
+  step_ = Step::kDone;
+  steps->done = true;
   return Status::OK();
 }
 
-ServerNegotiator::ServerNegotiator(ServerTlsPolicy policy, const TlsContext* tls_context)
-    : policy_(policy), tls_context_(tls_context) {}
+Status ServerNegotiator::CheckConnectionContext(const wire::ConnectionContextPB& context) {
+  if (nonce_.empty()) return Status::OK();
+  if (!context.has_encoded_nonce()) {
+    return Status::NotAuthorized("the connection context lacks the nonce Kerberos requires");
+  }
+  std::string got;
+  Status s = gssapi_->Unwrap(context.encoded_nonce(), &got);
+  if (!s.ok()) return Status::NotAuthorized("the connection context's nonce: " + s.message());
+  if (got != nonce_) {
+    return Status::NotAuthorized(
+        "the connection context's nonce is not the one this server sent: a replayed "
+        "negotiation?");
+  }
+  return Status::OK();
+}
 
 Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* steps) {
   switch (step_) {
     case Step::kNegotiate: {
       NegotiatePB answer;
-      OSPREY_RETURN_NOT_OK(ServerAnswerNegotiate(client, policy_, &answer, &agreed_));
+      OSPREY_RETURN_NOT_OK(ServerAnswerNegotiate(client, policy_, &answer, &agreed_, Offered()));
       if (agreed_.tls) {
         if (tls_context_ == nullptr) {
           return Status::IllegalState("negotiation: TLS agreed without a TLS context");
@@ -110,6 +273,8 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
       OSPREY_RETURN_NOT_OK(HandshakeRound(tls_.get(), client.tls_handshake(), steps, &done));
       if (done) {
         steps->tls_handshake_done = true;
+        if (Offered().gssapi)
+          OSPREY_RETURN_NOT_OK(tls_->ServerEndPointBindings(&channel_bindings_));
         // Our last token goes in the clear; what follows is records.
         if (!agreed_.authentication_only) {
           steps->records_from = static_cast<int>(steps->send.size());
@@ -119,13 +284,30 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
       return Status::OK();
     }
     case Step::kSasl: {
+      SaslMechanisms chosen;
+      OSPREY_RETURN_NOT_OK(InitiatedMechanism(client, Offered(), &chosen));
+      if (chosen.gssapi) {
+        gssapi_ = std::make_unique<GssapiSaslServer>(auth_.kerberos);
+        step_ = Step::kGssapi;
+        return HandleGssapiToken(client.token(), steps);
+      }
       NegotiatePB answer;
-      OSPREY_RETURN_NOT_OK(ServerAnswerSaslInitiate(client, &user_, &answer));
+      OSPREY_RETURN_NOT_OK(ServerAnswerSaslInitiate(client, &identity_.user, &answer));
+      identity_.method = AuthenticationMethod::kPlain;
       steps->send.push_back(std::move(answer));
       step_ = Step::kDone;
       steps->done = true;
       return Status::OK();
     }
+    case Step::kGssapi:
+      if (client.step() != NegotiatePB::SASL_RESPONSE) {
+        return Status::NotAuthorized("negotiation: expected SASL_RESPONSE, got " +
+                                     StepName(client));
+      }
+      if (!client.has_token()) {
+        return Status::NotAuthorized("negotiation: a SASL_RESPONSE without a token");
+      }
+      return HandleGssapiToken(client.token(), steps);
     case Step::kDone:
       break;
   }

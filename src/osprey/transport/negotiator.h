@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/connection_types.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/negotiation.h"
+#include "osprey/transport/sasl_gssapi.h"
 #include "osprey/transport/tls_context.h"
 #include "osprey/wire/rpc_header.pb.h"
 
@@ -33,11 +35,32 @@ struct NegotiationSteps {
   bool done = false;
 };
 
+// How a client authenticates (Kudu's --rpc_authentication).
+struct ClientAuthPolicy {
+  RpcAuthentication mode = RpcAuthentication::kDisabled;
+  // Logged in from a keytab; null: the ticket cache is read when a server
+  // offers Kerberos.
+  std::shared_ptr<const KerberosCredentials> kerberos;
+  // Kudu's sasl_proto_name: the service part of the server's principal.
+  std::string service_name = "kudu";
+  // The host dialled: the rest of the server's principal, and what its
+  // certificate must name.
+  std::string host;
+};
+
+// How a server authenticates its clients.
+struct ServerAuthPolicy {
+  RpcAuthentication mode = RpcAuthentication::kDisabled;
+  // Null: no Kerberos (no keytab).
+  std::shared_ptr<const KerberosCredentials> kerberos;
+};
+
 class ClientNegotiator {
  public:
   // `tls_context` is null when this side's encryption is disabled.
   ClientNegotiator(std::string user, TlsFeatures offer, bool tls_required,
-                   const TlsContext* tls_context);
+                   const TlsContext* tls_context, ClientAuthPolicy auth = {});
+  ~ClientNegotiator();
 
   // The first message, NEGOTIATE.
   wire::NegotiatePB Start() const { return ClientNegotiateRequest(offer_); }
@@ -47,24 +70,44 @@ class ClientNegotiator {
 
   const TlsFeatures& agreed() const { return agreed_; }
   std::unique_ptr<TlsSession> TakeTlsSession() { return std::move(tls_); }
+  // Once done: the connection context to send (with the server's nonce,
+  // wrapped, after Kerberos).
+  Status ConnectionContext(wire::ConnectionContextPB* context);
+  AuthenticationMethod method() const { return method_; }
 
  private:
   enum class Step { kNegotiate, kTlsHandshake, kSasl, kDone };
   Status ContinueHandshake(Slice server_token, NegotiationSteps* steps);
+  // Picks PLAIN or GSSAPI from what the server offers.
+  Status ChooseMechanism(const wire::NegotiatePB& server);
+  Status BeginSasl(NegotiationSteps* steps);
+  Status HandleSasl(const wire::NegotiatePB& server, NegotiationSteps* steps);
+  // SASL_SUCCESS after Kerberos: keeps the nonce, checks channel bindings.
+  Status CheckKerberosSuccess(const wire::NegotiatePB& server);
 
   const std::string user_;
   const TlsFeatures offer_;
   const bool tls_required_;
   const TlsContext* const tls_context_;
+  const ClientAuthPolicy auth_;
   Step step_ = Step::kNegotiate;
   TlsFeatures agreed_;
   std::unique_ptr<TlsSession> tls_;
+  AuthenticationMethod method_ = AuthenticationMethod::kPlain;
+  std::shared_ptr<const KerberosCredentials> kerberos_;
+  std::unique_ptr<GssapiSaslClient> gssapi_;
+  // The server certificate's channel bindings, taken when the handshake ends.
+  std::string channel_bindings_;
+  std::string nonce_;
+  bool have_nonce_ = false;
 };
 
 class ServerNegotiator {
  public:
   // `tls_context` is null when this side's encryption is disabled.
-  ServerNegotiator(ServerTlsPolicy policy, const TlsContext* tls_context);
+  ServerNegotiator(ServerTlsPolicy policy, const TlsContext* tls_context,
+                   ServerAuthPolicy auth = {});
+  ~ServerNegotiator();
 
   // The client's next message. An error is answered FATAL_UNAUTHORIZED by
   // the connection, which then closes.
@@ -73,17 +116,27 @@ class ServerNegotiator {
   const TlsFeatures& agreed() const { return agreed_; }
   std::unique_ptr<TlsSession> TakeTlsSession() { return std::move(tls_); }
   // Who authenticated, once done.
-  const std::string& user() const { return user_; }
+  const std::string& user() const { return identity_.user; }
+  const AuthenticatedIdentity& identity() const { return identity_; }
+  // The client's connection context: after Kerberos it must carry the
+  // nonce this server sent, wrapped (a replayed exchange cannot).
+  Status CheckConnectionContext(const wire::ConnectionContextPB& context);
 
  private:
-  enum class Step { kNegotiate, kTlsHandshake, kSasl, kDone };
+  enum class Step { kNegotiate, kTlsHandshake, kSasl, kGssapi, kDone };
+  SaslMechanisms Offered() const;
+  Status HandleGssapiToken(Slice token, NegotiationSteps* steps);
 
   const ServerTlsPolicy policy_;
   const TlsContext* const tls_context_;
+  const ServerAuthPolicy auth_;
   Step step_ = Step::kNegotiate;
   TlsFeatures agreed_;
   std::unique_ptr<TlsSession> tls_;
-  std::string user_;
+  AuthenticatedIdentity identity_;
+  std::unique_ptr<GssapiSaslServer> gssapi_;
+  std::string channel_bindings_;
+  std::string nonce_;
 };
 
 }  // namespace osprey::transport

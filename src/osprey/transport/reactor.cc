@@ -379,7 +379,7 @@ void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {
       return;
     }
     auto conn = std::make_shared<Connection>(this, Connection::Role::kClient, std::move(sock),
-                                             key.remote, key.user);
+                                             key.remote, key.user, key.host);
     target = conn.get();
     if (options_.metrics != nullptr) conn->CountIn(options_.metrics->open_outbound);
     conns_.AddClient(key, conn);

@@ -73,7 +73,7 @@ SSL_CTX* NewCtx(bool server) {
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
 Status TlsContext::MakeSelfSigned(const std::string& common_name, std::string* cert_pem,
-                                  std::string* key_pem) {
+                                  std::string* key_pem, const std::string& subject_alt_names) {
   EVP_PKEY* key = EVP_EC_gen("P-256");
   if (key == nullptr) return Status::IllegalState("cannot make a key: " + OpenSslErrors());
   X509* x = X509_new();
@@ -96,6 +96,17 @@ Status TlsContext::MakeSelfSigned(const std::string& common_name, std::string* c
   if (bc != nullptr) {
     X509_add_ext(x, bc, -1);
     X509_EXTENSION_free(bc);
+  }
+  if (!subject_alt_names.empty()) {
+    X509_EXTENSION* san =
+        X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, subject_alt_names.c_str());
+    if (san == nullptr) {
+      X509_free(x);
+      EVP_PKEY_free(key);
+      return Status::InvalidArgument("bad subject alternative names '" + subject_alt_names + "'");
+    }
+    X509_add_ext(x, san, -1);
+    X509_EXTENSION_free(san);
   }
   if (X509_sign(x, key, EVP_sha256()) == 0) {
     s = Status::IllegalState("cannot sign a certificate: " + OpenSslErrors());
@@ -147,6 +158,7 @@ Status TlsContext::CreateClient(const TlsOptions& options, std::unique_ptr<TlsCo
   if (ctx == nullptr) return Status::IllegalState("SSL_CTX_new: " + OpenSslErrors());
   std::unique_ptr<TlsContext> c(new TlsContext(ctx, false));
   OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
+  c->check_host_ = !options.ca_file.empty() && options.verify_server_host;
   *out = std::move(c);
   return Status::OK();
 }
@@ -191,10 +203,21 @@ struct SessionBio {
   }
 };
 
-Status TlsContext::NewSession(std::unique_ptr<TlsSession>* out) const {
+Status TlsContext::NewSession(std::unique_ptr<TlsSession>* out,
+                              const std::string& peer_host) const {
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr) return Status::IllegalState("SSL_new: " + OpenSslErrors());
-  std::unique_ptr<TlsSession> session(new TlsSession(ssl));
+  std::unique_ptr<TlsSession> session(new TlsSession(ssl, server_));
+  // A Unix socket has no host to check: the socket file's permissions
+  // decide who may serve it.
+  if (check_host_ && !peer_host.empty()) {
+    // An address dialled is matched against the certificate's IP SANs, a
+    // name against its DNS SANs (and CN, as OpenSSL does without SANs).
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    bool ok = X509_VERIFY_PARAM_set1_ip_asc(param, peer_host.c_str()) == 1 ||
+              SSL_set1_host(ssl, peer_host.c_str()) == 1;
+    if (!ok) return Status::IllegalState("TLS: cannot check for host " + peer_host);
+  }
   // The connection moves the bytes; OpenSSL never touches the socket.
   BIO* bio = BIO_new(SessionBio::Method());
   if (bio == nullptr) return Status::IllegalState("BIO_new: " + OpenSslErrors());
@@ -259,6 +282,13 @@ Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
   if (verify != X509_V_OK) {
     why = std::string("certificate verification failed: ") + X509_verify_cert_error_string(verify) +
           " (" + why + ")";
+    if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      why +=
+          "; the server's certificate does not name the host this client dialled: give the "
+          "server a certificate with it among its subject alternative names, dial a name the "
+          "certificate has, or turn the check off (MessengerBuilder::"
+          "set_tls_verify_server_host(false)) and trust any certificate the CA signed";
+    }
   }
   return Status::NotAuthorized("TLS handshake failed: " + why);
 }
@@ -329,6 +359,32 @@ std::string TlsSession::PeerSubject() const {
   X509_NAME_oneline(X509_get_subject_name(peer), buf, sizeof(buf));
   X509_free(peer);
   return buf;
+}
+
+Status TlsSession::ServerEndPointBindings(std::string* out) const {
+  // The server's certificate: our own on a server, the peer's on a client.
+  X509* cert = server_ ? SSL_get_certificate(ssl_) : SSL_get0_peer_certificate(ssl_);
+  if (cert == nullptr) {
+    return Status::NotAuthorized("TLS channel bindings: the session has no server certificate");
+  }
+  int md_nid = NID_undef;
+  if (OBJ_find_sigid_algs(X509_get_signature_nid(cert), &md_nid, nullptr) == 0) {
+    md_nid = NID_undef;
+  }
+  // RFC 5929 section 4.1: MD5 and SHA-1 become SHA-256, as does a
+  // signature without a single hash (Ed25519).
+  if (md_nid == NID_md5 || md_nid == NID_sha1 || md_nid == NID_undef) md_nid = NID_sha256;
+  const EVP_MD* md = EVP_get_digestbynid(md_nid);
+  if (md == nullptr) {
+    return Status::NotAuthorized("TLS channel bindings: no digest for the certificate's signature");
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (X509_digest(cert, md, digest, &len) != 1) {
+    return Status::NotAuthorized("TLS channel bindings: hashing the certificate failed");
+  }
+  out->assign(reinterpret_cast<const char*>(digest), len);
+  return Status::OK();
 }
 
 }  // namespace osprey::transport

@@ -31,6 +31,11 @@ struct TlsOptions {
   // PEM bundle of CAs whose certificates the peer must present; empty: the
   // peer is not verified.
   std::string ca_file;
+  // Client with a ca_file: the server's certificate must also name the host
+  // dialled (a DNS name or IP address in its subject alternative names).
+  // Off, any certificate the CA signed, for any host, passes as the
+  // server: whoever holds one can impersonate every server.
+  bool verify_server_host = true;
 };
 
 class TlsContext {
@@ -42,18 +47,23 @@ class TlsContext {
   static Status CreateServer(const TlsOptions& options, std::unique_ptr<TlsContext>* out);
   static Status CreateClient(const TlsOptions& options, std::unique_ptr<TlsContext>* out);
 
-  Status NewSession(std::unique_ptr<TlsSession>* out) const;
+  // `peer_host`: on a client, the host it dialled ("db-1.example.com" or
+  // "10.0.0.7"), which the server certificate must name when the context
+  // checks hosts; empty (a Unix socket): not checked.
+  Status NewSession(std::unique_ptr<TlsSession>* out, const std::string& peer_host = "") const;
   bool is_server() const { return server_; }
 
   // A self-signed certificate and its key, PEM, for `common_name`: what a
   // server without configured files uses, and what tests build CAs from.
+  // `subject_alt_names` in OpenSSL's syntax: "IP:127.0.0.1,DNS:localhost".
   static Status MakeSelfSigned(const std::string& common_name, std::string* cert_pem,
-                               std::string* key_pem);
+                               std::string* key_pem, const std::string& subject_alt_names = "");
 
  private:
   TlsContext(SSL_CTX* ctx, bool server) : ctx_(ctx), server_(server) {}
   SSL_CTX* ctx_;
   bool server_;
+  bool check_host_ = false;
 };
 
 class TlsSession {
@@ -91,12 +101,17 @@ class TlsSession {
 
   // The peer certificate's subject, or empty.
   std::string PeerSubject() const;
+  // RFC 5929's tls-server-end-point channel bindings (the hash of the
+  // server's certificate), which a Kerberos server sends wrapped so that a
+  // client can tell that no one in the middle terminated its TLS.
+  Status ServerEndPointBindings(std::string* out) const;
 
  private:
   friend class TlsContext;
   friend struct SessionBio;
-  explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
+  TlsSession(SSL* ssl, bool server) : ssl_(ssl), server_(server) {}
   SSL* ssl_;
+  const bool server_;
   bool handshake_done_ = false;
   // What the session's BIO reads from: the caller's records, in place;
   // `unread_` keeps what is left when the caller's buffer goes away.

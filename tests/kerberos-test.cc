@@ -1,0 +1,369 @@
+// Kerberos (SASL GSSAPI) end to end, against a real MIT KDC that the suite
+// starts on loopback (MiniKdc): servers with keytabs, clients with tickets
+// from kinit or a keytab login, Kudu's rpc_authentication settings, and
+// every way it can go wrong that a user can cause.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "mini_kdc.h"
+#include "osprey/transport/negotiator.h"
+#include "osprey/transport/sasl_gssapi.h"
+#include "rpc_test_util.h"
+
+namespace osprey {
+namespace {
+
+using rpc_test::CalculatorServiceProxy;
+using rpc_test::TestServer;
+using rpc_test::WhoAmIRequestPB;
+using rpc_test::WhoAmIResponsePB;
+using test::MiniKdc;
+using transport::ClientAuthPolicy;
+using transport::ClientNegotiator;
+using transport::KerberosCredentials;
+using transport::NegotiationSteps;
+using transport::ServerAuthPolicy;
+using transport::ServerNegotiator;
+using transport::ServerTlsPolicy;
+using transport::TlsFeatures;
+using wire::NegotiatePB;
+
+const std::string kServerPrincipal = "osprey/127.0.0.1";
+const std::string kRealmSuffix = std::string("@") + MiniKdc::kRealm;
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+class KerberosTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    Status s = MiniKdc::Start(&kdc_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (const char* p : {"osprey/127.0.0.1", "alice", "bob/admin"}) {
+      std::string keytab = std::string(p[0] == 'o'   ? "server"
+                                       : p[0] == 'a' ? "alice"
+                                                     : "bob") +
+                           ".keytab";
+      s = kdc_->AddPrincipalWithKeytab(p, keytab);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  }
+  static void TearDownTestSuite() { kdc_.reset(); }
+
+  void SetUp() override {
+    ASSERT_NE(kdc_, nullptr);
+    ASSERT_TRUE(kdc_->StartKdc().ok());
+    Status s = kdc_->Kinit("alice", "alice.keytab");
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  static MessengerBuilder Server(RpcAuthentication mode) {
+    MessengerBuilder b("kerberized-server");
+    b.set_rpc_authentication(mode)
+        .set_keytab_file(kdc_->Path("server.keytab"))
+        .set_principal(kServerPrincipal)
+        .set_sasl_protocol_name("osprey");
+    return b;
+  }
+  static MessengerBuilder Client(RpcAuthentication mode) {
+    MessengerBuilder b("kerberized-client");
+    b.set_rpc_authentication(mode).set_sasl_protocol_name("osprey");
+    return b;
+  }
+
+  // `keep`: the client stays up (and its connection open) in *keep.
+  static Status WhoAmI(const MessengerBuilder& client_builder, const Sockaddr& server,
+                       WhoAmIResponsePB* resp, std::shared_ptr<Messenger>* keep = nullptr) {
+    std::shared_ptr<Messenger> client;
+    OSPREY_RETURN_NOT_OK(client_builder.Build(&client));
+    CalculatorServiceProxy proxy(client, server);
+    WhoAmIRequestPB req;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    Status s = proxy.WhoAmI(req, resp, &ctl);
+    if (keep != nullptr) {
+      *keep = client;
+    } else {
+      client->Shutdown();
+    }
+    return s;
+  }
+
+  static std::unique_ptr<MiniKdc> kdc_;
+};
+
+std::unique_ptr<MiniKdc> KerberosTest::kdc_;
+
+TEST_F(KerberosTest, ARequiredServerKnowsWhoCalls) {
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  std::shared_ptr<Messenger> client;
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp, &client);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("alice", resp.user());
+  EXPECT_EQ("alice" + kRealmSuffix, resp.principal());
+  EXPECT_EQ("GSSAPI", resp.authentication());
+
+  // The server's connections say who and how.
+  std::vector<ConnectionInfo> conns;
+  ASSERT_TRUE(server.messenger->DumpConnections(&conns).ok());
+  ASSERT_FALSE(conns.empty());
+  EXPECT_EQ("alice" + kRealmSuffix, conns[0].principal);
+  EXPECT_EQ(AuthenticationMethod::kKerberos, conns[0].authentication);
+  client->Shutdown();
+}
+
+TEST_F(KerberosTest, OverTlsBothWaysAndAtEveryEncryptionSetting) {
+  for (RpcEncryption enc : {RpcEncryption::kOptional, RpcEncryption::kRequired}) {
+    for (bool encrypt_loopback : {false, true}) {
+      SCOPED_TRACE(std::string(enc == RpcEncryption::kRequired ? "required" : "optional") +
+                   (encrypt_loopback ? ", loopback encrypted" : ""));
+      TestServer server;
+      MessengerBuilder sb = Server(RpcAuthentication::kRequired);
+      sb.set_rpc_encryption(enc).set_rpc_encrypt_loopback(encrypt_loopback);
+      Status s = server.Start(1, ServicePoolOptions(), sb);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      MessengerBuilder cb = Client(RpcAuthentication::kRequired);
+      cb.set_rpc_encryption(enc).set_rpc_encrypt_loopback(encrypt_loopback);
+      WhoAmIResponsePB resp;
+      std::shared_ptr<Messenger> client;
+      s = WhoAmI(cb, server.address, &resp, &client);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ("alice" + kRealmSuffix, resp.principal());
+      std::vector<ConnectionInfo> conns;
+      ASSERT_TRUE(server.messenger->DumpConnections(&conns).ok());
+      ASSERT_FALSE(conns.empty());
+      EXPECT_EQ(encrypt_loopback ? ConnectionSecurity::kTlsEncrypted
+                                 : ConnectionSecurity::kTlsAuthenticationOnly,
+                conns[0].security);
+      client->Shutdown();
+    }
+  }
+}
+
+TEST_F(KerberosTest, AKeytabLoginNeedsNoTicketCache) {
+  ASSERT_TRUE(kdc_->Kdestroy().ok());
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  MessengerBuilder cb = Client(RpcAuthentication::kRequired);
+  cb.set_keytab_file(kdc_->Path("bob.keytab")).set_principal("bob/admin");
+  WhoAmIResponsePB resp;
+  s = WhoAmI(cb, server.address, &resp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("bob/admin" + kRealmSuffix, resp.principal());
+  EXPECT_EQ("bob", resp.user());  // no auth_to_local rule: the first component
+}
+
+TEST_F(KerberosTest, ARequiredServerRefusesPlain) {
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(MessengerBuilder("plain-client"), server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "requires Kerberos")) << s.ToString();
+  // And it still serves a Kerberos client.
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(KerberosTest, AnOptionalServerServesPlainAndKerberos) {
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kOptional));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(MessengerBuilder("plain-client"), server.address, &resp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("PLAIN", resp.authentication());
+  EXPECT_EQ("", resp.principal());
+  s = WhoAmI(Client(RpcAuthentication::kOptional), server.address, &resp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("GSSAPI", resp.authentication());
+}
+
+TEST_F(KerberosTest, AnOptionalClientWithoutATicketUsesPlain) {
+  ASSERT_TRUE(kdc_->Kdestroy().ok());
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kOptional));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(Client(RpcAuthentication::kOptional), server.address, &resp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("PLAIN", resp.authentication());
+}
+
+TEST_F(KerberosTest, NoTicketSaysRunKinit) {
+  ASSERT_TRUE(kdc_->Kdestroy().ok());
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "kinit")) << s.ToString();
+}
+
+TEST_F(KerberosTest, AWrongServicePrincipalIsNamed) {
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  MessengerBuilder cb = Client(RpcAuthentication::kRequired);
+  cb.set_sasl_protocol_name("nosuchservice");
+  WhoAmIResponsePB resp;
+  s = WhoAmI(cb, server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "does not know the server's principal")) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "nosuchservice@127.0.0.1")) << s.ToString();
+}
+
+TEST_F(KerberosTest, ADeadKdcIsNamed) {
+  TestServer server;
+  Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Alice holds a ticket-granting ticket only: the service ticket needs
+  // the KDC, which is down.
+  ASSERT_TRUE(kdc_->StopKdc().ok());
+  WhoAmIResponsePB resp;
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  ASSERT_TRUE(kdc_->StartKdc().ok());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "no KDC answered")) << s.ToString();
+}
+
+TEST_F(KerberosTest, AnExpiredTicketSaysKinitAgain) {
+  // The KDC's clock is the machine's: a ticket of two seconds, then three
+  // seconds of waiting (clock skew allowance applies only between hosts).
+  Status s = kdc_->Kinit("alice", "alice.keytab", "2s");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  TestServer server;
+  s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "expired")) << s.ToString();
+}
+
+TEST_F(KerberosTest, ServerSettingsThatCannotWorkFailAtStart) {
+  std::shared_ptr<Messenger> m;
+  // A keytab without the principal's key.
+  MessengerBuilder wrong = Server(RpcAuthentication::kRequired);
+  wrong.set_principal("osprey/db-9.example.com");
+  Status s = wrong.Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument() || s.IsNotAuthorized()) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "osprey/db-9.example.com")) << s.ToString();
+  // No keytab file.
+  MessengerBuilder missing = Server(RpcAuthentication::kRequired);
+  missing.set_keytab_file(kdc_->Path("no-such.keytab"));
+  s = missing.Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "no-such.keytab")) << s.ToString();
+  // A keytab while authentication is disabled.
+  MessengerBuilder disabled = Server(RpcAuthentication::kDisabled);
+  s = disabled.Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  // Required with no keytab: it builds (a client), and refuses to listen.
+  ASSERT_TRUE(Client(RpcAuthentication::kRequired).Build(&m).ok());
+  Sockaddr bound;
+  s = m->Listen(Sockaddr::Loopback(0), &bound);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "keytab")) << s.ToString();
+  m->Shutdown();
+}
+
+// The negotiators on their own, with the real KDC: what no honest client
+// sends.
+class KerberosNegotiatorTest : public KerberosTest {
+ protected:
+  void MakeNegotiators() {
+    ASSERT_TRUE(KerberosCredentials::ForServer(kdc_->Path("server.keytab"), kServerPrincipal,
+                                               &server_creds_)
+                    .ok());
+    ClientAuthPolicy ca;
+    ca.mode = RpcAuthentication::kRequired;
+    ca.service_name = "osprey";
+    ca.host = "127.0.0.1";
+    client_ = std::make_unique<ClientNegotiator>("alice", TlsFeatures(), false, nullptr, ca);
+    server_ = NewServer();
+  }
+  std::unique_ptr<ServerNegotiator> NewServer() {
+    ServerAuthPolicy sa;
+    sa.mode = RpcAuthentication::kRequired;
+    sa.kerberos = server_creds_;
+    return std::make_unique<ServerNegotiator>(ServerTlsPolicy(), nullptr, sa);
+  }
+  // Runs the exchange in memory; the client's messages land in *sent.
+  Status Exchange(std::vector<NegotiatePB>* sent) {
+    std::vector<NegotiatePB> to_server = {client_->Start()};
+    while (!to_server.empty()) {
+      NegotiationSteps server_steps;
+      for (const NegotiatePB& m : to_server) {
+        sent->push_back(m);
+        OSPREY_RETURN_NOT_OK(server_->Handle(m, &server_steps));
+      }
+      to_server.clear();
+      for (const NegotiatePB& m : server_steps.send) {
+        NegotiationSteps client_steps;
+        OSPREY_RETURN_NOT_OK(client_->Handle(m, &client_steps));
+        for (auto& c : client_steps.send) to_server.push_back(c);
+      }
+    }
+    return Status::OK();
+  }
+  std::shared_ptr<const KerberosCredentials> server_creds_;
+  std::unique_ptr<ClientNegotiator> client_;
+  std::unique_ptr<ServerNegotiator> server_;
+};
+
+TEST_F(KerberosNegotiatorTest, AReplayedTokenIsRefused) {
+  MakeNegotiators();
+  std::vector<NegotiatePB> sent;
+  Status s = Exchange(&sent);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("alice" + kRealmSuffix, server_->identity().principal);
+  // Someone who recorded the client's first message sends it to the
+  // server again, on a new connection.
+  ASSERT_GE(sent.size(), 2u);
+  auto replayed_to = NewServer();
+  NegotiationSteps steps;
+  s = replayed_to->Handle(sent[0], &steps);  // NEGOTIATE
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  steps = NegotiationSteps();
+  s = replayed_to->Handle(sent[1], &steps);  // SASL_INITIATE with the AP-REQ
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "replay")) << s.ToString();
+}
+
+TEST_F(KerberosNegotiatorTest, TheConnectionContextMustReturnTheNonce) {
+  MakeNegotiators();
+  std::vector<NegotiatePB> sent;
+  ASSERT_TRUE(Exchange(&sent).ok());
+  wire::ConnectionContextPB good;
+  ASSERT_TRUE(client_->ConnectionContext(&good).ok());
+  EXPECT_TRUE(good.has_encoded_nonce());
+  // Without it, or with bytes that are not the wrapped nonce: refused.
+  wire::ConnectionContextPB none = good;
+  none.clear_encoded_nonce();
+  Status s = server_->CheckConnectionContext(none);
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  wire::ConnectionContextPB forged = good;
+  forged.set_encoded_nonce(
+      std::string("\0\0\0\x04"
+                  "abcd",
+                  8));
+  s = server_->CheckConnectionContext(forged);
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  s = server_->CheckConnectionContext(good);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace osprey
