@@ -38,6 +38,15 @@ bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// A counter of `m` with exactly these labels (0 if absent).
+double CounterValue(const std::shared_ptr<Messenger>& m, const std::string& name,
+                    const MetricLabels& labels) {
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name == name && v.labels == labels) return v.value;
+  }
+  return 0;
+}
+
 class KerberosTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -116,6 +125,10 @@ TEST_F(KerberosTest, ARequiredServerKnowsWhoCalls) {
   ASSERT_FALSE(conns.empty());
   EXPECT_EQ("alice" + kRealmSuffix, conns[0].principal);
   EXPECT_EQ(AuthenticationMethod::kKerberos, conns[0].authentication);
+  EXPECT_EQ(1, CounterValue(server.messenger, "osprey_connections_authenticated_total",
+                            {{"direction", "inbound"}, {"method", "gssapi"}}));
+  EXPECT_EQ(1, CounterValue(client, "osprey_connections_authenticated_total",
+                            {{"direction", "outbound"}, {"method", "gssapi"}}));
   client->Shutdown();
 }
 
@@ -166,9 +179,13 @@ TEST_F(KerberosTest, ARequiredServerRefusesPlain) {
   Status s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
   ASSERT_TRUE(s.ok()) << s.ToString();
   WhoAmIResponsePB resp;
-  s = WhoAmI(MessengerBuilder("plain-client"), server.address, &resp);
+  std::shared_ptr<Messenger> plain;
+  s = WhoAmI(MessengerBuilder("plain-client"), server.address, &resp, &plain);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.ToString(), "requires Kerberos")) << s.ToString();
+  // The client refused: the server offers only GSSAPI.
+  EXPECT_EQ(1, CounterValue(plain, "osprey_negotiation_failures_total", {{"reason", "kerberos"}}));
+  plain->Shutdown();
   // And it still serves a Kerberos client.
   s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
   ASSERT_TRUE(s.ok()) << s.ToString();

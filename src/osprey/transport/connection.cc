@@ -447,6 +447,7 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     negotiation_timer_ = {};
     if (TransportMetrics* m = reactor_->options().metrics.get()) {
       m->CountNegotiated(/*inbound=*/false, security_);
+      m->CountAuthenticated(/*inbound=*/false, identity_.method);
     }
     SendPendingCalls();
   }
@@ -575,6 +576,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
       negotiation_timer_ = {};
       if (TransportMetrics* m = reactor_->options().metrics.get()) {
         m->CountNegotiated(/*inbound=*/true, security_);
+        m->CountAuthenticated(/*inbound=*/true, identity_.method);
       }
       return Status::OK();
     }
@@ -663,6 +665,13 @@ void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB c
   err.set_message(why.message());
   err.set_code(code);
   QueueMessage(&header, err);
+  // A refused negotiation is a failed one: Shutdown, which counts those,
+  // will see kClosingAfterFlush.
+  bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
+                     state_ == State::kAwaitingConnectionHeader;
+  if (TransportMetrics* m = reactor_->options().metrics.get(); m != nullptr && negotiating) {
+    m->CountNegotiationFailure(TransportMetrics::Classify(why));
+  }
   state_ = State::kClosingAfterFlush;
   close_reason_ = Status::NetworkError(why.message());
   // Whether or not the peer reads the error, the connection goes.

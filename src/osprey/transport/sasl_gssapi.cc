@@ -256,7 +256,10 @@ Status KerberosCredentials::ForServer(const std::string& keytab_file, const std:
   OM_uint32 major = gss_acquire_cred_from(&minor, name.n, GSS_C_INDEFINITE, GSS_C_NO_OID_SET,
                                           GSS_C_ACCEPT, &store, &rep->cred, nullptr, nullptr);
   if (GSS_ERROR(major)) {
-    return GssError("server principal " + resolved + " from keytab " + keytab_file, major, minor);
+    return Status::InvalidArgument("server principal " + resolved + " from keytab " + keytab_file +
+                                   ": " + GssText(major, minor) +
+                                   " (list the keytab's principals with klist -k; check the "
+                                   "default realm in krb5.conf, KRB5_CONFIG)");
   }
   // The keytab must hold the principal's key: found now, not by the first
   // client's failure.

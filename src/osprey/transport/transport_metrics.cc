@@ -29,7 +29,7 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       r, "osprey_reactor_borrows_total",
       "Times a caller or worker thread did a sleeping reactor's work in its place (a sync call "
       "sent, an answer written) instead of waking it.");
-  const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network"};
+  const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =
         MakeCounter(r, "osprey_negotiation_failures_total",
@@ -45,6 +45,16 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
           "Connections whose negotiation finished, by direction and what it agreed: clear, TLS "
           "that only authenticated (loopback), or TLS encrypting every byte.",
           {{"direction", directions[d]}, {"security", securities[k]}});
+    }
+  }
+  const char* methods[] = {"plain", "gssapi"};
+  for (int d = 0; d < 2; ++d) {
+    for (int k = 0; k < 2; ++k) {
+      authenticated_[d][k] =
+          MakeCounter(r, "osprey_connections_authenticated_total",
+                      "Connections whose negotiation finished, by direction and how the client "
+                      "authenticated: SASL PLAIN (a name it chose) or Kerberos (SASL GSSAPI).",
+                      {{"direction", directions[d]}, {"method", methods[k]}});
     }
   }
   auto gauge = [r](const std::string& name, const std::string& help, MetricLabels labels,
@@ -84,8 +94,11 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
 
 TransportMetrics::NegotiationFailure TransportMetrics::Classify(const Status& why) {
   if (why.IsTimedOut()) return NegotiationFailure::kTimeout;
-  if (why.IsNotAuthorized()) return NegotiationFailure::kRefused;
   const std::string& m = why.message();
+  if (m.find("Kerberos") != std::string::npos || m.find("GSSAPI") != std::string::npos) {
+    return NegotiationFailure::kKerberos;
+  }
+  if (why.IsNotAuthorized()) return NegotiationFailure::kRefused;
   if (m.find("TLS") != std::string::npos || m.find("SSL") != std::string::npos) {
     return NegotiationFailure::kTls;
   }
@@ -113,6 +126,10 @@ void TransportMetrics::CountNegotiated(bool inbound, ConnectionSecurity security
       return;  // still negotiating: not a finished negotiation
   }
   negotiated_[inbound ? 1 : 0][k]->Increment();
+}
+
+void TransportMetrics::CountAuthenticated(bool inbound, AuthenticationMethod method) {
+  authenticated_[inbound ? 1 : 0][method == AuthenticationMethod::kKerberos ? 1 : 0]->Increment();
 }
 
 void TransportMetrics::RecordReactorIteration(int reactor, MonoDelta busy) {

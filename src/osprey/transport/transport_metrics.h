@@ -23,7 +23,15 @@ namespace osprey::transport {
 
 class TransportMetrics {
  public:
-  enum class NegotiationFailure { kTimeout, kRefused, kTls, kProtocol, kNetwork, kCount };
+  enum class NegotiationFailure {
+    kTimeout,
+    kRefused,
+    kTls,
+    kProtocol,
+    kNetwork,
+    kKerberos,
+    kCount
+  };
 
   // `open_inbound`: the messenger's count of open server connections.
   TransportMetrics(MetricRegistry* registry, int num_reactors,
@@ -32,6 +40,8 @@ class TransportMetrics {
   void CountNegotiationFailure(NegotiationFailure why);
   // A negotiation finished; `security` is what it agreed.
   void CountNegotiated(bool inbound, ConnectionSecurity security);
+  // ... and how the client authenticated.
+  void CountAuthenticated(bool inbound, AuthenticationMethod method);
   // Classifies the status a negotiation ended with.
   static NegotiationFailure Classify(const Status& why);
   void RecordReactorIteration(int reactor, MonoDelta busy);
@@ -54,6 +64,8 @@ class TransportMetrics {
   Counter* negotiation_failures_[static_cast<int>(NegotiationFailure::kCount)];
   // [inbound][clear, authentication only, encrypted]
   Counter* negotiated_[2][3];
+  // [inbound][plain, gssapi]
+  Counter* authenticated_[2][2];
   std::vector<std::shared_ptr<Counter>> busy_nanos_;
   std::vector<LatencyHistogram*> loop_lag_;
 };
