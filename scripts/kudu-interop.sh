@@ -26,6 +26,11 @@
 #   5. against Kudu's server, clear and full TLS: deadlines, a full queue
 #      (ServiceUnavailable, then retried), ERROR_NO_SUCH_METHOD/SERVICE,
 #      request sidecars, 8 MiB each way
+#   6. Kerberos with a KDC of its own (MIT krb5kdc on loopback): Osprey
+#      client with a ticket -> Kudu server with a keytab at required, and
+#      Kudu client -> Osprey server, clear, TLS authentication-only and full
+#      TLS (channel bindings checked by each client); Kudu's exactly-once
+#      client; refusals without a ticket both ways and for a wrong principal
 #
 # KUDU_COMMIT names the Kudu commit the peer was built from (build.sh prints
 # it), for the summary line.
@@ -271,8 +276,8 @@ osprey_client_cell() {
 }
 
 encs=(disabled optional required)
-# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns": a subset.
-only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns}"
+# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos": a subset.
+only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos}"
 section() { [[ " $only " == *" $1 "* ]]; }
 
 # --- 1 and 2: on loopback -------------------------------------------------------
@@ -409,6 +414,165 @@ else
     stop_server "$srv_pid"
   done
 fi
+fi
+
+# --- 6: Kerberos, with a KDC of its own ---------------------------------------------
+
+# A throw-away MIT KDC on 127.0.0.1 in realm OSPREYINTEROP.TEST under $tmp/kdc,
+# principals alice, kudu/127.0.0.1 and other/127.0.0.1 with keytabs, alice
+# kinit'ed; exports KRB5_CONFIG, KRB5_KDC_PROFILE, KRB5CCNAME for what follows.
+# ignore_acceptor_hostname, as Kudu's MiniKdc: Kudu's server checks at start
+# that it can accept for kudu/<its FQDN>, which a loopback realm lacks.
+kdc_start() {
+  kdc=$tmp/kdc
+  mkdir -p "$kdc"
+  local realm=OSPREYINTEROP.TEST port i p
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  printf '%s\n' "[kdcdefaults]" "  kdc_listen = 127.0.0.1:$port" "  kdc_tcp_listen = 127.0.0.1:$port" \
+    "[realms]" "  $realm = {" "    database_name = $kdc/principal" "    key_stash_file = $kdc/stash" \
+    "    acl_file = $kdc/kadm5.acl" "  }" "[logging]" "  kdc = FILE:$kdc/kdc.log" > "$kdc/kdc.conf"
+  printf '%s\n' "[libdefaults]" "  default_realm = $realm" "  dns_lookup_kdc = false" \
+    "  dns_lookup_realm = false" "  dns_canonicalize_hostname = false" "  rdns = false" \
+    "  udp_preference_limit = 1" "  ignore_acceptor_hostname = true" "[realms]" "  $realm = {" "    kdc = 127.0.0.1:$port" "  }" \
+    > "$kdc/krb5.conf"
+  : > "$kdc/kadm5.acl"
+  export KRB5_CONFIG=$kdc/krb5.conf KRB5_KDC_PROFILE=$kdc/kdc.conf KRB5CCNAME=FILE:$kdc/ccache
+  export KRB5RCACHEDIR=$kdc
+  unset KRB5_KTNAME KRB5_CLIENT_KTNAME
+  /usr/sbin/kdb5_util create -s -r "$realm" -P master -W > "$kdc/setup.log" 2>&1 || return 1
+  /usr/sbin/krb5kdc -n -r "$realm" >> "$kdc/setup.log" 2>&1 &
+  pids+=($!)
+  for i in $(seq 1 100); do
+    (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break
+    sleep 0.1
+  done
+  for p in alice kudu/127.0.0.1 other/127.0.0.1; do
+    /usr/sbin/kadmin.local -r "$realm" -q "addprinc -randkey $p" >> "$kdc/setup.log" 2>&1 &&
+      /usr/sbin/kadmin.local -r "$realm" -q "ktadd -k $kdc/${p%%/*}.keytab $p" \
+        >> "$kdc/setup.log" 2>&1 || return 1
+  done
+  kinit -kt "$kdc/alice.keytab" alice >> "$kdc/setup.log" 2>&1 || return 1
+  KRB_REALM=$realm
+}
+
+# inbound_gssapi ADDR: the Osprey server's count of Kerberos-authenticated
+# inbound connections.
+inbound_gssapi() {
+  curl -s --max-time 5 "http://$1/metrics" |
+    awk '/^osprey_connections_authenticated_total\{direction="inbound",method="gssapi"\}/ {print $2}'
+}
+
+# refused_check WHAT WANT_REGEX SECONDS OUT ERR RC: refused (RC != 0), within
+# SECONDS, saying WANT_REGEX.
+refused_check() {
+  local what=$1 want=$2 took=$3 out=$4 err=$5 rc=$6 why
+  why=$(grep -m1 -ohE "$want" "$out" "$err" | head -c 200)
+  if [[ $rc == 0 ]]; then
+    fail "$what: expected a refusal, it succeeded"
+  elif [[ -z $why ]] || (($(echo "$took > 5" | bc))); then
+    fail "$what: refused, but not fast and clear (${took}s: $(grep -m1 -hiE 'error|fail' "$err" "$out" | head -c 300))"
+  else
+    pass "$what: refused in ${took}s ($why)"
+  fi
+}
+
+elapsed_since() { echo "$(date +%s.%N) - $1" | bc; }
+
+if section kerberos; then
+  if [[ ! -x /usr/sbin/krb5kdc || ! -x /usr/sbin/kadmin.local ]] || ! command -v kinit > /dev/null; then
+    echo "kudu-interop: kerberos section skipped: needs krb5-kdc krb5-admin-server krb5-user" >&2
+  elif ! kdc_start; then
+    fail "kerberos: the KDC did not start: $(tail -5 "$tmp/kdc/setup.log")"
+  else
+    krb_flags=(--rpc_authentication=required --keytab_file="$kdc/kudu.keytab" --principal=kudu/127.0.0.1)
+    authn_line="AUTHN user=alice principal=alice@$KRB_REALM method=SASL/GSSAPI"
+    # Osprey client with alice's ticket -> Kudu server with its keytab.
+    for cenc in disabled optional "required EL"; do
+      senc=${cenc% EL}
+      [[ $senc == disabled ]] && senc=optional # Kudu's default; TLS is then the client's choice
+      sflags=(--rpc_encryption="$senc")
+      cflags=(--rpc_encryption="${cenc% EL}")
+      if [[ $cenc == *EL ]]; then
+        sflags+=(--rpc_encrypt_loopback_connections)
+        cflags+=(--rpc_encrypt_loopback_connections)
+      fi
+      start_kudu_server kudu-krb -- "${krb_flags[@]}" "${sflags[@]}"
+      timeout 60 "$BENCH" -server_address "$srv_addr" -mode both -run_seconds 0.3 -client_threads 2 \
+        -async_call_concurrency 8 --rpc_authentication=required "${cflags[@]}" \
+        > "$tmp/cell.out" 2> "$tmp/cell.err"
+      rc=$?
+      sleep 0.2
+      seen=$(grep -c "$authn_line" "$tmp/kudu-krb.err")
+      neg=$(grep -m1 '^Encryption:' "$tmp/cell.out" | sed -E 's/.*\(negotiated ([^;]*);.*/\1/')
+      what="kerberos: Osprey client (ticket; $cenc) -> Kudu server (keytab, required; ${sflags[*]})"
+      if [[ $rc == 0 ]] && grep -q '^Errors:           0$' "$tmp/cell.out" && ((seen > 0)); then
+        pass "$what: both modes ran, negotiated $neg; Kudu authenticated alice@$KRB_REALM by SASL/GSSAPI on $seen connections"
+      else
+        fail "$what: rc $rc, $seen GSSAPI connections on Kudu's side ($(head -c 300 "$tmp/cell.err"))"
+      fi
+      stop_server "$srv_pid"
+    done
+    # Kudu client with alice's ticket -> Osprey server with its keytab.
+    start_osprey_server osprey-krb 127.0.0.1:0 -- "${krb_flags[@]}" --rpc_encryption=optional
+    for cenc in disabled optional "required EL"; do
+      cflags=(--rpc_encryption="${cenc% EL}")
+      [[ $cenc == *EL ]] && cflags+=(--rpc_encrypt_loopback_connections)
+      before=$(inbound_gssapi "$srv_addr")
+      timeout 60 "$KUDU/kudu-calc-client" "$srv_addr" 20 --call_timeout_ms=10000 \
+        --rpc_authentication=required "${cflags[@]}" > "$tmp/cell.out" 2> "$tmp/cell.err"
+      rc=$?
+      after=$(inbound_gssapi "$srv_addr")
+      tls=$(grep -m1 -o 'tls=[^ ]*' "$tmp/cell.err")
+      what="kerberos: Kudu client (ticket; $cenc) -> Osprey server (keytab, required; optional TLS)"
+      if [[ $rc == 0 ]] && grep -q '^DONE calls=20 failures=0' "$tmp/cell.out" &&
+        grep -q 'sasl_mech=GSSAPI' "$tmp/cell.err" && ((after > before)); then
+        pass "$what: 20 calls ok, Kudu says sasl_mech=GSSAPI $tls; Osprey counted $((after - before)) GSSAPI connection(s)"
+      else
+        fail "$what: rc $rc ($(grep -m1 -hE 'DONE|rror' "$tmp/cell.out" "$tmp/cell.err" | head -c 300))"
+      fi
+    done
+    timeout 60 "$KUDU/kudu-calc-client" "$srv_addr" 20 --rpc_authentication=required --exactly_once \
+      > "$tmp/cell.out" 2> "$tmp/cell.err"
+    if grep -q '^DONE exactly_once calls=20 replays_ok=20 failures=0' "$tmp/cell.out"; then
+      pass "kerberos: Kudu's exactly-once client (ticket) -> Osprey server: 20 calls, 20 replays answered from the tracker"
+    else
+      fail "kerberos: Kudu's exactly-once client -> Osprey server: $(head -c 300 "$tmp/cell.out")"
+    fi
+    # Refusals: no ticket, both ways; a service principal the KDC lacks; a
+    # server whose keytab lacks the principal asked for.
+    start=$(date +%s.%N)
+    KRB5CCNAME=FILE:$kdc/no-such-cache timeout 60 "$KUDU/kudu-calc-client" "$srv_addr" 20 \
+      --rpc_authentication=required > "$tmp/cell.out" 2> "$tmp/cell.err"
+    rc=$?
+    refused_check "kerberos: Kudu client without a ticket -> Osprey server (required)" \
+      '[^:]*Kerberos credentials[^.]*' "$(elapsed_since "$start")" "$tmp/cell.out" "$tmp/cell.err" $rc
+    stop_server "$srv_pid"
+    start_kudu_server kudu-krb -- "${krb_flags[@]}"
+    start=$(date +%s.%N)
+    KRB5CCNAME=FILE:$kdc/no-such-cache timeout 60 "$BENCH" -server_address "$srv_addr" \
+      -run_seconds 0.2 --rpc_authentication=required > "$tmp/cell.out" 2> "$tmp/cell.err"
+    rc=$?
+    refused_check "kerberos: Osprey client without a ticket -> Kudu server (required)" \
+      'no Kerberos ticket: run kinit[^)]*' "$(elapsed_since "$start")" "$tmp/cell.out" "$tmp/cell.err" $rc
+    start=$(date +%s.%N)
+    timeout 60 "$BENCH" -server_address "$srv_addr" -run_seconds 0.2 --rpc_authentication=required \
+      --sasl_protocol_name=nosuch > "$tmp/cell.out" 2> "$tmp/cell.err"
+    rc=$?
+    refused_check "kerberos: Osprey client asking for nosuch/127.0.0.1 -> Kudu server" \
+      "the KDC does not know the server's principal[^)]*" "$(elapsed_since "$start")" \
+      "$tmp/cell.out" "$tmp/cell.err" $rc
+    stop_server "$srv_pid"
+    start_osprey_server osprey-krb-other 127.0.0.1:0 -- --rpc_authentication=required \
+      --keytab_file="$kdc/other.keytab" --principal=other/127.0.0.1
+    start=$(date +%s.%N)
+    timeout 60 "$KUDU/kudu-calc-client" "$srv_addr" 20 --rpc_authentication=required \
+      > "$tmp/cell.out" 2> "$tmp/cell.err"
+    rc=$?
+    refused_check "kerberos: Kudu client asking for kudu/127.0.0.1 -> Osprey server keyed for other/127.0.0.1" \
+      'Kerberos authentication of the client[^(]*' "$(elapsed_since "$start")" \
+      "$tmp/cell.out" "$tmp/cell.err" $rc
+    stop_server "$srv_pid"
+  fi
 fi
 
 # --- the tables -------------------------------------------------------------------
