@@ -11,6 +11,7 @@
 #include "mini_kdc.h"
 #include "osprey/transport/negotiator.h"
 #include "osprey/transport/sasl_gssapi.h"
+#include "osprey/transport/tls_context.h"
 #include "rpc_test_util.h"
 
 namespace osprey {
@@ -380,6 +381,93 @@ TEST_F(KerberosNegotiatorTest, TheConnectionContextMustReturnTheNonce) {
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
   s = server_->CheckConnectionContext(good);
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A man in the middle with a certificate of its own terminates the client's
+// TLS, opens its own TLS to the server, and relays the Kerberos exchange
+// unchanged. Kerberos alone cannot tell; the channel bindings can: the
+// server sends the hash of its certificate, wrapped, and the client saw
+// another.
+TEST_F(KerberosNegotiatorTest, AManInTheMiddleOfTlsIsCaughtByTheChannelBindings) {
+  std::unique_ptr<transport::TlsContext> client_tls, server_tls, mitm_server_tls, mitm_client_tls;
+  ASSERT_TRUE(transport::TlsContext::CreateClient({}, &client_tls).ok());
+  ASSERT_TRUE(transport::TlsContext::CreateServer({}, &server_tls).ok());
+  ASSERT_TRUE(transport::TlsContext::CreateServer({}, &mitm_server_tls).ok());
+  ASSERT_TRUE(transport::TlsContext::CreateClient({}, &mitm_client_tls).ok());
+  ASSERT_TRUE(
+      KerberosCredentials::ForServer(kdc_->Path("server.keytab"), kServerPrincipal, &server_creds_)
+          .ok());
+  ClientAuthPolicy ca;
+  ca.mode = RpcAuthentication::kRequired;
+  ca.service_name = "osprey";
+  ca.host = "127.0.0.1";
+  ServerTlsPolicy tls_policy{true, false, false};
+  ServerAuthPolicy sa;
+  sa.mode = RpcAuthentication::kRequired;
+  sa.kerberos = server_creds_;
+  ClientNegotiator client("alice", TlsFeatures{true, false}, true, client_tls.get(), ca);
+  ServerNegotiator server(tls_policy, server_tls.get(), sa);
+  // The middle: a TLS server to the client, a TLS client to the server.
+  ServerNegotiator mitm_to_client(tls_policy, mitm_server_tls.get(), sa);
+  ClientNegotiator mitm_to_server("mallory", TlsFeatures{true, false}, true, mitm_client_tls.get(),
+                                  ca);
+
+  NegotiatePB hello = client.Start();
+  NegotiationSteps s_steps, m_steps, c_steps;
+  ASSERT_TRUE(server.Handle(hello, &s_steps).ok());
+  ASSERT_TRUE(mitm_to_client.Handle(hello, &m_steps).ok());
+  ASSERT_EQ(1u, s_steps.send.size());
+  NegotiatePB server_negotiate = s_steps.send[0];
+  // The client's handshake, with the middle; it then starts Kerberos.
+  ASSERT_TRUE(client.Handle(m_steps.send[0], &c_steps).ok());
+  std::vector<NegotiatePB> sasl_from_client;
+  while (!c_steps.tls_handshake_done) {
+    NegotiationSteps m, c;
+    for (const NegotiatePB& msg : c_steps.send) ASSERT_TRUE(mitm_to_client.Handle(msg, &m).ok());
+    for (const NegotiatePB& msg : m.send) ASSERT_TRUE(client.Handle(msg, &c).ok());
+    c_steps = c;
+  }
+  for (const NegotiatePB& msg : c_steps.send) {
+    if (msg.step() == NegotiatePB::TLS_HANDSHAKE) {
+      NegotiationSteps m;
+      ASSERT_TRUE(mitm_to_client.Handle(msg, &m).ok());
+    } else {
+      sasl_from_client.push_back(msg);
+    }
+  }
+  // The middle's handshake with the server.
+  NegotiationSteps mc;
+  ASSERT_TRUE(mitm_to_server.Handle(server_negotiate, &mc).ok());
+  while (true) {
+    NegotiationSteps sv, next;
+    bool sent_tls = false;
+    for (const NegotiatePB& msg : mc.send) {
+      if (msg.step() != NegotiatePB::TLS_HANDSHAKE) continue;  // its own SASL: dropped
+      sent_tls = true;
+      ASSERT_TRUE(server.Handle(msg, &sv).ok());
+    }
+    if (!sent_tls) break;
+    for (const NegotiatePB& msg : sv.send) ASSERT_TRUE(mitm_to_server.Handle(msg, &next).ok());
+    mc = next;
+  }
+  // Now the Kerberos exchange, relayed unchanged between client and server.
+  ASSERT_FALSE(sasl_from_client.empty());
+  Status verdict;
+  std::vector<NegotiatePB> to_server = sasl_from_client;
+  while (!to_server.empty() && verdict.ok()) {
+    NegotiationSteps sv;
+    for (const NegotiatePB& msg : to_server) ASSERT_TRUE(server.Handle(msg, &sv).ok());
+    to_server.clear();
+    for (const NegotiatePB& msg : sv.send) {
+      NegotiationSteps c;
+      verdict = client.Handle(msg, &c);
+      if (!verdict.ok()) break;
+      for (auto& m : c.send) to_server.push_back(m);
+    }
+  }
+  ASSERT_FALSE(verdict.ok()) << "the client accepted a server seen through someone else's TLS";
+  EXPECT_TRUE(verdict.IsNotAuthorized()) << verdict.ToString();
+  EXPECT_TRUE(Contains(verdict.ToString(), "channel bindings do not match")) << verdict.ToString();
 }
 
 }  // namespace
