@@ -251,18 +251,8 @@ Status KerberosCredentials::ForServer(const std::string& keytab_file, const std:
   std::string kt = "FILE:" + keytab_file;
   gss_key_value_element_desc element = {"keytab", kt.c_str()};
   gss_key_value_set_desc store = {1, &element};
-  auto rep = std::make_unique<Rep>();
-  OM_uint32 minor;
-  OM_uint32 major = gss_acquire_cred_from(&minor, name.n, GSS_C_INDEFINITE, GSS_C_NO_OID_SET,
-                                          GSS_C_ACCEPT, &store, &rep->cred, nullptr, nullptr);
-  if (GSS_ERROR(major)) {
-    return Status::InvalidArgument("server principal " + resolved + " from keytab " + keytab_file +
-                                   ": " + GssText(major, minor) +
-                                   " (list the keytab's principals with klist -k; check the "
-                                   "default realm in krb5.conf, KRB5_CONFIG)");
-  }
   // The keytab must hold the principal's key: found now, not by the first
-  // client's failure.
+  // client's failure (and before GSS-API, which leaks when it is missing).
   krb5_context kctx;
   if (krb5_init_context(&kctx) == 0) {
     krb5_keytab keytab;
@@ -285,6 +275,16 @@ Status KerberosCredentials::ForServer(const std::string& keytab_file, const std:
       return Status::InvalidArgument("keytab file '" + keytab_file + "' has no key for " +
                                      resolved + ": export it with kadmin's ktadd");
     }
+  }
+  auto rep = std::make_unique<Rep>();
+  OM_uint32 minor;
+  OM_uint32 major = gss_acquire_cred_from(&minor, name.n, GSS_C_INDEFINITE, GSS_C_NO_OID_SET,
+                                          GSS_C_ACCEPT, &store, &rep->cred, nullptr, nullptr);
+  if (GSS_ERROR(major)) {
+    return Status::InvalidArgument("server principal " + resolved + " from keytab " + keytab_file +
+                                   ": " + GssText(major, minor) +
+                                   " (list the keytab's principals with klist -k; check the "
+                                   "default realm in krb5.conf, KRB5_CONFIG)");
   }
   std::shared_ptr<KerberosCredentials> creds(new KerberosCredentials(std::move(rep)));
   creds->principal_ = resolved;
@@ -332,9 +332,13 @@ Status KerberosCredentials::ForClient(const std::string& keytab_file, const std:
   }
   // Who we are, and whether the ticket is still good: an expired one is
   // refused here with advice, not at the first connection.
-  Name self;
+  // The lifetime alone first: MIT krb5 1.20 leaks the name it made when
+  // the credentials turn out expired.
   OM_uint32 lifetime = 0;
-  major = gss_inquire_cred(&minor, rep->cred, &self.n, &lifetime, nullptr, nullptr);
+  major = gss_inquire_cred(&minor, rep->cred, nullptr, &lifetime, nullptr, nullptr);
+  if (GSS_ERROR(major)) return GssError("Kerberos client credentials", major, minor);
+  Name self;
+  major = gss_inquire_cred(&minor, rep->cred, &self.n, nullptr, nullptr, nullptr);
   if (GSS_ERROR(major)) return GssError("Kerberos client credentials", major, minor);
   std::shared_ptr<KerberosCredentials> creds(new KerberosCredentials(std::move(rep)));
   OSPREY_RETURN_NOT_OK(DisplayName(self.n, &creds->principal_));
