@@ -25,7 +25,17 @@ SecurityNames NamesOf(ConnectionSecurity security) {
 const char* ConnectionSecurityName(ConnectionSecurity security) { return NamesOf(security).name; }
 
 const char* AuthenticationMethodName(AuthenticationMethod method) {
-  return method == AuthenticationMethod::kKerberos ? "GSSAPI" : "PLAIN";
+  switch (method) {
+    case AuthenticationMethod::kKerberos:
+      return "GSSAPI";
+    case AuthenticationMethod::kCertificate:
+      return "CERTIFICATE";
+    case AuthenticationMethod::kToken:
+      return "TOKEN";
+    case AuthenticationMethod::kPlain:
+      break;
+  }
+  return "PLAIN";
 }
 const char* ConnectionSecuritySlug(ConnectionSecurity security) { return NamesOf(security).slug; }
 

@@ -27,8 +27,13 @@ enum class RpcAuthentication { kDisabled, kOptional, kRequired };
 enum class AuthenticationMethod {
   kPlain,     // SASL PLAIN: a name the client chose, proving nothing
   kKerberos,  // SASL GSSAPI
+  // A TLS client certificate signed by a CA the server trusts (Kudu's
+  // authn_types.certificate); no SASL exchange.
+  kCertificate,
+  // A token the server's TokenVerifier accepted (Kudu's TOKEN_EXCHANGE).
+  kToken,
 };
-// "PLAIN", "GSSAPI".
+// "PLAIN", "GSSAPI", "CERTIFICATE", "TOKEN".
 const char* AuthenticationMethodName(AuthenticationMethod method);
 
 // Who is calling, as negotiation established it.
@@ -36,7 +41,8 @@ struct AuthenticatedIdentity {
   // The local user name: PLAIN's authcid, or a Kerberos principal mapped
   // by krb5.conf's auth_to_local rules (else its first component).
   std::string user;
-  // Kerberos: "alice@EXAMPLE.COM". Empty for PLAIN.
+  // Kerberos: "alice@EXAMPLE.COM"; a certificate: the principal of Kudu's
+  // extension, if it has one. Empty for PLAIN.
   std::string principal;
   AuthenticationMethod method = AuthenticationMethod::kPlain;
 };

@@ -97,6 +97,15 @@ MessengerBuilder& MessengerBuilder::set_principal(std::string principal) {
   principal_ = std::move(principal);
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_authn_token(std::string token) {
+  MutableOptions().authn_token = std::move(token);
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_token_verifier(
+    std::shared_ptr<const TokenVerifier> verifier) {
+  MutableOptions().token_verifier = std::move(verifier);
+  return *this;
+}
 MessengerBuilder& MessengerBuilder::set_sasl_protocol_name(std::string name) {
   MutableOptions().sasl_proto_name = std::move(name);
   return *this;

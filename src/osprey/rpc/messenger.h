@@ -38,6 +38,7 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/base/token_verifier.h"
 #include "osprey/rpc/service_if.h"
 #include "osprey/rpc/service_pool_options.h"
 
@@ -125,6 +126,17 @@ class MessengerBuilder {
   // Kudu's --sasl_protocol_name: the service a client asks Kerberos for on
   // the host it dials ("kudu": kudu/db-1.example.com@REALM).
   MessengerBuilder& set_sasl_protocol_name(std::string name);
+
+  // Client: an authentication token to present instead of SASL (Kudu's
+  // TOKEN_EXCHANGE; for Kudu, a SignedTokenPB a master issued, serialized).
+  // As Kudu, it is offered only over TLS to a server whose certificate this
+  // client verifies (set_tls_ca_file): a token sent to anyone else could be
+  // replayed by them.
+  MessengerBuilder& set_authn_token(std::string token);
+  // Server: accept tokens, checked by `verifier` (KuduTokenVerifier for
+  // Kudu's); offered only with a CA-signed certificate of its own
+  // (set_tls_certificate_files and set_tls_ca_file) that clients can check.
+  MessengerBuilder& set_token_verifier(std::shared_ptr<const TokenVerifier> verifier);
 
   // Metrics, on by default: per-method calls by outcome and latency
   // histograms on both sides, and the messenger's connections, bytes and

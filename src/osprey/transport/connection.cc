@@ -117,6 +117,10 @@ void Connection::OnConnected() {
   auth.kerberos = o.kerberos_client;
   auth.service_name = o.sasl_proto_name;
   auth.host = host_;
+  auth.certificate = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr &&
+                     o.tls_client->authenticates_by_certificate();
+  auth.token = o.authn_token;
+  auth.verifies_server = o.tls_client != nullptr && o.tls_client->verifies_peer();
   client_negotiator_ = std::make_unique<ClientNegotiator>(identity_.user, ClientTlsOffer(),
                                                           o.encryption == RpcEncryption::kRequired,
                                                           o.tls_client.get(), std::move(auth));
@@ -188,6 +192,8 @@ Status Connection::ReadConnectionHeader() {
   ServerAuthPolicy auth;
   auth.mode = o.authentication;
   auth.kerberos = o.kerberos_server;
+  auth.certificate = policy.available && o.tls_server->authenticates_by_certificate();
+  auth.token_verifier = o.token_verifier;
   server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get(), auth);
   state_ = State::kNegotiating;
   return Status::OK();
@@ -401,6 +407,14 @@ Status Connection::HandleResponseFrame(wire::InboundResponse frame) {
                                   ErrorStatusPB::RpcErrorCodePB_Name(err.code()) + ")");
     }
     return Status::NetworkError("server sent a frame with invalid call id " + std::to_string(id));
+  }
+  if (frame.header.is_error() && !retired_) {
+    ErrorStatusPB err;
+    if (err.ParseFromArray(frame.main_message.data(),
+                           static_cast<int>(frame.main_message.size())) &&
+        err.code() == ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
+      retired_ = true;
+    }
   }
   std::shared_ptr<ClientCall> call = client_calls_.TakeSent(id);
   if (call == nullptr) {
@@ -617,7 +631,11 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   NegotiationSteps steps;
   Status s = server_negotiator_->Handle(in, &steps);
   if (!s.ok()) {
-    SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+    SendFatalError(kNegotiationCallId,
+                   server_negotiator_->token_refused()
+                       ? ErrorStatusPB::FATAL_INVALID_AUTHENTICATION_TOKEN
+                       : ErrorStatusPB::FATAL_UNAUTHORIZED,
+                   s);
     return s;
   }
   std::unique_ptr<TlsSession> session;

@@ -89,6 +89,13 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     reactor_->AssertCurrentThread();
     return state_ == State::kClosed;
   }
+  // Client, reactor thread: the server said it is shutting down
+  // (FATAL_SERVER_SHUTTING_DOWN); new calls, retries included, go on a new
+  // connection, while the calls in flight here get their answers.
+  bool retired() const {
+    reactor_->AssertCurrentThread();
+    return retired_;
+  }
   // Any thread: whether the connection has closed. A server call queued for
   // a closed connection cannot be answered, so it need not run.
   bool closed_any_thread() const { return closed_.load(std::memory_order_acquire); }
@@ -181,6 +188,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   AuthenticatedIdentity identity_;
   State state_ GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> closed_{false};
+  bool retired_ GUARDED_BY(reactor_->loop_mu_) = false;
   Status close_reason_ GUARDED_BY(reactor_->loop_mu_);
 
   // Inbound side.

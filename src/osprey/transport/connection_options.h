@@ -13,6 +13,11 @@ namespace osprey::transport {
 
 class HttpHandler;
 class KerberosCredentials;
+}  // namespace osprey::transport
+namespace osprey {
+class TokenVerifier;
+}  // namespace osprey
+namespace osprey::transport {
 class TlsContext;
 class TransportMetrics;
 
@@ -48,6 +53,10 @@ struct ConnectionOptions {
   std::shared_ptr<const KerberosCredentials> kerberos_client;
   // Kudu's sasl_proto_name: the service a client asks Kerberos for.
   std::string sasl_proto_name = "kudu";
+  // Client: a token to present (TOKEN_EXCHANGE); empty: none.
+  std::string authn_token;
+  // Server: checks the tokens clients present; null: tokens not accepted.
+  std::shared_ptr<const TokenVerifier> token_verifier;
 
   // Null: not counted. Shared by every reactor of the messenger.
   std::shared_ptr<TransportMetrics> metrics;

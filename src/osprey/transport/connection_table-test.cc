@@ -31,7 +31,7 @@ std::shared_ptr<Connection> NewConnection(Reactor* r, Connection::Role role, uin
 TEST(ConnectionTableTest, ClientsByKeyServersByIdentityClosedKeptUntilReleased) {
   OnReactor([](Reactor* r) {
     ConnectionTable t;
-    ConnectionKey a{Sockaddr::Loopback(1), "alice"}, b{Sockaddr::Loopback(1), "bob"};
+    ConnectionKey a{Sockaddr::Loopback(1), "alice", ""}, b{Sockaddr::Loopback(1), "bob", ""};
     auto ca = NewConnection(r, Connection::Role::kClient, 1);
     auto cb = NewConnection(r, Connection::Role::kClient, 1);
     auto server = NewConnection(r, Connection::Role::kServer, 2);
@@ -41,7 +41,7 @@ TEST(ConnectionTableTest, ClientsByKeyServersByIdentityClosedKeptUntilReleased) 
     EXPECT_EQ(3u, t.size());
     EXPECT_EQ(ca.get(), t.FindClient(a));
     EXPECT_EQ(cb.get(), t.FindClient(b));  // same address, other user: its own
-    EXPECT_EQ(nullptr, t.FindClient({Sockaddr::Loopback(3), "alice"}));
+    EXPECT_EQ(nullptr, t.FindClient({Sockaddr::Loopback(3), "alice", ""}));
 
     // Removed: gone from both indexes, but alive until released.
     std::weak_ptr<Connection> weak = ca;

@@ -6,7 +6,7 @@ namespace osprey::transport {
 
 Connection* ConnectionTable::FindClient(const ConnectionKey& key) const {
   auto it = clients_.find(key);
-  if (it == clients_.end() || it->second->is_shut_down()) return nullptr;
+  if (it == clients_.end() || it->second->is_shut_down() || it->second->retired()) return nullptr;
   return it->second.get();
 }
 

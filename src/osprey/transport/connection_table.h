@@ -20,8 +20,8 @@ class Connection;
 
 class ConnectionTable {
  public:
-  // The client connection for `key`, unless there is none or it has shut
-  // down.
+  // The client connection for `key`, unless there is none, or it has shut
+  // down or retired (Connection::retired).
   Connection* FindClient(const ConnectionKey& key) const;
   // Replaces any connection for `key` (one that has shut down).
   void AddClient(const ConnectionKey& key, std::shared_ptr<Connection> conn);

@@ -31,7 +31,7 @@ TlsFeatures ListedTlsFeatures(const NegotiatePB& pb) {
   return listed;
 }
 
-NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer) {
+NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer, OtherAuthn others) {
   NegotiatePB pb;
   pb.add_supported_features(wire::APPLICATION_FEATURE_FLAGS);
   if (offer.tls) pb.add_supported_features(wire::TLS);
@@ -40,11 +40,15 @@ NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer) {
   }
   pb.set_step(NegotiatePB::NEGOTIATE);
   pb.add_authn_types()->mutable_sasl();
+  if (others.certificate && offer.tls) pb.add_authn_types()->mutable_certificate();
+  if (others.token && offer.tls) pb.add_authn_types()->mutable_token();
   return pb;
 }
 
 Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offered,
-                            bool tls_required, TlsFeatures* agreed) {
+                            bool tls_required, TlsFeatures* agreed, OtherAuthn offered_others,
+                            AuthnType* chosen) {
+  if (chosen != nullptr) *chosen = AuthnType::kSasl;
   if (server.step() != NegotiatePB::NEGOTIATE) {
     return Status::NetworkError("negotiation: expected NEGOTIATE from server, got " +
                                 StepName(server));
@@ -52,13 +56,17 @@ Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offere
   if (server.authn_types_size() > 1) {
     return Status::NotAuthorized("negotiation: server chose more than one authentication type");
   }
-  if (server.authn_types_size() == 1 && !server.authn_types(0).has_sasl()) {
+  const bool one = server.authn_types_size() == 1;
+  const bool by_certificate =
+      one && server.authn_types(0).has_certificate() && offered_others.certificate;
+  const bool by_token = one && server.authn_types(0).has_token() && offered_others.token;
+  if (one && !server.authn_types(0).has_sasl() && !by_certificate && !by_token) {
     return Status::NotAuthorized(
         "negotiation: server chose an authentication type other than "
         "SASL, which this client does not support");
   }
   SaslMechanisms mechanisms = ListedMechanisms(server);
-  if (!mechanisms.plain && !mechanisms.gssapi) {
+  if (!by_certificate && !by_token && !mechanisms.plain && !mechanisms.gssapi) {
     return Status::NotAuthorized(
         "negotiation: server offers neither SASL mechanism PLAIN nor GSSAPI");
   }
@@ -74,6 +82,14 @@ Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offere
     return Status::NotAuthorized(
         "negotiation: server does not support TLS, which this client requires "
         "(rpc_encryption=required)");
+  }
+  if (by_certificate || by_token) {
+    if (!agreed->tls) {
+      return Status::NotAuthorized(std::string("negotiation: server chose ") +
+                                   (by_token ? "token" : "certificate") +
+                                   " authentication without TLS");
+    }
+    if (chosen != nullptr) *chosen = by_token ? AuthnType::kToken : AuthnType::kCertificate;
   }
   return Status::OK();
 }
@@ -113,6 +129,13 @@ wire::ConnectionContextPB ClientConnectionContext(const std::string& user,
   return ctx;
 }
 
+NegotiatePB ClientTokenExchange(const std::string& token) {
+  NegotiatePB out;
+  out.set_step(NegotiatePB::TOKEN_EXCHANGE);
+  out.set_authn_token(token);
+  return out;
+}
+
 Status InitiatedMechanism(const NegotiatePB& client, SaslMechanisms offered,
                           SaslMechanisms* chosen) {
   if (client.step() != NegotiatePB::SASL_INITIATE) {
@@ -139,13 +162,20 @@ Status InitiatedMechanism(const NegotiatePB& client, SaslMechanisms offered,
 }
 
 Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& policy,
-                             NegotiatePB* answer, TlsFeatures* agreed, SaslMechanisms mechanisms) {
+                             NegotiatePB* answer, TlsFeatures* agreed, SaslMechanisms mechanisms,
+                             OtherAuthn acceptable, AuthnType* chosen) {
+  if (chosen != nullptr) *chosen = AuthnType::kSasl;
   if (client.step() != NegotiatePB::NEGOTIATE) {
     return Status::Corruption("negotiation: expected NEGOTIATE, got " + StepName(client));
   }
   bool sasl = client.authn_types_size() == 0;  // no list: SASL is implied
-  for (const auto& t : client.authn_types()) sasl |= t.has_sasl();
-  if (!sasl) {
+  bool client_certificate = false, client_token = false;
+  for (const auto& t : client.authn_types()) {
+    sasl |= t.has_sasl();
+    client_certificate |= t.has_certificate() && acceptable.certificate;
+    client_token |= t.has_token() && acceptable.token;
+  }
+  if (!sasl && !client_certificate && !client_token) {
     return Status::NotAuthorized(
         "negotiation: client offers no authentication type this "
         "server supports (only SASL)");
@@ -179,6 +209,17 @@ Status ServerAnswerNegotiate(const NegotiatePB& client, const ServerTlsPolicy& p
   if (listed.tls) answer->add_supported_features(wire::TLS);
   if (listed.authentication_only) answer->add_supported_features(wire::TLS_AUTHENTICATION_ONLY);
   answer->set_step(NegotiatePB::NEGOTIATE);
+  if (client_certificate && agreed->tls) {
+    // As a Kudu server: the client's certificate proves who it is; no SASL.
+    answer->add_authn_types()->mutable_certificate();
+    if (chosen != nullptr) *chosen = AuthnType::kCertificate;
+    return Status::OK();
+  }
+  if (client_token && agreed->tls) {
+    answer->add_authn_types()->mutable_token();
+    if (chosen != nullptr) *chosen = AuthnType::kToken;
+    return Status::OK();
+  }
   if (mechanisms.gssapi) answer->add_sasl_mechanisms()->set_mechanism(kGssapi);
   if (mechanisms.plain) answer->add_sasl_mechanisms()->set_mechanism(kPlain);
   if (client.authn_types_size() > 0) answer->add_authn_types()->mutable_sasl();

@@ -21,13 +21,24 @@ struct TlsFeatures {
   bool authentication_only = false;
 };
 
+// Authentication without SASL (Kudu's authn_types): a TLS client
+// certificate, or a token the client presents (TOKEN_EXCHANGE).
+struct OtherAuthn {
+  bool certificate = false;
+  bool token = false;
+};
+enum class AuthnType { kSasl, kCertificate, kToken };
+
 // The TLS features a NEGOTIATE message lists; other features are ignored.
 TlsFeatures ListedTlsFeatures(const wire::NegotiatePB& pb);
 
 // Client: the first NEGOTIATE message. Lists APPLICATION_FEATURE_FLAGS, the
 // TLS features of `offer` and the sasl authentication type, no mechanisms
 // (as Kudu's client).
-wire::NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer);
+// `others`: also list certificate (this client has a certificate signed by
+// a CA) and token authentication (it has a token and verifies the
+// server's certificate); either only with TLS.
+wire::NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer, OtherAuthn others = {});
 
 // The SASL mechanisms a NEGOTIATE message lists, of those Osprey speaks.
 struct SaslMechanisms {
@@ -42,8 +53,12 @@ SaslMechanisms ListedMechanisms(const wire::NegotiatePB& pb);
 // only the server lists is ignored. NotAuthorized if the server offers
 // neither PLAIN nor GSSAPI, chose another authentication type, or lacks TLS while
 // `tls_required`.
+// The server may choose one of `offered_others` (and then lists no
+// mechanisms); *chosen says which type it chose; the others need TLS
+// agreed.
 Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const TlsFeatures& offered,
-                            bool tls_required, TlsFeatures* agreed);
+                            bool tls_required, TlsFeatures* agreed, OtherAuthn offered_others = {},
+                            AuthnType* chosen = nullptr);
 
 // Client: SASL_INITIATE with PLAIN for `user`.
 wire::NegotiatePB ClientSaslInitiate(const std::string& user);
@@ -75,9 +90,16 @@ struct ServerTlsPolicy {
 // types; *agreed gets the TLS features both sides listed.
 // NotAuthorized when the client offers no type this server accepts, or no
 // TLS while the policy requires it; Corruption for a wrong step.
+// `acceptable`: what the server can authenticate without SASL. As a Kudu
+// server, it chooses (*chosen) certificate, else token, else SASL, of what
+// the client lists, the first two only with TLS agreed.
 Status ServerAnswerNegotiate(const wire::NegotiatePB& client_negotiate,
                              const ServerTlsPolicy& policy, wire::NegotiatePB* answer,
-                             TlsFeatures* agreed, SaslMechanisms mechanisms = {true, false});
+                             TlsFeatures* agreed, SaslMechanisms mechanisms = {true, false},
+                             OtherAuthn acceptable = {}, AuthnType* chosen = nullptr);
+
+// Client: TOKEN_EXCHANGE with `token`.
+wire::NegotiatePB ClientTokenExchange(const std::string& token);
 
 // The one mechanism a SASL_INITIATE names; Corruption for another step,
 // NotAuthorized for none, several or one not in `offered`.

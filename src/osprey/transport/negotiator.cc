@@ -147,9 +147,17 @@ Status ClientNegotiator::ConnectionContext(wire::ConnectionContextPB* context) {
 
 Status ClientNegotiator::Handle(const NegotiatePB& server, NegotiationSteps* steps) {
   switch (step_) {
-    case Step::kNegotiate:
-      OSPREY_RETURN_NOT_OK(ClientCheckNegotiate(server, offer_, tls_required_, &agreed_));
-      OSPREY_RETURN_NOT_OK(ChooseMechanism(server));
+    case Step::kNegotiate: {
+      AuthnType chosen = AuthnType::kSasl;
+      OSPREY_RETURN_NOT_OK(
+          ClientCheckNegotiate(server, offer_, tls_required_, &agreed_, Others(), &chosen));
+      if (chosen == AuthnType::kCertificate) {
+        method_ = AuthenticationMethod::kCertificate;
+      } else if (chosen == AuthnType::kToken) {
+        method_ = AuthenticationMethod::kToken;
+      } else {
+        OSPREY_RETURN_NOT_OK(ChooseMechanism(server));
+      }
       if (agreed_.tls) {
         if (tls_context_ == nullptr) {
           return Status::IllegalState("negotiation: TLS agreed without a TLS context");
@@ -159,6 +167,7 @@ Status ClientNegotiator::Handle(const NegotiatePB& server, NegotiationSteps* ste
         return ContinueHandshake(Slice(), steps);  // the ClientHello
       }
       return BeginSasl(steps);
+    }
     case Step::kTlsHandshake:
       if (server.step() != NegotiatePB::TLS_HANDSHAKE) {
         return Status::NetworkError("negotiation: expected TLS_HANDSHAKE from server, got " +
@@ -167,6 +176,14 @@ Status ClientNegotiator::Handle(const NegotiatePB& server, NegotiationSteps* ste
       return ContinueHandshake(server.tls_handshake(), steps);
     case Step::kSasl:
       return HandleSasl(server, steps);
+    case Step::kToken:
+      if (server.step() != NegotiatePB::TOKEN_EXCHANGE) {
+        return Status::NetworkError("negotiation: expected TOKEN_EXCHANGE from server, got " +
+                                    StepName(server));
+      }
+      step_ = Step::kDone;
+      steps->done = true;
+      return Status::OK();
     case Step::kDone:
       break;
   }
@@ -178,6 +195,20 @@ Status ClientNegotiator::ContinueHandshake(Slice server_token, NegotiationSteps*
   OSPREY_RETURN_NOT_OK(HandshakeRound(tls_.get(), server_token, steps, &done));
   if (!done) return Status::OK();
   steps->tls_handshake_done = true;
+  if (method_ == AuthenticationMethod::kToken) {
+    if (!agreed_.authentication_only) steps->records_from = static_cast<int>(steps->send.size());
+    steps->send.push_back(ClientTokenExchange(auth_.token));
+    step_ = Step::kToken;
+    return Status::OK();
+  }
+  if (method_ == AuthenticationMethod::kCertificate) {
+    // The certificate was the proof: no SASL; the context and calls follow
+    // inside the records unless both sides chose authentication only.
+    if (!agreed_.authentication_only) steps->records_from = static_cast<int>(steps->send.size());
+    step_ = Step::kDone;
+    steps->done = true;
+    return Status::OK();
+  }
   if (method_ == AuthenticationMethod::kKerberos) {
     OSPREY_RETURN_NOT_OK(tls_->ServerEndPointBindings(&channel_bindings_));
   }
@@ -251,12 +282,17 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
   switch (step_) {
     case Step::kNegotiate: {
       NegotiatePB answer;
-      OSPREY_RETURN_NOT_OK(ServerAnswerNegotiate(client, policy_, &answer, &agreed_, Offered()));
+      OtherAuthn acceptable{auth_.certificate,
+                            auth_.certificate && auth_.token_verifier != nullptr};
+      OSPREY_RETURN_NOT_OK(ServerAnswerNegotiate(client, policy_, &answer, &agreed_, Offered(),
+                                                 acceptable, &chosen_));
       if (agreed_.tls) {
         if (tls_context_ == nullptr) {
           return Status::IllegalState("negotiation: TLS agreed without a TLS context");
         }
         OSPREY_RETURN_NOT_OK(tls_context_->NewSession(&tls_));
+        // As Kudu: a token, not a certificate, proves who this client is.
+        if (chosen_ == AuthnType::kToken) tls_->DoNotRequirePeerCertificate();
         step_ = Step::kTlsHandshake;
       } else {
         step_ = Step::kSasl;
@@ -280,6 +316,14 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
           steps->records_from = static_cast<int>(steps->send.size());
         }
         step_ = Step::kSasl;
+        if (chosen_ == AuthnType::kToken) step_ = Step::kToken;
+        if (chosen_ == AuthnType::kCertificate) {
+          OSPREY_RETURN_NOT_OK(
+              tls_->PeerCertificateIdentity(&identity_.user, &identity_.principal));
+          identity_.method = AuthenticationMethod::kCertificate;
+          step_ = Step::kDone;
+          steps->done = true;
+        }
       }
       return Status::OK();
     }
@@ -294,6 +338,25 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
       NegotiatePB answer;
       OSPREY_RETURN_NOT_OK(ServerAnswerSaslInitiate(client, &identity_.user, &answer));
       identity_.method = AuthenticationMethod::kPlain;
+      steps->send.push_back(std::move(answer));
+      step_ = Step::kDone;
+      steps->done = true;
+      return Status::OK();
+    }
+    case Step::kToken: {
+      if (client.step() != NegotiatePB::TOKEN_EXCHANGE || !client.has_authn_token()) {
+        return Status::NotAuthorized("negotiation: expected TOKEN_EXCHANGE with a token, got " +
+                                     StepName(client));
+      }
+      Status s = auth_.token_verifier->Verify(client.authn_token(), &identity_.user);
+      if (!s.ok()) {
+        token_refused_ = true;
+        return s;
+      }
+      identity_.principal.clear();
+      identity_.method = AuthenticationMethod::kToken;
+      NegotiatePB answer;
+      answer.set_step(NegotiatePB::TOKEN_EXCHANGE);
       steps->send.push_back(std::move(answer));
       step_ = Step::kDone;
       steps->done = true;

@@ -13,6 +13,7 @@
 
 #include "osprey/base/connection_types.h"
 #include "osprey/base/status.h"
+#include "osprey/base/token_verifier.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/sasl_gssapi.h"
 #include "osprey/transport/tls_context.h"
@@ -46,6 +47,13 @@ struct ClientAuthPolicy {
   // The host dialled: the rest of the server's principal, and what its
   // certificate must name.
   std::string host;
+  // Offer certificate authentication: this side's TLS context presents a
+  // certificate from files and trusts a CA.
+  bool certificate = false;
+  // A token to present (Kudu's SignedTokenPB bytes); offered only when the
+  // client verifies the server's certificate, as Kudu requires.
+  std::string token;
+  bool verifies_server = false;
 };
 
 // How a server authenticates its clients.
@@ -53,6 +61,11 @@ struct ServerAuthPolicy {
   RpcAuthentication mode = RpcAuthentication::kDisabled;
   // Null: no Kerberos (no keytab).
   std::shared_ptr<const KerberosCredentials> kerberos;
+  // Accept certificate authentication (as `ClientAuthPolicy::certificate`).
+  bool certificate = false;
+  // Accept tokens, checked by this; offered only with a certificate
+  // clients can verify (`certificate` true), as Kudu requires.
+  std::shared_ptr<const TokenVerifier> token_verifier;
 };
 
 class ClientNegotiator {
@@ -63,7 +76,7 @@ class ClientNegotiator {
   ~ClientNegotiator();
 
   // The first message, NEGOTIATE.
-  wire::NegotiatePB Start() const { return ClientNegotiateRequest(offer_); }
+  wire::NegotiatePB Start() const { return ClientNegotiateRequest(offer_, Others()); }
   // The server's next message. An error ends the negotiation; the
   // connection closes with it.
   Status Handle(const wire::NegotiatePB& server, NegotiationSteps* steps);
@@ -76,7 +89,10 @@ class ClientNegotiator {
   AuthenticationMethod method() const { return method_; }
 
  private:
-  enum class Step { kNegotiate, kTlsHandshake, kSasl, kDone };
+  enum class Step { kNegotiate, kTlsHandshake, kSasl, kToken, kDone };
+  OtherAuthn Others() const {
+    return {auth_.certificate, !auth_.token.empty() && auth_.verifies_server};
+  }
   Status ContinueHandshake(Slice server_token, NegotiationSteps* steps);
   // Picks PLAIN or GSSAPI from what the server offers.
   Status ChooseMechanism(const wire::NegotiatePB& server);
@@ -121,9 +137,12 @@ class ServerNegotiator {
   // The client's connection context: after Kerberos it must carry the
   // nonce this server sent, wrapped (a replayed exchange cannot).
   Status CheckConnectionContext(const wire::ConnectionContextPB& context);
+  // The last error of Handle was a token that did not verify: answer it
+  // FATAL_INVALID_AUTHENTICATION_TOKEN (a Kudu client then gets a new one).
+  bool token_refused() const { return token_refused_; }
 
  private:
-  enum class Step { kNegotiate, kTlsHandshake, kSasl, kGssapi, kDone };
+  enum class Step { kNegotiate, kTlsHandshake, kSasl, kGssapi, kToken, kDone };
   SaslMechanisms Offered() const;
   Status HandleGssapiToken(Slice token, NegotiationSteps* steps);
 
@@ -137,6 +156,8 @@ class ServerNegotiator {
   std::unique_ptr<GssapiSaslServer> gssapi_;
   std::string channel_bindings_;
   std::string nonce_;
+  AuthnType chosen_ = AuthnType::kSasl;
+  bool token_refused_ = false;
 };
 
 }  // namespace osprey::transport

@@ -134,6 +134,8 @@ Status TlsContext::CreateServer(const TlsOptions& options, std::unique_ptr<TlsCo
   if (ctx == nullptr) return Status::IllegalState("SSL_CTX_new: " + OpenSslErrors());
   std::unique_ptr<TlsContext> c(new TlsContext(ctx, true));
   OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
+  c->by_certificate_ = !options.cert_file.empty() && !options.ca_file.empty();
+  c->verifies_peer_ = !options.ca_file.empty();
   if (options.cert_file.empty()) {
     std::string cert, key;
     OSPREY_RETURN_NOT_OK(MakeSelfSigned("osprey-server", &cert, &key));
@@ -159,6 +161,8 @@ Status TlsContext::CreateClient(const TlsOptions& options, std::unique_ptr<TlsCo
   std::unique_ptr<TlsContext> c(new TlsContext(ctx, false));
   OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
   c->check_host_ = !options.ca_file.empty() && options.verify_server_host;
+  c->by_certificate_ = !options.cert_file.empty() && !options.ca_file.empty();
+  c->verifies_peer_ = !options.ca_file.empty();
   *out = std::move(c);
   return Status::OK();
 }
@@ -359,6 +363,44 @@ std::string TlsSession::PeerSubject() const {
   X509_NAME_oneline(X509_get_subject_name(peer), buf, sizeof(buf));
   X509_free(peer);
   return buf;
+}
+
+void TlsSession::DoNotRequirePeerCertificate() {
+  if (SSL_get_verify_mode(ssl_) & SSL_VERIFY_PEER) SSL_set_verify(ssl_, SSL_VERIFY_PEER, nullptr);
+}
+
+Status TlsSession::PeerCertificateIdentity(std::string* user, std::string* principal) const {
+  X509* cert = SSL_get0_peer_certificate(ssl_);
+  if (cert == nullptr || SSL_get_verify_result(ssl_) != X509_V_OK) {
+    return Status::NotAuthorized("certificate authentication: no verified peer certificate");
+  }
+  X509_NAME* subject = X509_get_subject_name(cert);
+  char buf[1024];
+  int n = X509_NAME_get_text_by_NID(subject, NID_userId, buf, sizeof(buf));
+  if (n < 0) n = X509_NAME_get_text_by_NID(subject, NID_commonName, buf, sizeof(buf));
+  if (n <= 0) {
+    return Status::NotAuthorized(
+        "certificate authentication: the client certificate names no user (no UID or CN)");
+  }
+  user->assign(buf, static_cast<size_t>(n));
+  principal->clear();
+  static const int kKuduPrincipalNid = [] {
+    const char* oid = "2.25.243346677289068076843480765133256509912";
+    int nid = OBJ_txt2nid(oid);
+    return nid != NID_undef ? nid : OBJ_create(oid, "kuduPrinc", "kuduKerberosPrincipal");
+  }();
+  int idx = X509_get_ext_by_NID(cert, kKuduPrincipalNid, -1);
+  if (idx >= 0) {
+    ASN1_OCTET_STRING* data = X509_EXTENSION_get_data(X509_get_ext(cert, idx));
+    const unsigned char* p = data->data;
+    long len;
+    int tag, xclass;
+    if (ASN1_get_object(&p, &len, &tag, &xclass, data->length) == 0 && tag == V_ASN1_UTF8STRING &&
+        len <= data->length - (p - data->data)) {
+      principal->assign(reinterpret_cast<const char*>(p), static_cast<size_t>(len));
+    }
+  }
+  return Status::OK();
 }
 
 Status TlsSession::ServerEndPointBindings(std::string* out) const {

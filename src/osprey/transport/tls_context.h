@@ -52,6 +52,11 @@ class TlsContext {
   // checks hosts; empty (a Unix socket): not checked.
   Status NewSession(std::unique_ptr<TlsSession>* out, const std::string& peer_host = "") const;
   bool is_server() const { return server_; }
+  // It presents a certificate from files and verifies peers against a CA:
+  // it can authenticate by certificate (Kudu's authn_types.certificate).
+  bool authenticates_by_certificate() const { return by_certificate_; }
+  // It verifies the peer's certificate against a CA.
+  bool verifies_peer() const { return verifies_peer_; }
 
   // A self-signed certificate and its key, PEM, for `common_name`: what a
   // server without configured files uses, and what tests build CAs from.
@@ -64,6 +69,8 @@ class TlsContext {
   SSL_CTX* ctx_;
   bool server_;
   bool check_host_ = false;
+  bool by_certificate_ = false;
+  bool verifies_peer_ = false;
 };
 
 class TlsSession {
@@ -101,6 +108,15 @@ class TlsSession {
 
   // The peer certificate's subject, or empty.
   std::string PeerSubject() const;
+  // Server, before the handshake: a client without a certificate is let in
+  // (one that authenticates with a token); one that presents a certificate
+  // is still verified.
+  void DoNotRequirePeerCertificate();
+  // Who the verified peer certificate names, as a Kudu server reads it:
+  // the subject's userId (UID), else its CN, and the Kerberos principal of
+  // Kudu's extension (OID 2.25.243346677289068076843480765133256509912),
+  // if any. NotAuthorized without a peer certificate or a name in it.
+  Status PeerCertificateIdentity(std::string* user, std::string* principal) const;
   // RFC 5929's tls-server-end-point channel bindings (the hash of the
   // server's certificate), which a Kerberos server sends wrapped so that a
   // client can tell that no one in the middle terminated its TLS.

@@ -47,13 +47,14 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
           {{"direction", directions[d]}, {"security", securities[k]}});
     }
   }
-  const char* methods[] = {"plain", "gssapi"};
+  const char* methods[] = {"plain", "gssapi", "certificate", "token"};
   for (int d = 0; d < 2; ++d) {
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 4; ++k) {
       authenticated_[d][k] =
           MakeCounter(r, "osprey_connections_authenticated_total",
                       "Connections whose negotiation finished, by direction and how the client "
-                      "authenticated: SASL PLAIN (a name it chose) or Kerberos (SASL GSSAPI).",
+                      "authenticated: SASL PLAIN (a name it chose), Kerberos (SASL GSSAPI), a TLS "
+                      "client certificate or a token.",
                       {{"direction", directions[d]}, {"method", methods[k]}});
     }
   }
@@ -129,7 +130,11 @@ void TransportMetrics::CountNegotiated(bool inbound, ConnectionSecurity security
 }
 
 void TransportMetrics::CountAuthenticated(bool inbound, AuthenticationMethod method) {
-  authenticated_[inbound ? 1 : 0][method == AuthenticationMethod::kKerberos ? 1 : 0]->Increment();
+  int k = method == AuthenticationMethod::kKerberos      ? 1
+          : method == AuthenticationMethod::kCertificate ? 2
+          : method == AuthenticationMethod::kToken       ? 3
+                                                         : 0;
+  authenticated_[inbound ? 1 : 0][k]->Increment();
 }
 
 void TransportMetrics::RecordReactorIteration(int reactor, MonoDelta busy) {

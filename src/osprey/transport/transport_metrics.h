@@ -64,8 +64,8 @@ class TransportMetrics {
   Counter* negotiation_failures_[static_cast<int>(NegotiationFailure::kCount)];
   // [inbound][clear, authentication only, encrypted]
   Counter* negotiated_[2][3];
-  // [inbound][plain, gssapi]
-  Counter* authenticated_[2][2];
+  // [inbound][plain, gssapi, certificate, token]
+  Counter* authenticated_[2][4];
   std::vector<std::shared_ptr<Counter>> busy_nanos_;
   std::vector<LatencyHistogram*> loop_lag_;
 };
