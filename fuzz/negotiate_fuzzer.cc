@@ -9,6 +9,7 @@
 #include <string>
 
 #include "osprey/base/slice.h"
+#include "osprey/rpc/kudu_token_verifier.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/wire/rpc_header.pb.h"
 #include "osprey/wire/sasl_plain.h"
@@ -84,6 +85,48 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       abort();
     }
     if ((bits & 4) && !agreed.tls) abort();
+  }
+
+  // Every authentication a server may accept: mechanisms, certificate and
+  // token. What it chooses needs TLS; a choice other than SASL lists no
+  // mechanism; a SASL answer lists only mechanisms it offers.
+  using osprey::transport::AuthnType;
+  for (int bits = 0; bits < 32; ++bits) {
+    ServerTlsPolicy policy;
+    policy.available = bits & 1;
+    osprey::transport::SaslMechanisms mechanisms{(bits & 2) != 0, (bits & 4) != 0};
+    if (!mechanisms.plain && !mechanisms.gssapi) mechanisms.plain = true;
+    osprey::transport::OtherAuthn acceptable{(bits & 8) != 0, (bits & 16) != 0};
+    NegotiatePB answer;
+    TlsFeatures agreed;
+    AuthnType chosen = AuthnType::kSasl;
+    osprey::Status s = osprey::transport::ServerAnswerNegotiate(pb, policy, &answer, &agreed,
+                                                                mechanisms, acceptable, &chosen);
+    if (!s.ok()) {
+      if (!s.IsNotAuthorized() && !s.IsCorruption()) abort();
+      continue;
+    }
+    osprey::transport::SaslMechanisms listed = osprey::transport::ListedMechanisms(answer);
+    if (chosen != AuthnType::kSasl) {
+      if (!agreed.tls || answer.sasl_mechanisms_size() != 0) abort();
+      if (chosen == AuthnType::kCertificate && !acceptable.certificate) abort();
+      if (chosen == AuthnType::kToken && !acceptable.token) abort();
+    } else {
+      if ((listed.plain && !mechanisms.plain) || (listed.gssapi && !mechanisms.gssapi)) abort();
+    }
+    // A client reading that answer agrees on what was chosen.
+    AuthnType client_chose = AuthnType::kSasl;
+    s = osprey::transport::ClientCheckNegotiate(answer, {true, false}, false, &agreed, acceptable,
+                                                &client_chose);
+    if (s.ok() && client_chose != chosen) abort();
+  }
+  // A token in the message: the verifier refuses what it cannot check, and
+  // never crashes.
+  if (pb.has_authn_token()) {
+    static osprey::KuduTokenVerifier verifier([] { return int64_t{1'800'000'000}; });
+    std::string user;
+    osprey::Status s = verifier.Verify(pb.authn_token(), &user);
+    if (s.ok() || !s.IsNotAuthorized()) abort();  // it holds no key, so nothing verifies
   }
 
   // Round trip: serialize, parse, serialize again; the two serializations

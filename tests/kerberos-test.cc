@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "mini_kdc.h"
+#include "osprey/base/countdown_latch.h"
+#include "osprey/base/socket.h"
 #include "osprey/transport/negotiator.h"
 #include "osprey/transport/sasl_gssapi.h"
 #include "osprey/transport/tls_context.h"
@@ -34,6 +36,16 @@ using wire::NegotiatePB;
 
 const std::string kServerPrincipal = "osprey/127.0.0.1";
 const std::string kRealmSuffix = std::string("@") + MiniKdc::kRealm;
+
+// What a connection does after steps.start_kerberos, inline: Kerberos's
+// first step, then the SASL_INITIATE it makes.
+Status StartKerberosInline(ClientNegotiator* client, NegotiationSteps* steps) {
+  if (!steps->start_kerberos) return Status::OK();
+  auto gssapi = client->TakeKerberosStart();
+  std::string token;
+  Status started = gssapi->Start(&token);
+  return client->KerberosStarted(std::move(gssapi), started, std::move(token), steps);
+}
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -255,6 +267,53 @@ TEST_F(KerberosTest, ADeadKdcIsNamed) {
   EXPECT_TRUE(Contains(s.ToString(), "no KDC answered")) << s.ToString();
 }
 
+// Kerberos's first client step may wait for the KDC (a service ticket).
+// It runs off the reactor: while a KDC host accepts and never answers, the
+// same reactor serves every other connection.
+TEST_F(KerberosTest, AKdcThatNeverAnswersStallsNoOtherConnection) {
+  TestServer kerberized, plain;
+  Status s = kerberized.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = plain.Start(1, ServicePoolOptions(), MessengerBuilder("plain-server"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // A "KDC" whose host takes the connection (the kernel's backlog) and
+  // never says a word.
+  Socket silent;
+  Sockaddr silent_addr;
+  ASSERT_TRUE(silent.Init(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(silent.Bind(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(silent.Listen(16).ok());
+  ASSERT_TRUE(silent.GetLocalAddress(&silent_addr).ok());
+  ASSERT_TRUE(kdc_->UseKdcPort(silent_addr.port()).ok());
+
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(Client(RpcAuthentication::kOptional).set_num_reactors(1).Build(&client).ok());
+  CalculatorServiceProxy to_kerberized(client, kerberized.address);
+  WhoAmIRequestPB req;
+  WhoAmIResponsePB resp;
+  RpcController kctl;
+  kctl.set_timeout(MonoDelta::FromSeconds(20));
+  CountDownLatch kerberos_done(1);
+  to_kerberized.WhoAmIAsync(req, &resp, &kctl, [&] { kerberos_done.CountDown(); });
+  // Let the Kerberos negotiation reach the KDC, then call elsewhere on the
+  // same reactor.
+  ASSERT_TRUE(rpc_test::WaitUntil([&] {
+    std::vector<ConnectionInfo> conns;
+    return client->DumpConnections(&conns).ok() && !conns.empty();
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CalculatorServiceProxy to_plain(client, plain.address);
+  s = rpc_test::CheckedAdd(to_plain, 2, 3, MonoDelta::FromSeconds(2));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(kerberos_done.WaitFor(MonoDelta())) << "the Kerberos call ended early";
+  // The KDC host goes away: the Kerberos call fails, with a reason.
+  silent.Close();
+  ASSERT_TRUE(kerberos_done.WaitFor(MonoDelta::FromSeconds(30)));
+  EXPECT_FALSE(kctl.status().ok());
+  ASSERT_TRUE(kdc_->UseKdcPort(kdc_->port()).ok());
+  client->Shutdown();
+}
+
 TEST_F(KerberosTest, AnExpiredTicketSaysKinitAgain) {
   // The KDC's clock is the machine's: a ticket of two seconds, then three
   // seconds of waiting (clock skew allowance applies only between hosts).
@@ -331,6 +390,7 @@ class KerberosNegotiatorTest : public KerberosTest {
       for (const NegotiatePB& m : server_steps.send) {
         NegotiationSteps client_steps;
         OSPREY_RETURN_NOT_OK(client_->Handle(m, &client_steps));
+        OSPREY_RETURN_NOT_OK(StartKerberosInline(client_.get(), &client_steps));
         for (auto& c : client_steps.send) to_server.push_back(c);
       }
     }
@@ -425,6 +485,7 @@ TEST_F(KerberosNegotiatorTest, AManInTheMiddleOfTlsIsCaughtByTheChannelBindings)
     NegotiationSteps m, c;
     for (const NegotiatePB& msg : c_steps.send) ASSERT_TRUE(mitm_to_client.Handle(msg, &m).ok());
     for (const NegotiatePB& msg : m.send) ASSERT_TRUE(client.Handle(msg, &c).ok());
+    ASSERT_TRUE(StartKerberosInline(&client, &c).ok());
     c_steps = c;
   }
   for (const NegotiatePB& msg : c_steps.send) {
@@ -461,6 +522,7 @@ TEST_F(KerberosNegotiatorTest, AManInTheMiddleOfTlsIsCaughtByTheChannelBindings)
     for (const NegotiatePB& msg : sv.send) {
       NegotiationSteps c;
       verdict = client.Handle(msg, &c);
+      if (verdict.ok()) verdict = StartKerberosInline(&client, &c);
       if (!verdict.ok()) break;
       for (auto& m : c.send) to_server.push_back(m);
     }

@@ -84,20 +84,8 @@ Status MiniKdc::Start(std::unique_ptr<MiniKdc>* out, const std::string& extra_li
                                        << "[logging]\n"
                                        << "  kdc = FILE:" << kdc->Path("kdc.log") << "\n"
                                        << "  default = FILE:" << kdc->Path("krb5lib.log") << "\n";
-  // Loopback addresses have no reverse DNS: names stay as dialled. TCP to
-  // the KDC, so that a stopped KDC is refused at once.
-  std::ofstream(kdc->Path("krb5.conf")) << "[libdefaults]\n"
-                                        << "  default_realm = " << kRealm << "\n"
-                                        << "  dns_lookup_kdc = false\n"
-                                        << "  dns_lookup_realm = false\n"
-                                        << "  dns_canonicalize_hostname = false\n"
-                                        << "  rdns = false\n"
-                                        << "  udp_preference_limit = 1\n"
-                                        << "  " << extra_libdefaults << "\n"
-                                        << "[realms]\n"
-                                        << "  " << kRealm << " = {\n"
-                                        << "    kdc = 127.0.0.1:" << port << "\n"
-                                        << "  }\n";
+  kdc->extra_libdefaults_ = extra_libdefaults;
+  kdc->WriteKrb5Conf(kdc->port_);
   std::ofstream(kdc->Path("kadm5.acl")) << "*/admin@" << kRealm << " *\n";
   setenv("KRB5_CONFIG", kdc->Path("krb5.conf").c_str(), 1);
   setenv("KRB5_KDC_PROFILE", kdc->Path("kdc.conf").c_str(), 1);
@@ -118,6 +106,28 @@ MiniKdc::~MiniKdc() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+}
+
+void MiniKdc::WriteKrb5Conf(int kdc_port) const {
+  // Loopback addresses have no reverse DNS: names stay as dialled. TCP to
+  // the KDC, so that a stopped KDC is refused at once.
+  std::ofstream(Path("krb5.conf")) << "[libdefaults]\n"
+                                   << "  default_realm = " << kRealm << "\n"
+                                   << "  dns_lookup_kdc = false\n"
+                                   << "  dns_lookup_realm = false\n"
+                                   << "  dns_canonicalize_hostname = false\n"
+                                   << "  rdns = false\n"
+                                   << "  udp_preference_limit = 1\n"
+                                   << "  " << extra_libdefaults_ << "\n"
+                                   << "[realms]\n"
+                                   << "  " << kRealm << " = {\n"
+                                   << "    kdc = 127.0.0.1:" << kdc_port << "\n"
+                                   << "  }\n";
+}
+
+Status MiniKdc::UseKdcPort(int port) {
+  WriteKrb5Conf(port);
+  return Status::OK();
 }
 
 Status MiniKdc::Run(const std::string& command, std::string* output) const {

@@ -38,6 +38,11 @@ class MiniKdc {
   // Empties the ticket cache (kdestroy).
   Status Kdestroy();
 
+  // Points krb5.conf at another "KDC" port (a test's silent listener), or
+  // back at this KDC with port().
+  Status UseKdcPort(int port);
+  int port() const { return port_; }
+
   // Stops the KDC (it can start again) or starts it again.
   Status StopKdc();
   Status StartKdc();
@@ -49,6 +54,8 @@ class MiniKdc {
  private:
   MiniKdc() = default;
   Status Run(const std::string& command, std::string* output = nullptr) const;
+  void WriteKrb5Conf(int kdc_port) const;
+  std::string extra_libdefaults_;
   std::string dir_;
   std::string ccache_;
   int port_ = 0;

@@ -15,6 +15,7 @@
 #include "osprey/rpc/service_pool.h"
 #include "osprey/rpc/slow_call_log.h"
 #include "osprey/transport/acceptor.h"
+#include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_options.h"
@@ -196,6 +197,9 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   if (options.sasl_proto_name.empty()) {
     return Status::InvalidArgument("the SASL protocol name must not be empty");
+  }
+  if (options.authentication != RpcAuthentication::kDisabled) {
+    options.blocking_worker = std::make_shared<transport::BlockingWorker>();
   }
   if (!keytab_file_.empty()) {
     if (options.authentication == RpcAuthentication::kDisabled) {

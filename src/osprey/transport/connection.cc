@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <functional>
 
+#include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/transport_metrics.h"
@@ -445,9 +446,53 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
   }
   NegotiationSteps steps;
   OSPREY_RETURN_NOT_OK(client_negotiator_->Handle(pb, &steps));
+  return ApplyClientSteps(steps);
+}
+
+void Connection::StartKerberos() {
+  std::shared_ptr<GssapiSaslClient> gssapi = client_negotiator_->TakeKerberosStart();
+  std::weak_ptr<Connection> weak = shared_from_this();
+  std::weak_ptr<Reactor> reactor = reactor_keepalive_;
+  auto start = [weak, reactor, gssapi]() {
+    std::string token;
+    Status started = gssapi->Start(&token);
+    if (auto r = reactor.lock()) {
+      r->Schedule([weak, gssapi, started, token = std::move(token)]() mutable {
+        if (auto c = weak.lock()) {
+          c->reactor_->AssertCurrentThread();  // tasks run on the reactor
+          c->KerberosStarted(std::move(gssapi), started, std::move(token));
+        }
+      });
+    }
+  };
+  BlockingWorker* worker = reactor_->options().blocking_worker.get();
+  if (worker == nullptr) {
+    start();  // its result still comes back as a task
+  } else if (!worker->Submit(start)) {
+    Shutdown(Status::ServiceUnavailable(
+        ToString() + ": too many Kerberos negotiations wait for the KDC; try again later"));
+  }
+}
+
+void Connection::KerberosStarted(std::shared_ptr<GssapiSaslClient> gssapi, const Status& started,
+                                 std::string token) {
+  if (state_ != State::kNegotiating) return;  // closed (timed out) meanwhile
+  NegotiationSteps steps;
+  Status s =
+      client_negotiator_->KerberosStarted(std::move(gssapi), started, std::move(token), &steps);
+  if (s.ok()) s = ApplyClientSteps(steps);
+  if (!s.ok()) {
+    Shutdown(s);
+    return;
+  }
+  Flush();
+}
+
+Status Connection::ApplyClientSteps(const NegotiationSteps& steps) {
   std::unique_ptr<TlsSession> session;
   if (steps.tls_handshake_done) session = client_negotiator_->TakeTlsSession();
   ApplyNegotiationSteps(steps, client_negotiator_->agreed(), std::move(session));
+  if (steps.start_kerberos) StartKerberos();
   if (steps.done) {
     wire::ConnectionContextPB context;
     OSPREY_RETURN_NOT_OK(client_negotiator_->ConnectionContext(&context));

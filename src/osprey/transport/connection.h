@@ -174,6 +174,13 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
       REQUIRES(reactor_->loop_mu_);
   void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
   void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
+  // Client: runs the negotiator's Kerberos start on the messenger's
+  // BlockingWorker, then KerberosStarted back on this reactor.
+  void StartKerberos() REQUIRES(reactor_->loop_mu_);
+  void KerberosStarted(std::shared_ptr<GssapiSaslClient> gssapi, const Status& started,
+                       std::string token) REQUIRES(reactor_->loop_mu_);
+  // What HandleClientNegotiation does with the negotiator's steps.
+  Status ApplyClientSteps(const NegotiationSteps& steps) REQUIRES(reactor_->loop_mu_);
   std::string ToString() const;
 
   Reactor* const reactor_;

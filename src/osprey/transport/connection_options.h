@@ -12,6 +12,7 @@
 namespace osprey::transport {
 
 class HttpHandler;
+class BlockingWorker;
 class KerberosCredentials;
 }  // namespace osprey::transport
 namespace osprey {
@@ -51,6 +52,9 @@ struct ConnectionOptions {
   // client reads the ticket cache when a server offers Kerberos.
   std::shared_ptr<const KerberosCredentials> kerberos_server;
   std::shared_ptr<const KerberosCredentials> kerberos_client;
+  // Where a client's Kerberos first step runs (it may wait for the KDC);
+  // null: on the reactor. Made by MessengerBuilder::Build with Kerberos on.
+  std::shared_ptr<BlockingWorker> blocking_worker;
   // Kudu's sasl_proto_name: the service a client asks Kerberos for.
   std::string sasl_proto_name = "kudu";
   // Client: a token to present (TOKEN_EXCHANGE); empty: none.

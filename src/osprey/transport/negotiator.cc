@@ -83,9 +83,19 @@ Status ClientNegotiator::BeginSasl(NegotiationSteps* steps) {
         "negotiation: Kerberos asks for the server's principal by the host dialled, and this "
         "connection has none (a Unix socket): dial the server by host name");
   }
-  gssapi_ = std::make_unique<GssapiSaslClient>(kerberos_, auth_.service_name, auth_.host);
-  std::string token;
-  OSPREY_RETURN_NOT_OK(gssapi_->Start(&token));
+  gssapi_ = std::make_shared<GssapiSaslClient>(kerberos_, auth_.service_name, auth_.host);
+  steps->start_kerberos = true;
+  return Status::OK();
+}
+
+Status ClientNegotiator::KerberosStarted(std::shared_ptr<GssapiSaslClient> gssapi,
+                                         const Status& started, std::string token,
+                                         NegotiationSteps* steps) {
+  if (step_ != Step::kSasl || gssapi == nullptr) {
+    return Status::IllegalState("negotiation: a Kerberos start nobody asked for");
+  }
+  OSPREY_RETURN_NOT_OK(started);
+  gssapi_ = std::move(gssapi);
   steps->send.push_back(ClientGssapiInitiate(std::move(token)));
   return Status::OK();
 }

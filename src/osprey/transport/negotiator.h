@@ -34,6 +34,10 @@ struct NegotiationSteps {
   // Negotiation is over: the client sends its connection context and its
   // calls; the server expects the context.
   bool done = false;
+  // Client: Kerberos's first step is next, and it may block (a service
+  // ticket from the KDC): run TakeKerberosStart's Start off the reactor,
+  // then hand the result to KerberosStarted.
+  bool start_kerberos = false;
 };
 
 // How a client authenticates (Kudu's --rpc_authentication).
@@ -83,6 +87,11 @@ class ClientNegotiator {
 
   const TlsFeatures& agreed() const { return agreed_; }
   std::unique_ptr<TlsSession> TakeTlsSession() { return std::move(tls_); }
+  // After steps.start_kerberos: the exchange whose Start (any thread) makes
+  // the SASL_INITIATE token; then its result goes to KerberosStarted.
+  std::shared_ptr<GssapiSaslClient> TakeKerberosStart() { return std::move(gssapi_); }
+  Status KerberosStarted(std::shared_ptr<GssapiSaslClient> gssapi, const Status& started,
+                         std::string token, NegotiationSteps* steps);
   // Once done: the connection context to send (with the server's nonce,
   // wrapped, after Kerberos).
   Status ConnectionContext(wire::ConnectionContextPB* context);
@@ -111,7 +120,7 @@ class ClientNegotiator {
   std::unique_ptr<TlsSession> tls_;
   AuthenticationMethod method_ = AuthenticationMethod::kPlain;
   std::shared_ptr<const KerberosCredentials> kerberos_;
-  std::unique_ptr<GssapiSaslClient> gssapi_;
+  std::shared_ptr<GssapiSaslClient> gssapi_;
   // The server certificate's channel bindings, taken when the handshake ends.
   std::string channel_bindings_;
   std::string nonce_;
