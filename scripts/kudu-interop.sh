@@ -66,6 +66,9 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# A signal ends the script through its EXIT trap too, so that the servers
+# and the KDC it started go with it.
+trap "exit 130" INT TERM
 
 passed=0
 failed=0
