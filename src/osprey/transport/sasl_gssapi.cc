@@ -233,21 +233,28 @@ Status ResolveHostInPrincipal(const std::string& principal, std::string* out) {
   return Status::OK();
 }
 
-Status KerberosCredentials::ForServer(const std::string& keytab_file, const std::string& principal,
-                                      std::shared_ptr<const KerberosCredentials>* out) {
-  if (keytab_file.empty()) {
-    return Status::InvalidArgument("Kerberos needs a keytab file for the server's principal");
-  }
+// A keytab file that exists, and `principal` (_HOST resolved, into
+// *resolved) as a Kerberos name: what a server's and a client's keytab
+// logins both start from.
+static Status KeytabPrincipal(const std::string& keytab_file, const std::string& principal,
+                              std::string* resolved, Name* name) {
   struct stat st;
   if (stat(keytab_file.c_str(), &st) != 0) {
     return Status::InvalidArgument("keytab file '" + keytab_file +
                                    "': " + std::string(strerror(errno)));
   }
+  OSPREY_RETURN_NOT_OK(ResolveHostInPrincipal(principal, resolved));
+  return ImportName(*resolved, const_cast<gss_OID>(GSS_KRB5_NT_PRINCIPAL_NAME), name);
+}
+
+Status KerberosCredentials::ForServer(const std::string& keytab_file, const std::string& principal,
+                                      std::shared_ptr<const KerberosCredentials>* out) {
+  if (keytab_file.empty()) {
+    return Status::InvalidArgument("Kerberos needs a keytab file for the server's principal");
+  }
   std::string resolved;
-  OSPREY_RETURN_NOT_OK(ResolveHostInPrincipal(principal, &resolved));
   Name name;
-  OSPREY_RETURN_NOT_OK(
-      ImportName(resolved, const_cast<gss_OID>(GSS_KRB5_NT_PRINCIPAL_NAME), &name));
+  OSPREY_RETURN_NOT_OK(KeytabPrincipal(keytab_file, principal, &resolved, &name));
   std::string kt = "FILE:" + keytab_file;
   gss_key_value_element_desc element = {"keytab", kt.c_str()};
   gss_key_value_set_desc store = {1, &element};
@@ -305,16 +312,9 @@ Status KerberosCredentials::ForClient(const std::string& keytab_file, const std:
     if (principal.empty()) {
       return Status::InvalidArgument("a client keytab needs the principal to log in as");
     }
-    struct stat st;
-    if (stat(keytab_file.c_str(), &st) != 0) {
-      return Status::InvalidArgument("keytab file '" + keytab_file +
-                                     "': " + std::string(strerror(errno)));
-    }
     std::string resolved;
-    OSPREY_RETURN_NOT_OK(ResolveHostInPrincipal(principal, &resolved));
     Name name;
-    OSPREY_RETURN_NOT_OK(
-        ImportName(resolved, const_cast<gss_OID>(GSS_KRB5_NT_PRINCIPAL_NAME), &name));
+    OSPREY_RETURN_NOT_OK(KeytabPrincipal(keytab_file, principal, &resolved, &name));
     std::string kt = "FILE:" + keytab_file;
     // A cache of this process's own, so that a keytab login never touches
     // the user's ticket cache.
