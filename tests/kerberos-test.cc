@@ -329,6 +329,42 @@ TEST_F(KerberosTest, AnExpiredTicketSaysKinitAgain) {
   EXPECT_TRUE(Contains(s.ToString(), "expired")) << s.ToString();
 }
 
+// A client whose principal is of a realm krb5.conf does not list, and no
+// DNS to find its KDC by: Kerberos cannot even begin.
+TEST_F(KerberosTest, AnUnknownRealmIsNamed) {
+  ASSERT_TRUE(kdc_->Kdestroy().ok());
+  Status s = kdc_->WriteKeytabOutsideTheKdc("carol@NOWHERE.TEST", "carol.keytab");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TestServer server;
+  s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  MessengerBuilder cb = Client(RpcAuthentication::kRequired);
+  cb.set_keytab_file(kdc_->Path("carol.keytab")).set_principal("carol@NOWHERE.TEST");
+  WhoAmIResponsePB resp;
+  s = WhoAmI(cb, server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "unknown Kerberos realm")) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "NOWHERE.TEST")) << s.ToString();
+}
+
+// The client's clock an hour ahead of the KDC's and the server's (MIT
+// allows five minutes): refused, and the message says to sync the clocks.
+TEST_F(KerberosTest, AClockSkewIsNamed) {
+  Status s = kdc_->SkewTicketCacheClock(3600);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TestServer server;
+  s = server.Start(1, ServicePoolOptions(), Server(RpcAuthentication::kRequired));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WhoAmIResponsePB resp;
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "clocks of client and server differ")) << s.ToString();
+  // Without the skew, the same ticket cache works.
+  ASSERT_TRUE(kdc_->SkewTicketCacheClock(0).ok());
+  s = WhoAmI(Client(RpcAuthentication::kRequired), server.address, &resp);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST_F(KerberosTest, ServerSettingsThatCannotWorkFailAtStart) {
   std::shared_ptr<Messenger> m;
   // A keytab without the principal's key.

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 namespace osprey::test {
@@ -207,5 +209,62 @@ Status MiniKdc::Kinit(const std::string& principal, const std::string& keytab,
 }
 
 Status MiniKdc::Kdestroy() { return Run(Bin("kdestroy") + " -q -c " + ccache_); }
+
+Status MiniKdc::WriteKeytabOutsideTheKdc(const std::string& principal, const std::string& keytab) {
+  std::string kt = keytab[0] == '/' ? keytab : Path(keytab);
+  std::string script = Path("ktutil.in");
+  std::ofstream(script) << "addent -password -p " << principal
+                        << " -k 1 -e aes256-cts-hmac-sha1-96\n"
+                        << "not-a-secret\n"
+                        << "wkt " << kt << "\n"
+                        << "quit\n";
+  OSPREY_RETURN_NOT_OK(Run(Bin("ktutil") + " < " + script));
+  if (!std::filesystem::exists(kt)) return Status::IllegalState("ktutil wrote no " + kt);
+  return Status::OK();
+}
+
+// A file ticket cache (format 4) starts: 0x05 0x04, a 16-bit header length,
+// then tagged fields; tag 1 is the KDC time offset (32-bit seconds, 32-bit
+// microseconds). All big-endian.
+Status MiniKdc::SkewTicketCacheClock(int32_t seconds) {
+  std::string path = Path("ccache");
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (bytes.size() < 4 || bytes[0] != 5 || bytes[1] != 4) {
+    return Status::IllegalState(path + " is not a version 4 ticket cache");
+  }
+  auto be16 = [&](size_t at) {
+    return static_cast<size_t>(static_cast<uint8_t>(bytes[at]) << 8 |
+                               static_cast<uint8_t>(bytes[at + 1]));
+  };
+  auto put32 = [](std::string* s, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; i++) (*s)[at + i] = static_cast<char>(v >> (24 - 8 * i));
+  };
+  const size_t header_len = be16(2);
+  if (4 + header_len > bytes.size()) return Status::IllegalState(path + ": a short header");
+  for (size_t at = 4; at + 4 <= 4 + header_len;) {
+    size_t tag = be16(at), len = be16(at + 2);
+    if (tag == 1 && len == 8) {
+      put32(&bytes, at + 4, static_cast<uint32_t>(seconds));
+      put32(&bytes, at + 8, 0);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      return Status::OK();
+    }
+    at += 4 + len;
+  }
+  // No offset yet: add the field.
+  std::string field(12, '\0');
+  field[1] = 1;
+  field[3] = 8;
+  put32(&field, 4, static_cast<uint32_t>(seconds));
+  bytes.insert(4 + header_len, field);
+  bytes[2] = static_cast<char>((header_len + 12) >> 8);
+  bytes[3] = static_cast<char>((header_len + 12) & 0xff);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return Status::OK();
+}
 
 }  // namespace osprey::test

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,15 @@ class MiniKdc {
                const std::string& lifetime = "");
   // Empties the ticket cache (kdestroy).
   Status Kdestroy();
+
+  // A keytab holding a key for `principal` that this KDC never sees (ktutil
+  // alone): a principal of a realm krb5.conf does not know, say.
+  Status WriteKeytabOutsideTheKdc(const std::string& principal, const std::string& keytab);
+  // Makes the ticket cache say the KDC's clock is `seconds` ahead of this
+  // host's (the offset MIT Kerberos keeps in a cache, kdc_timesync), so the
+  // next Kerberos step stamps its authenticator that far off: a clock skew
+  // without touching the machine's clock.
+  Status SkewTicketCacheClock(int32_t seconds);
 
   // Points krb5.conf at another "KDC" port (a test's silent listener), or
   // back at this KDC with port().
