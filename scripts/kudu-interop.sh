@@ -31,6 +31,11 @@
 #      Kudu client -> Osprey server, clear, TLS authentication-only and full
 #      TLS (channel bindings checked by each client); Kudu's exactly-once
 #      client; refusals without a ticket both ways and for a wrong principal
+#   7. tokens: scripts/kudu-token-issuer.cc, built against the peer, issues an
+#      authentication token with Kudu's own TokenSigner (as a Kudu master
+#      does); token-auth-test's KuduIssuedTokenTest presents it to an Osprey
+#      server whose KuduTokenVerifier holds Kudu's exported public key, and a
+#      copy with one bit changed
 #
 # KUDU_COMMIT names the Kudu commit the peer was built from (build.sh prints
 # it), for the summary line.
@@ -279,8 +284,8 @@ osprey_client_cell() {
 }
 
 encs=(disabled optional required)
-# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos": a subset.
-only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos}"
+# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens": a subset.
+only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens}"
 section() { [[ " $only " == *" $1 "* ]]; }
 
 # --- 1 and 2: on loopback -------------------------------------------------------
@@ -575,6 +580,43 @@ if section kerberos; then
       'Kerberos authentication of the client[^(]*' "$(elapsed_since "$start")" \
       "$tmp/cell.out" "$tmp/cell.err" $rc
     stop_server "$srv_pid"
+  fi
+fi
+
+# --- 7: tokens Kudu's own TokenSigner issued ---------------------------------------
+
+if section tokens; then
+  echo "== tokens from Kudu's TokenSigner -> Osprey server (KuduTokenVerifier)"
+  ksrc=$(sed -n 's/^KUDU_SRC:[A-Z]*=//p' "$KUDU/CMakeCache.txt" 2> /dev/null)
+  token_test="$BUILD_DIR/tests/token-auth-test"
+  if [[ -z $ksrc || ! -f $ksrc/kudu/security/token_signer.h || ! -f $KUDU/libkudu_core.a ]]; then
+    fail "tokens: no Kudu source or libkudu_core.a behind $KUDU (KUDU_SRC in its CMakeCache.txt)"
+  elif [[ ! -x $token_test ]]; then
+    fail "tokens: $token_test not found: run scripts/build.sh first"
+  elif ! g++ -std=c++17 -O1 -pthread -fno-strict-aliasing -Wno-deprecated-declarations \
+    -D__STDC_FORMAT_MACROS -DKUDU_HEADERS_USE_SHORT_STATUS_MACROS=1 -DKUDU_HEADERS_USE_RICH_SLICE=1 \
+    -DKUDU_HEADERS_NO_STUBS=1 -DKUDU_STATIC_DEFINE -I"$KUDU/gen" -I"$ksrc" \
+    -I"$(sed -n 's/^kudu_anchor_SOURCE_DIR:[A-Z]*=//p' "$KUDU/CMakeCache.txt")/stubs" \
+    scripts/kudu-token-issuer.cc -o "$tmp/kudu-token-issuer" "$KUDU/libkudu_core.a" \
+    "$KUDU/libbase_proto.a" "$KUDU/libgutil.a" -lsasl2 -lgssapi_krb5 -lkrb5 -lk5crypto -lcom_err \
+    -lev -lssl -lcrypto -lprotobuf -lglog -lgflags -lunwind -lz -ldl -lrt > "$tmp/issuer.log" 2>&1; then
+    fail "tokens: scripts/kudu-token-issuer.cc did not build against $KUDU: $(head -c 300 "$tmp/issuer.log")"
+  else
+    mkdir -p "$tmp/tokens"
+    if ! issued=$("$tmp/kudu-token-issuer" "$tmp/tokens" kudu-token-user 600 2>&1); then
+      fail "tokens: Kudu's TokenSigner issued nothing: $issued"
+    else
+      OSPREY_KUDU_TOKEN_DIR="$tmp/tokens" OSPREY_KUDU_TOKEN_USER=kudu-token-user \
+        timeout 120 "$token_test" --gtest_filter='KuduIssuedTokenTest.*' > "$tmp/tokens.out" 2>&1
+      for t in ATokenKudusSignerIssuedAuthenticatesItsUser AKudusTokenChangedByOneBitIsRefused; do
+        what="tokens: $t (${issued#ISSUED })"
+        if grep -q "^\[       OK \] KuduIssuedTokenTest.$t" "$tmp/tokens.out"; then
+          pass "$what"
+        else
+          fail "$what: $(grep -m3 -E 'Failure|SKIPPED|error' "$tmp/tokens.out")"
+        fi
+      done
+    fi
   fi
 fi
 

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -163,8 +164,8 @@ class TokenAuthTest : public ::testing::Test {
     key_file_ = (dir_ / "server.key").string();
     std::ofstream(cert_) << cert;
     std::ofstream(key_file_) << key;
-    verifier_ = std::make_shared<KuduTokenVerifier>([] { return kNow; });
-    ASSERT_TRUE(verifier_->AddPublicKey(5, signing_.PublicDer(), kNow + 3600).ok());
+    MakeVerifier();
+    ASSERT_NE(verifier_, nullptr);
     MessengerBuilder b("token-server");
     b.set_rpc_encryption(RpcEncryption::kRequired)
         .set_tls_certificate_files(cert_, key_file_)
@@ -172,7 +173,13 @@ class TokenAuthTest : public ::testing::Test {
         .set_token_verifier(verifier_);
     ASSERT_TRUE(server_.Start(1, ServicePoolOptions(), b).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  virtual void MakeVerifier() {
+    verifier_ = std::make_shared<KuduTokenVerifier>([] { return kNow; });
+    ASSERT_TRUE(verifier_->AddPublicKey(5, signing_.PublicDer(), kNow + 3600).ok());
+  }
 
   Status WhoAmI(const std::string& token, WhoAmIResponsePB* who) {
     std::shared_ptr<Messenger> client;
@@ -212,6 +219,67 @@ TEST_F(TokenAuthTest, AnExpiredTokenIsRefusedAndTheServerServesOthers) {
   s = WhoAmI(MakeToken(signing_, 5, "carol", kNow + 60), &who);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ("carol", who.user());
+}
+
+// Tokens Apache Kudu's own TokenSigner issued (the class a Kudu master
+// issues them with), and its public keys: scripts/kudu-interop.sh builds
+// scripts/kudu-token-issuer.cc against a Kudu peer and gives the folder it
+// wrote in OSPREY_KUDU_TOKEN_DIR, and the user in OSPREY_KUDU_TOKEN_USER.
+// The verifier runs on the system clock, as Kudu's tokens carry real times.
+class KuduIssuedTokenTest : public TokenAuthTest {
+ protected:
+  void SetUp() override {
+    const char* dir = getenv("OSPREY_KUDU_TOKEN_DIR");
+    const char* user = getenv("OSPREY_KUDU_TOKEN_USER");
+    if (dir == nullptr || user == nullptr) {
+      GTEST_SKIP() << "no OSPREY_KUDU_TOKEN_DIR and OSPREY_KUDU_TOKEN_USER: tokens from Kudu's "
+                      "own TokenSigner come from scripts/kudu-interop.sh with a Kudu peer";
+    }
+    kudu_dir_ = dir;
+    user_ = user;
+    std::ifstream in(kudu_dir_ / "token", std::ios::binary);
+    token_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(token_.empty()) << "no token in " << kudu_dir_;
+    TokenAuthTest::SetUp();
+  }
+  void MakeVerifier() override {
+    verifier_ = std::make_shared<KuduTokenVerifier>();
+    std::ifstream index(kudu_dir_ / "keys");
+    int64_t seq, expires;
+    while (index >> seq >> expires) {
+      std::ifstream der_in(kudu_dir_ / ("key-" + std::to_string(seq) + ".der"), std::ios::binary);
+      std::string der((std::istreambuf_iterator<char>(der_in)), std::istreambuf_iterator<char>());
+      Status s = verifier_->AddPublicKey(seq, der, expires);
+      ASSERT_TRUE(s.ok()) << "Kudu's key " << seq << ": " << s.ToString();
+    }
+    ASSERT_GT(verifier_->num_keys(), 0u) << "no keys in " << kudu_dir_;
+  }
+  std::filesystem::path kudu_dir_;
+  std::string user_, token_;
+};
+
+TEST_F(KuduIssuedTokenTest, ATokenKudusSignerIssuedAuthenticatesItsUser) {
+  WhoAmIResponsePB who;
+  Status s = WhoAmI(token_, &who);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("TOKEN", who.authentication());
+  EXPECT_EQ(user_, who.user());
+}
+
+TEST_F(KuduIssuedTokenTest, AKudusTokenChangedByOneBitIsRefused) {
+  wire::SignedTokenPB signed_token;
+  ASSERT_TRUE(signed_token.ParseFromString(token_));
+  std::string data = signed_token.token_data();
+  ASSERT_FALSE(data.empty());
+  data[data.size() - 1] ^= 1;
+  signed_token.set_token_data(data);
+  WhoAmIResponsePB who;
+  Status s = WhoAmI(signed_token.SerializeAsString(), &who);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "authentication token")) << s.ToString();
+  // The server goes on serving the real token.
+  s = WhoAmI(token_, &who);
+  EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 }  // namespace
