@@ -534,7 +534,8 @@ Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {
   return Status::OK();
 }
 
-void Messenger::QueueCall(std::shared_ptr<OutboundCall> call, bool sync) {
+void Messenger::QueueCall(std::shared_ptr<OutboundCall> call, bool sync,
+                          transport::ParkedConnection* parked) {
   transport::Reactor* r =
       reactors_[transport::ConnectionKeyHash()(call->destination()) % reactors_.size()].get();
   call->set_reactor_for_cancel(r);
@@ -544,7 +545,12 @@ void Messenger::QueueCall(std::shared_ptr<OutboundCall> call, bool sync) {
   }
   // A blocking caller sends its call itself when the reactor sleeps: that
   // saves waking the reactor only to write one frame.
-  if (sync && r->TryRunHere([&] { r->AssignCall(call); })) return;
+  if (sync && r->TryRunHere([&] {
+        r->AssignCall(call);
+        if (parked != nullptr) *parked = r->ParkForCaller(call.get());
+      })) {
+    return;
+  }
   // Runs on the reactor; if the reactor already stopped, fail it here
   // (ScheduleCall leaves the call with us when it refuses it).
   std::shared_ptr<transport::ClientCall> client_call = std::move(call);

@@ -49,6 +49,7 @@ class Acceptor;
 class Reactor;
 class TransportMetrics;
 struct ConnectionOptions;
+struct ParkedConnection;
 }  // namespace transport
 class ClientMethodMetrics;
 class HttpEndpoints;
@@ -246,8 +247,10 @@ class Messenger {
   const std::shared_ptr<RequestTracker>& request_tracker() const { return request_tracker_; }
   // Proxy: sends `call` over the connection to its destination.
   // `sync`: the caller is about to block on the call; it may then send it
-  // itself if the connection's reactor is idle.
-  void QueueCall(std::shared_ptr<OutboundCall> call, bool sync = false);
+  // itself if the connection's reactor is idle. `parked` (sync only): set
+  // when the caller is to read the answer itself (Reactor::ParkForCaller).
+  void QueueCall(std::shared_ptr<OutboundCall> call, bool sync = false,
+                 transport::ParkedConnection* parked = nullptr);
 
   // The reactors' way in: hands each request frame to its service. Defined
   // in messenger.cc, so the transport stays out of this header.

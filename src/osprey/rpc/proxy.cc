@@ -1,5 +1,8 @@
 #include "osprey/rpc/proxy.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <type_traits>
 
 #include "osprey/base/countdown_latch.h"
@@ -8,6 +11,7 @@
 #include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/request_tracker.h"
+#include "osprey/transport/connection.h"
 #include "osprey/transport/reactor.h"
 
 namespace osprey {
@@ -76,7 +80,8 @@ void Proxy::AsyncRequest(const RemoteMethod& method, const google::protobuf::Mes
 
 void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
                       const google::protobuf::Message& request, google::protobuf::Message* response,
-                      RpcController* controller, ResponseCallback callback, bool sync) const {
+                      RpcController* controller, ResponseCallback callback, bool sync,
+                      transport::ParkedConnection* parked) const {
   auto call = std::make_shared<OutboundCall>(method, std::move(owned), request, response,
                                              controller, std::move(callback));
   RpcController::CallStart start = controller->StartCall(call);
@@ -136,7 +141,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                                 " lacks required fields: " + request.InitializationErrorString()));
     return;
   }
-  messenger_->QueueCall(std::move(call), sync);
+  messenger_->QueueCall(std::move(call), sync, parked);
 }
 
 template <class M>
@@ -155,11 +160,36 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
     owned = std::make_unique<RemoteMethod>(service_name_, method);
     m = owned.get();
   }
-  CountDownLatch done(1);
+  // The call's end, as the caller waits for it. The callback touches
+  // nothing of it after counting down: the caller may return at once.
+  struct Waiting {
+    CountDownLatch done{1};
+    std::atomic<bool> finished{false};
+    std::atomic<bool> polling{false};  // the caller sleeps in poll, not on `done`
+    int wake_fd = -1;
+  } w;
+  transport::ParkedConnection parked;
   StartCall(
-      m, std::move(owned), request, response, controller, [&done] { done.CountDown(); },
-      /*sync=*/true);
-  done.Wait();
+      m, std::move(owned), request, response, controller,
+      [&w] {
+        w.finished.store(true);
+        // Seen with `polling` in the order both were stored (sequentially
+        // consistent): a caller about to poll sees `finished`, or we see
+        // `polling` and wake it.
+        if (w.polling.load()) {
+          uint64_t one = 1;
+          ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
+          (void)n;
+        }
+        w.done.CountDown();
+      },
+      /*sync=*/true, &parked);
+  if (parked) {
+    w.wake_fd = parked.wake_fd;  // published to the callback by `polling`
+    w.polling.store(true);
+    parked.conn->reactor()->WaitAsReader(parked, w.finished);
+  }
+  w.done.Wait();
   return controller->status();
 }
 

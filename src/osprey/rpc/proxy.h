@@ -22,6 +22,9 @@ namespace osprey {
 
 class Messenger;
 class NameResolution;
+namespace transport {
+struct ParkedConnection;
+}  // namespace transport
 using ResponseCallback = std::function<void()>;
 
 class Proxy {
@@ -86,10 +89,12 @@ class Proxy {
   RetryPolicy retry_policy_ GUARDED_BY(settings_mu_);
 
   // `sync`: the caller will block on the call, so it may send it itself
-  // when the reactor is idle (Reactor::TryRunHere).
+  // when the reactor is idle (Reactor::TryRunHere). `parked` (sync only):
+  // set when it is to read the answer itself (Reactor::ParkForCaller).
   void StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> owned,
                  const google::protobuf::Message& request, google::protobuf::Message* response,
-                 RpcController* controller, ResponseCallback callback, bool sync) const;
+                 RpcController* controller, ResponseCallback callback, bool sync,
+                 transport::ParkedConnection* parked = nullptr) const;
   template <class M>
   Status WaitFor(const M& method, const google::protobuf::Message& request,
                  google::protobuf::Message* response, RpcController* controller) const;

@@ -163,14 +163,44 @@ void Connection::HandleEvents(uint32_t events) {
   if (state_ != State::kClosed && (events & EPOLLOUT)) Flush();
 }
 
+uint32_t Connection::EpollEvents() const {
+  bool want_in = state_ != State::kClosingAfterFlush && !parked_;
+  return (want_in ? uint32_t{EPOLLIN} : 0u) | (epollout_ ? uint32_t{EPOLLOUT} : 0u);
+}
+
 void Connection::UpdateEpollInterest() {
   if (state_ == State::kClosed) return;
   bool want_out = state_ == State::kConnecting || HasUnsentBytes();
   if (want_out == epollout_) return;
   epollout_ = want_out;
-  uint32_t events = (state_ == State::kClosingAfterFlush ? 0u : uint32_t{EPOLLIN}) |
-                    (want_out ? uint32_t{EPOLLOUT} : 0u);
-  Status s = reactor_->ModifyFd(socket_.fd(), events, this);
+  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
+  if (!s.ok()) Shutdown(s);
+}
+
+bool Connection::Park() {
+  reactor_->AssertCurrentThread();
+  // Clear connections only: a TLS session's reads go through its record
+  // layer, which this path has not been measured with.
+  if (role_ != Role::kClient || state_ != State::kOpen || parked_ || tls_ != nullptr ||
+      tls_reading_ || HasUnsentBytes() || client_calls_.sent() != 1) {
+    return false;
+  }
+  parked_ = true;
+  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
+  if (!s.ok()) {
+    parked_ = false;
+    Shutdown(s);
+    return false;
+  }
+  return true;
+}
+
+void Connection::Unpark() {
+  reactor_->AssertCurrentThread();
+  if (!parked_) return;
+  parked_ = false;
+  if (state_ == State::kClosed) return;
+  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
   if (!s.ok()) Shutdown(s);
 }
 

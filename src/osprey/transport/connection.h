@@ -113,6 +113,24 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();
   }
 
+  // Client, reactor thread (or its borrower): a blocking caller whose call
+  // is the only one this connection awaits, all of it written, on a clear
+  // open connection, waits on the socket itself (Reactor::WaitAsReader)
+  // instead of the reactor waking to read the answer and then waking it.
+  // Park takes EPOLLIN away from the reactor (false, doing nothing, if the
+  // connection is not in that state); Unpark gives it back.
+  bool Park();
+  void Unpark();
+  bool parked() const {
+    reactor_->AssertCurrentThread();
+    return parked_;
+  }
+  // The socket a parked connection's caller polls; -1 once closed.
+  int fd() const {
+    reactor_->AssertCurrentThread();
+    return socket_.fd();
+  }
+
  private:
   enum class State {
     kConnecting,                // client: TCP connect in progress
@@ -173,6 +191,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
       REQUIRES(reactor_->loop_mu_);
   void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
+  // What the reactor's epoll set should watch on the socket now.
+  uint32_t EpollEvents() const REQUIRES(reactor_->loop_mu_);
   void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
   // Client: runs the negotiator's Kerberos start on the messenger's
   // BlockingWorker, then KerberosStarted back on this reactor.
@@ -211,6 +231,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   size_t outbound_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
   bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool parked_ GUARDED_BY(reactor_->loop_mu_) = false;  // see Park()
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.

@@ -1,6 +1,7 @@
 #include "osprey/transport/reactor.h"
 
 #include <glog/logging.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -33,6 +34,70 @@ bool Reactor::BeginBorrow() {
   tls_borrowed = this;
   loop_time_ = MonoTime::Now();
   return true;
+}
+
+void Reactor::BeginBorrowWaiting() {
+  CHECK(tls_reactor == nullptr && tls_borrowed == nullptr)
+      << "reactor " << name_ << ": RunHere on a reactor thread or inside TryRunHere";
+  loop_mu_.Lock();
+  tls_borrowed = this;
+  loop_time_ = MonoTime::Now();
+}
+
+ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
+  AssertCurrentThread();
+  Connection* conn = call->conn_;
+  if (conn == nullptr || call->finished()) return {};
+  // The request must be on the wire before the caller sleeps on the answer.
+  FlushRequested();
+  if (call->finished() || call->conn_ != conn) return {};
+  int wake_fd;
+  if (!spare_wake_fds_.empty()) {
+    wake_fd = spare_wake_fds_.back();
+    spare_wake_fds_.pop_back();
+  } else {
+    wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0) return {};  // the caller waits as any other
+  }
+  if (!conn->Park()) {
+    spare_wake_fds_.push_back(wake_fd);
+    return {};
+  }
+  if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
+  return ParkedConnection{conn->shared_from_this(), conn->fd(), wake_fd};
+}
+
+void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
+  Connection* conn = parked.conn.get();
+  const int wake_fd = parked.wake_fd;
+  auto unpark = [&]() REQUIRES(loop_mu_) {
+    conn->Unpark();
+    // A finisher that saw the caller polling may still write it: the next
+    // borrower of the eventfd then wakes once for nothing and polls again.
+    spare_wake_fds_.push_back(wake_fd);
+  };
+  bool unparked = false;
+  while (!unparked && !done.load()) {
+    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    int n = ::poll(fds, 2, -1);
+    if (n < 0 && errno != EINTR) break;  // the reactor reads from here on
+    if (fds[1].revents & POLLIN) {
+      uint64_t v;
+      ssize_t r = ::read(wake_fd, &v, sizeof(v));
+      (void)r;
+    }
+    if (done.load() || fds[0].revents == 0) continue;
+    // Readable (or closed, or the number reused after the reactor closed
+    // it: the connection's state, under the loop lock, says which).
+    RunHere([&] {
+      if (conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
+      if (done.load() || !conn->parked() || conn->is_shut_down()) {
+        unpark();
+        unparked = true;
+      }
+    });
+  }
+  if (!unparked) RunHere([&] { unpark(); });
 }
 
 void Reactor::EndBorrow() {
@@ -73,6 +138,10 @@ Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCall
 
 Reactor::~Reactor() {
   Shutdown();
+  {
+    MutexLock l(loop_mu_);
+    for (int fd : spare_wake_fds_) ::close(fd);
+  }
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }

@@ -51,6 +51,17 @@ class EventHandler {
   virtual void HandleEvents(uint32_t epoll_events) = 0;
 };
 
+// A connection a blocking caller reads itself (Connection::Park,
+// Reactor::ParkForCaller), and its socket.
+struct ParkedConnection {
+  std::shared_ptr<Connection> conn;
+  int fd = -1;
+  // An eventfd of the reactor's, lent to the caller until it unparks:
+  // whoever finishes the call on another thread writes it.
+  int wake_fd = -1;
+  explicit operator bool() const { return conn != nullptr; }
+};
+
 // Owned by its Messenger through a shared_ptr, and shared by every
 // Connection it made: a server call answered after its Messenger was
 // destroyed finds the reactor stopped (Schedule refuses), not freed.
@@ -107,6 +118,28 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
     EndBorrow();
     return true;
   }
+
+  // Any thread but a reactor's, and not inside TryRunHere(): waits for the
+  // loop lock (the reactor holds it only while awake, never while it
+  // sleeps), then runs `fn` in the reactor's place as TryRunHere() does.
+  // `fn` must not block.
+  template <class F>
+  void RunHere(F&& fn) {
+    BeginBorrowWaiting();
+    fn();
+    EndBorrow();
+  }
+
+  // Inside TryRunHere(), right after AssignCall(call) by the caller that
+  // will block on `call`: writes what is queued and, if `call` is then the
+  // only call its connection awaits, parks the connection for the caller.
+  ParkedConnection ParkForCaller(ClientCall* call);
+  // The caller of a call whose connection ParkForCaller() parked, holding
+  // no lock: until `done` is true, sleeps in poll on the socket and on
+  // `parked.wake_fd` and reads the socket in the reactor's place when it is
+  // readable, so the answer wakes this thread alone. Unparks, and gives the
+  // eventfd back, before it returns.
+  void WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done);
 
   // A thread inside TryRunHere() for this reactor (not the reactor's own).
   bool OnBorrowingThread() const { return BorrowedHere(); }
@@ -181,6 +214,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
       REQUIRES(loop_mu_);
   void Wake();
   bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
+  void BeginBorrowWaiting() ACQUIRE(loop_mu_);
   void EndBorrow() RELEASE(loop_mu_);
   bool BorrowedHere() const;
   void FlushRequested() REQUIRES(loop_mu_);
@@ -244,6 +278,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   std::vector<std::shared_ptr<HttpConnection>> http_closed_ GUARDED_BY(loop_mu_);
   MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
   MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
+  // Eventfds for parked callers (ParkedConnection::wake_fd), back from
+  // their last loan: at most as many as callers ever waited at once.
+  std::vector<int> spare_wake_fds_ GUARDED_BY(loop_mu_);
 };
 
 }  // namespace osprey::transport

@@ -29,6 +29,10 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       r, "osprey_reactor_borrows_total",
       "Times a caller or worker thread did a sleeping reactor's work in its place (a sync call "
       "sent, an answer written) instead of waking it.");
+  caller_reads = MakeCounter(
+      r, "osprey_caller_reads_total",
+      "Sync calls whose caller waited for the answer on the socket itself, the only call its "
+      "connection awaited, so that no reactor woke for it.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =

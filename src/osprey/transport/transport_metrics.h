@@ -53,6 +53,9 @@ class TransportMetrics {
   // (Reactor::TryRunHere): a sync call sent, an answer written, without
   // waking the reactor.
   Counter* reactor_borrows;
+  // Sync calls whose caller waited for the answer on the socket itself
+  // (Reactor::ParkForCaller), so that no reactor woke for it.
+  Counter* caller_reads;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;
