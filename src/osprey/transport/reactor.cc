@@ -70,7 +70,8 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
 void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
   Connection* conn = parked.conn.get();
   const int wake_fd = parked.wake_fd;
-  auto unpark = [&]() REQUIRES(loop_mu_) {
+  auto unpark = [&] {
+    AssertCurrentThread();
     conn->Unpark();
     // A finisher that saw the caller polling may still write it: the next
     // borrower of the eventfd then wakes once for nothing and polls again.
@@ -90,6 +91,7 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
     // Readable (or closed, or the number reused after the reactor closed
     // it: the connection's state, under the loop lock, says which).
     RunHere([&] {
+      AssertCurrentThread();
       if (conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
       if (done.load() || !conn->parked() || conn->is_shut_down()) {
         unpark();
@@ -138,12 +140,14 @@ Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCall
 
 Reactor::~Reactor() {
   Shutdown();
-  {
-    MutexLock l(loop_mu_);
-    for (int fd : spare_wake_fds_) ::close(fd);
-  }
+  CloseSpareWakeFds();
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+void Reactor::CloseSpareWakeFds() {
+  for (int fd : spare_wake_fds_) ::close(fd);
+  spare_wake_fds_.clear();
 }
 
 Status Reactor::Start() {

@@ -222,6 +222,11 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   template <class F>
   bool Post(F&& add);
   void CloseAllConnections(const Status& why) REQUIRES(loop_mu_);
+  // The destructor's, without the loop lock: the thread is joined, and no
+  // connection is left to borrow the loop (each keeps its reactor alive).
+  // Not under the lock, as the destructor may run inside a user's lock
+  // that a callback on this reactor also takes.
+  void CloseSpareWakeFds() NO_THREAD_SAFETY_ANALYSIS;
 
   const std::string name_;
   const ConnectionOptions options_;
