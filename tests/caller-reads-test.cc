@@ -1,10 +1,13 @@
-// A sync caller whose call is the only one its connection awaits reads the
-// answer from the socket itself (Reactor::ParkForCaller, WaitAsReader):
-// the reactor is not woken for it. Every way such a wait can end other than
-// by its answer: a deadline, Cancel(), the connection cut, the messenger
-// shut down; and other calls on the same connection meanwhile, whose
-// callbacks must still run on the reactor thread. Each test is bounded by a
-// watchdog.
+// Threads that wait on a socket themselves instead of being woken by a
+// reactor. A sync caller whose call is the only one its connection awaits
+// reads the answer (Reactor::ParkForCaller, WaitAsReader): every way such a
+// wait can end other than by its answer (a deadline, Cancel(), the
+// connection cut, the messenger shut down), and other calls on the same
+// connection meanwhile, whose callbacks must still run on the reactor
+// thread. A server worker that answered a connection's last call waits for
+// its next request (Reactor::ParkForWorker, WaitForRequest): it must still
+// take other connections' calls, never stall a connection while a handler
+// blocks, and let the server shut down. Each test is bounded by a watchdog.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -21,11 +24,17 @@
 namespace osprey::rpc_test {
 namespace {
 
-double CallerReads(const std::shared_ptr<Messenger>& m) {
+double Counter(const std::shared_ptr<Messenger>& m, const std::string& name) {
   for (const MetricValue& v : m->metrics()->Snapshot()) {
-    if (v.name == "osprey_caller_reads_total") return v.value;
+    if (v.name == name) return v.value;
   }
   return -1;
+}
+double CallerReads(const std::shared_ptr<Messenger>& m) {
+  return Counter(m, "osprey_caller_reads_total");
+}
+double WorkerReads(const std::shared_ptr<Messenger>& m) {
+  return Counter(m, "osprey_worker_reads_total");
 }
 
 Status SyncSleep(CalculatorServiceProxy& proxy, int64_t micros, RpcController* ctl) {
@@ -64,7 +73,7 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
   // The reactor sleeps between calls here, so each caller sent its own call
   // and waited on the socket; on a busy machine a few may have found the
   // reactor awake and waited as any other.
-  EXPECT_GE(CallerReads(client_) - before, kCalls * 0.8);
+  EXPECT_GE(CallerReads(client_) - before, kCalls / 2);
   // The connection went back to its reactor after each: async calls work.
   AddRequestPB req;
   req.set_x(20);
@@ -86,17 +95,21 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
 TEST_F(CallerReadsTest, ADeadlineEndsAParkedWaitAndTheLateAnswerIsDropped) {
   CalculatorServiceProxy proxy(client_, server_.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
-  const double before = CallerReads(client_);
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromMilliseconds(100));
-  Status s = SyncSleep(proxy, 1'000'000, &ctl);
-  EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
-  EXPECT_EQ(before + 1, CallerReads(client_));
-  // The same connection serves the next call; the late answer to the
-  // first finds no call and is dropped.
-  ASSERT_TRUE(server_.service->WaitForSleepsFinished(1));
-  s = CheckedAdd(proxy, 3, 4);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  bool parked = false;
+  for (int attempt = 0; attempt < 10 && !parked; ++attempt) {
+    const double before = CallerReads(client_);
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromMilliseconds(100));
+    Status s = SyncSleep(proxy, 300'000, &ctl);
+    EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
+    parked = CallerReads(client_) == before + 1;
+    // The same connection serves the next call; the late answer to the
+    // last finds no call and is dropped.
+    ASSERT_TRUE(server_.service->WaitForSleepsFinished(attempt + 1));
+    s = CheckedAdd(proxy, 3, 4);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_TRUE(parked) << "no caller parked in 10 tries";
 }
 
 TEST_F(CallerReadsTest, CancelEndsAParkedWait) {
@@ -121,13 +134,19 @@ TEST_F(CallerReadsTest, AConnectionCutUnderAParkedWaitFailsTheCall) {
   Sockaddr via;
   ASSERT_TRUE(middle.Start(&via).ok());
   CalculatorServiceProxy proxy(client_, via);
-  ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
-  const double before = CallerReads(client_);
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(30));
-  Status s = SyncSleep(proxy, 1'500'000, &ctl);
-  EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
-  EXPECT_EQ(before + 1, CallerReads(client_));
+  // A caller parks only when it finds the reactor asleep; each try is on a
+  // new connection (the last one was cut), until one parked.
+  bool parked = false;
+  for (int attempt = 0; attempt < 10 && !parked; ++attempt) {
+    ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
+    const double before = CallerReads(client_);
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(30));
+    Status s = SyncSleep(proxy, 1'500'000, &ctl);
+    EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+    parked = CallerReads(client_) == before + 1;
+  }
+  EXPECT_TRUE(parked) << "no caller parked in 10 tries";
   EXPECT_GE(middle.cuts(), 1);
 }
 
@@ -218,6 +237,92 @@ TEST_F(CallerReadsTest, ManyParkedCallersAtOnceLeaveNothingBehind) {
   }
   EXPECT_TRUE(WaitUntil([&] { return FdCount() <= fds_before; }))
       << FdCount() << " descriptors, " << fds_before << " before";
+}
+
+// One worker: after each answer it waits on the connection for the next
+// request, and reads it itself.
+class WorkerReadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServicePoolOptions pool;
+    pool.worker_threads = 1;
+    pool.queue_length = 1000;
+    ASSERT_TRUE(server_.Start(1, pool).ok());
+  }
+  TestServer server_;
+  Watchdog dog_{std::chrono::seconds(60)};
+};
+
+TEST_F(WorkerReadsTest, AWorkerReadsTheNextRequestItself) {
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server_.address);
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
+  const double before = WorkerReads(server_.messenger);
+  constexpr int kCalls = 200;
+  for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
+  EXPECT_GE(WorkerReads(server_.messenger) - before, kCalls / 2) << "of " << kCalls;
+  client->Shutdown();
+}
+
+// The only worker waits on client A's quiet connection; client B's call
+// arrives through the reactor and must wake it.
+TEST_F(WorkerReadsTest, AWaitingWorkerStillTakesOtherConnectionsCalls) {
+  auto a = MakeClient(1);
+  auto b = MakeClient(1);
+  CalculatorServiceProxy to_a(a, server_.address), to_b(b, server_.address);
+  ASSERT_TRUE(CheckedAdd(to_a, 1, 2).ok());
+  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 1; }));
+  for (int i = 0; i < 20; ++i) {
+    Status s = CheckedAdd(to_b, i, 1, MonoDelta::FromSeconds(5));
+    ASSERT_TRUE(s.ok()) << "call " << i << ": " << s.ToString();
+  }
+  a->Shutdown();
+  b->Shutdown();
+}
+
+// The worker reads a Sleep, unparks, and runs it: meanwhile the reactor
+// reads the same connection, and a second worker... there is none, so the
+// Add queues; the point is that it is read (queued) at once, not when the
+// Sleep ends: with two workers it is answered while the Sleep runs.
+TEST_F(WorkerReadsTest, AHandlerThatBlocksDoesNotStallItsConnection) {
+  TestServer two;
+  ServicePoolOptions pool;
+  pool.worker_threads = 2;
+  ASSERT_TRUE(two.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, two.address);
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());  // a worker now waits on the connection
+  SleepRequestPB sleep;
+  sleep.set_sleep_micros(2'000'000);
+  SleepResponsePB slept;
+  RpcController sleep_ctl;
+  CountDownLatch sleep_done(1);
+  proxy.SleepAsync(sleep, &slept, &sleep_ctl, [&] { sleep_done.CountDown(); });
+  ASSERT_TRUE(two.service->WaitForSleepsStarted(1));
+  Status s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(1));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(sleep_done.WaitFor(MonoDelta())) << "the Add waited for the Sleep";
+  ASSERT_TRUE(sleep_done.WaitFor(MonoDelta::FromSeconds(10)));
+  client->Shutdown();
+}
+
+// Closing the connection a worker waits on wakes it (a closed socket
+// tells poll nothing); and a server whose worker waits shuts down.
+TEST_F(WorkerReadsTest, ClosedConnectionsAndShutdownWakeAWaitingWorker) {
+  auto a = MakeClient(1);
+  CalculatorServiceProxy to_a(a, server_.address);
+  ASSERT_TRUE(CheckedAdd(to_a, 1, 2).ok());
+  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 1; }));
+  a->Shutdown();
+  auto b = MakeClient(1);
+  CalculatorServiceProxy to_b(b, server_.address);
+  ASSERT_TRUE(CheckedAdd(to_b, 5, 6, MonoDelta::FromSeconds(5)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 2; }));
+  // The worker waits on b's connection now; the server goes first.
+  server_.messenger->Shutdown();
+  Status s = CheckedAdd(to_b, 1, 1, MonoDelta::FromSeconds(5));
+  EXPECT_FALSE(s.ok());
+  b->Shutdown();
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 #include "osprey/rpc/service_pool.h"
 
 #include <glog/logging.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/messenger_metrics.h"
+#include "osprey/transport/connection.h"
+#include "osprey/transport/reactor.h"
 
 namespace osprey {
 
@@ -46,7 +50,11 @@ Status ServicePool::Start() {
     live_workers_ = options_.worker_threads;
   }
   for (int i = 0; i < options_.worker_threads; ++i) {
-    workers_.emplace_back([this] { RunWorker(); });
+    // What wakes the worker while it polls a socket (WaitForNextRequest),
+    // made here so that a pool's descriptors are all there once it
+    // started; without one the worker always waits in the queue.
+    int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    workers_.emplace_back([this, wake_fd] { RunWorker(wake_fd); });
   }
   return Status::OK();
 }
@@ -105,11 +113,15 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
   }
 }
 
-void ServicePool::RunWorker() {
+void ServicePool::RunWorker(int wake_fd) {
   tls_worker_of = this;
+  // A connection whose last call in flight this worker answered itself.
+  std::shared_ptr<transport::Connection> answered;
+  transport::Connection::NoteAnsweredConnections(&answered);
   std::unique_ptr<InboundCall> call;
   int64_t took = -1;
-  while (queue_.Take(&call, took)) {
+  bool from_poll = false;
+  while (queue_.Take(&call, took, from_poll)) {
     MonoTime start = MonoTime::Now();
     ServerMethodMetrics* m = RunCall(std::move(call), start);
     MonoDelta ran = MonoTime::Now() - start;
@@ -117,7 +129,18 @@ void ServicePool::RunWorker() {
     // thread is not waited for).
     if (m != nullptr) m->handler_latency->Record(ran);
     took = ran.ToNanoseconds();
+    from_poll = false;
+    if (answered != nullptr) {
+      std::shared_ptr<transport::Connection> conn = std::move(answered);
+      answered.reset();
+      if (wake_fd >= 0 && WaitForNextRequest(conn, took, wake_fd)) {
+        took = -1;  // reported when it began to poll
+        from_poll = true;
+      }
+    }
   }
+  transport::Connection::NoteAnsweredConnections(nullptr);
+  if (wake_fd >= 0) ::close(wake_fd);
   std::shared_ptr<ServicePool> last;  // if abandoned, this pool dies with it
   {
     MutexLock live(live_mu_);
@@ -128,6 +151,19 @@ void ServicePool::RunWorker() {
   }
   tls_worker_of = nullptr;
   // Nothing of this pool may be touched past here: `last` may free it.
+}
+
+bool ServicePool::WaitForNextRequest(const std::shared_ptr<transport::Connection>& conn,
+                                     int64_t last_run_ns, int wake_fd) {
+  transport::Reactor* r = conn->reactor();
+  transport::ParkedConnection parked = r->ParkForWorker(conn, wake_fd);
+  if (!parked) return false;
+  if (!queue_.BeginPoll(parked.wake_fd, last_run_ns)) {
+    r->Unpark(parked);
+    return false;
+  }
+  r->WaitForRequest(parked, [&] { queue_.EndPoll(parked.wake_fd); });
+  return true;
 }
 
 ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, MonoTime start) {

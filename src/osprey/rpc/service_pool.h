@@ -22,6 +22,9 @@
 
 namespace osprey {
 
+namespace transport {
+class Connection;
+}  // namespace transport
 class InboundCall;
 class MessengerMetrics;
 
@@ -64,7 +67,16 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   }
 
  private:
-  void RunWorker();
+  // `wake_fd`: the worker's eventfd (-1: none), closed when it returns.
+  void RunWorker(int wake_fd);
+  // Leader/follower on the server: after answering the last call in flight
+  // of `conn` itself, a worker with nothing queued waits on that
+  // connection's socket instead of in the queue, so that the next request
+  // is read, run and answered on this thread with no hand-off. True if it
+  // did (and so reported `last_run_ns` to the queue); it then reads what
+  // arrived into the queue and comes to Take.
+  bool WaitForNextRequest(const std::shared_ptr<transport::Connection>& conn, int64_t last_run_ns,
+                          int wake_fd);
   // Runs the call's handler, unless its client left or its deadline passed;
   // `start`: the clock, read just before. Returns the metrics the caller
   // records the handler's time in (null: it did not run, or not counted).

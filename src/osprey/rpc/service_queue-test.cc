@@ -4,6 +4,9 @@
 #include "osprey/rpc/service_queue.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -132,6 +135,81 @@ TEST(ServiceQueueTest, WatchdogTakesACallABlockedWorkerWouldStarve) {
   release.CountDown();
   (void)q.Shutdown();
   for (auto& w : workers) w.join();
+}
+
+// A worker polling a socket (BeginPoll) is an idle worker: a call that no
+// sleeping worker will take writes its eventfd; once it woke (EndPoll) the
+// next call is left to it, not to another worker.
+struct EventFd {
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ~EventFd() { ::close(fd); }
+  bool Written() const {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+  void Drain() const {
+    uint64_t v;
+    ssize_t n = ::read(fd, &v, sizeof(v));
+    (void)n;
+  }
+};
+
+TEST(ServiceQueueTest, APollingWorkerIsWokenByACallNoSleeperTakes) {
+  Queue q(10);
+  EventFd poller;
+  ASSERT_TRUE(q.BeginPoll(poller.fd, -1));
+  EXPECT_FALSE(poller.Written());
+  auto c = std::make_unique<TestCall>(1);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  EXPECT_TRUE(poller.Written());
+  q.EndPoll(poller.fd);  // already taken off the list by Put: nothing to do
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, -1, /*from_poll=*/true));
+  EXPECT_EQ(1, got->id);
+}
+
+TEST(ServiceQueueTest, NoPollingWithACallQueuedOrWhileShuttingDown) {
+  Queue q(10);
+  EventFd poller;
+  auto c = std::make_unique<TestCall>(1);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  EXPECT_FALSE(q.BeginPoll(poller.fd, -1));  // take it instead
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, -1));
+  EXPECT_TRUE(q.BeginPoll(poller.fd, 1000));
+  // Shutdown wakes the poller, and refuses new pollers.
+  q.Shutdown();
+  EXPECT_TRUE(poller.Written());
+  EventFd late;
+  EXPECT_FALSE(q.BeginPoll(late.fd, -1));
+  EXPECT_FALSE(q.Take(&got, -1, /*from_poll=*/true));
+}
+
+TEST(ServiceQueueTest, AWorkerBackFromPollingTakesTheCallItReadNoOtherIsWoken) {
+  Queue q(10);
+  EventFd poller, other;
+  std::atomic<int> other_took{-1};
+  // Another worker, asleep in Take.
+  std::thread sleeper([&] {
+    std::unique_ptr<TestCall> got;
+    if (q.Take(&got, -1)) other_took = got->id;
+  });
+  ASSERT_TRUE(Eventually([&] { return q.sleeping_workers() == 1; }));
+  ASSERT_TRUE(q.BeginPoll(poller.fd, -1));
+  // Its socket turned readable: it ends polling, then reads a call in.
+  q.EndPoll(poller.fd);
+  auto c = std::make_unique<TestCall>(7);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  EXPECT_FALSE(poller.Written());
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, -1, /*from_poll=*/true));
+  EXPECT_EQ(7, got->id);
+  EXPECT_EQ(1, q.sleeping_workers());  // the sleeper was not woken for it
+  // With no worker coming, the next call wakes the sleeper.
+  auto d = std::make_unique<TestCall>(8);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&d));
+  sleeper.join();
+  EXPECT_EQ(8, other_took.load());
 }
 
 }  // namespace

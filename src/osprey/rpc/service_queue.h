@@ -6,10 +6,13 @@
 // calls of its own (service_queue-test.cc); the pool uses InboundCall.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
@@ -35,18 +38,50 @@ class ServiceQueue {
       if (queue_.size() >= capacity_) return PutResult::kFull;
       queue_.push_back(std::move(*call));
       wake = ShouldWakeWorker();
+      if (!wake) WakePollerIfNeeded();
     }
     if (wake) not_empty_.Signal();
     return PutResult::kQueued;
   }
 
+  // A worker about to wait on a socket instead of in Take() (the
+  // connection it just answered; Reactor::WaitForRequest): registers
+  // `wake_fd`, an eventfd that Put() writes when a call needs this worker.
+  // False, registering nothing, if a call is already queued or the queue
+  // is shutting down: the worker goes to Take() instead.
+  // `last_run_ns` as for Take(), which then gets -1: a polling worker is
+  // not running a call.
+  bool BeginPoll(int wake_fd, int64_t last_run_ns) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    if (shutting_down_ || queue_.size() > static_cast<size_t>(coming_)) return false;
+    ReportRun(last_run_ns);
+    pollers_.push_back(wake_fd);
+    return true;
+  }
+  // The polling worker woke (its socket, or `wake_fd` written): it no
+  // longer polls, and comes to Take() with `from_poll` set. A call queued
+  // meanwhile, the one it is about to read included, is left to it.
+  void EndPoll(int wake_fd) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    for (size_t i = 0; i < pollers_.size(); ++i) {
+      if (pollers_[i] == wake_fd) {
+        pollers_.erase(pollers_.begin() + static_cast<long>(i));
+        coming_++;
+        return;
+      }
+    }
+    // Put() or Shutdown() took it off the list, and counted it coming.
+  }
+
   // A worker's loop: reports how long its last call ran (`last_run_ns`, or
   // -1 before its first), then blocks for the next call. False once the
-  // queue shuts down; the worker then exits.
-  bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns) EXCLUDES(mu_) {
+  // queue shuts down; the worker then exits. `from_poll`: the worker comes
+  // from EndPoll().
+  bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns, bool from_poll = false) EXCLUDES(mu_) {
     bool wake;
     {
       MutexLock l(mu_);
+      if (from_poll && coming_ > 0) coming_--;
       if (!TakeLocked(out, last_run_ns, &wake)) return false;
     }
     // Signalled after the lock is dropped, so the woken worker need not
@@ -63,6 +98,9 @@ class ServiceQueue {
       MutexLock l(mu_);
       shutting_down_ = true;
       left.swap(queue_);
+      for (int fd : pollers_) WriteWakeFd(fd);
+      coming_ += static_cast<int>(pollers_.size());
+      pollers_.clear();
     }
     not_empty_.Broadcast();
     return left;
@@ -87,12 +125,7 @@ class ServiceQueue {
  private:
   bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, bool* wake) REQUIRES(mu_) {
     *wake = false;
-    if (last_run_ns >= 0) {
-      running_--;
-      // Exponentially weighted, 1/8 per call: follows a change of handler
-      // cost within tens of calls.
-      avg_run_ns_ += (last_run_ns - avg_run_ns_) / 8;
-    }
+    ReportRun(last_run_ns);
     bool watchdog = false;  // this worker is the queue's watchdog (see below)
     while (queue_.empty() || (watchdog && !shutting_down_)) {
       if (shutting_down_) break;
@@ -133,9 +166,20 @@ class ServiceQueue {
     return true;
   }
 
+  // A worker's call ended after `last_run_ns` (-1: it ran none).
+  void ReportRun(int64_t last_run_ns) REQUIRES(mu_) {
+    if (last_run_ns < 0) return;
+    running_--;
+    // Exponentially weighted, 1/8 per call: follows a change of handler
+    // cost within tens of calls.
+    avg_run_ns_ += (last_run_ns - avg_run_ns_) / 8;
+  }
+
   // Whether a just-queued call should wake a sleeping worker; counts the
   // wake-up as pending if so.
   bool ShouldWakeWorker() REQUIRES(mu_) {
+    // A worker back from polling its socket takes it.
+    if (queue_.size() <= static_cast<size_t>(coming_)) return false;
     if (sleeping_ <= pending_wakes_) return false;  // everyone is or will be awake
     // Waking a sleeping worker costs two context switches, tens of
     // microseconds here. When handlers are known to be faster than that, a
@@ -152,6 +196,23 @@ class ServiceQueue {
     }
     pending_wakes_++;
     return true;
+  }
+
+  // When no sleeping worker will take a just-queued call, an idle worker
+  // polling a socket must: it would otherwise not look until its
+  // connection speaks. Written under the lock, so that the eventfd is
+  // still the worker's (it gives it back only after EndPoll).
+  void WakePollerIfNeeded() REQUIRES(mu_) {
+    if (pollers_.empty() || queue_.size() <= static_cast<size_t>(coming_)) return;
+    if (sleeping_ > pending_wakes_) return;  // a sleeper was or will be woken
+    WriteWakeFd(pollers_.back());
+    pollers_.pop_back();
+    coming_++;
+  }
+  static void WriteWakeFd(int fd) {
+    uint64_t one = 1;
+    ssize_t n = ::write(fd, &one, sizeof(one));
+    (void)n;  // EAGAIN: already written
   }
 
   static constexpr int64_t kFastHandlerNanos = 20000;
@@ -173,6 +234,11 @@ class ServiceQueue {
   // the role).
   bool watchdog_ GUARDED_BY(mu_) = false;
   bool appoint_watchdog_ GUARDED_BY(mu_) = false;
+  // Workers polling a socket (BeginPoll), by eventfd; at most one entry
+  // per worker. And workers woken from polling that have not reached
+  // Take() yet: the calls queued meanwhile are theirs.
+  std::vector<int> pollers_ GUARDED_BY(mu_);
+  int coming_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace osprey

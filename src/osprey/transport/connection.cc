@@ -177,15 +177,19 @@ void Connection::UpdateEpollInterest() {
   if (!s.ok()) Shutdown(s);
 }
 
-bool Connection::Park() {
+bool Connection::Park(int wake_fd) {
   reactor_->AssertCurrentThread();
   // Clear connections only: a TLS session's reads go through its record
   // layer, which this path has not been measured with.
-  if (role_ != Role::kClient || state_ != State::kOpen || parked_ || tls_ != nullptr ||
-      tls_reading_ || HasUnsentBytes() || client_calls_.sent() != 1) {
+  // A client's caller waits for its own call's answer; a server's worker
+  // for the next request of a connection with nothing else in flight.
+  bool quiet = role_ == Role::kClient ? client_calls_.sent() == 1 : server_calls_.empty();
+  if (!quiet || state_ != State::kOpen || parked_ || tls_ != nullptr || tls_reading_ ||
+      HasUnsentBytes()) {
     return false;
   }
   parked_ = true;
+  parked_wake_fd_ = wake_fd;
   Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
   if (!s.ok()) {
     parked_ = false;
@@ -723,13 +727,22 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   return Status::OK();
 }
 
+namespace {
+thread_local std::shared_ptr<Connection>* tls_answered = nullptr;
+}  // namespace
+
+void Connection::NoteAnsweredConnections(std::shared_ptr<Connection>* slot) { tls_answered = slot; }
+
 void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
                                std::unique_ptr<wire::OutboundFrame> frame) {
   Reactor* r = conn->reactor_;
   if (r->IsCurrentThread()) {
     DeliverResponse(conn.get(), call_id, std::move(frame));
   } else if (conn->server_calls_in_flight_.load(std::memory_order_relaxed) <= 1 &&
-             r->TryRunHere([&] { DeliverResponse(conn.get(), call_id, std::move(frame)); })) {
+             r->TryRunHere([&] {
+               DeliverResponse(conn.get(), call_id, std::move(frame));
+               if (tls_answered != nullptr && conn->server_calls_.empty()) *tls_answered = conn;
+             })) {
     // Written from this thread: the reactor slept and need not wake.
   } else {
     // False: the reactor has shut down and the response is dropped.
@@ -969,6 +982,14 @@ void Connection::Shutdown(const Status& why) {
     if (tls_ != nullptr) tls_->CloseNotify(&socket_);  // a clean end of the TLS session
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();
+  }
+  if (parked_) {
+    // Its waiter polls the socket just closed, which tells poll nothing:
+    // wake it. The eventfd stays the waiter's until it unparks, which needs
+    // the loop lock held here.
+    uint64_t one = 1;
+    ssize_t n = ::write(parked_wake_fd_, &one, sizeof(one));
+    (void)n;
   }
   outbound_.clear();
   outbound_bytes_ = 0;

@@ -78,6 +78,12 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   static void QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
                             std::unique_ptr<wire::OutboundFrame> frame);
 
+  // The calling thread's QueueResponse sets *slot to a connection whose
+  // last call in flight it answered itself (in the sleeping reactor's
+  // place), from now until called again with null: a worker that may then
+  // wait on that connection for its next request (Reactor::ParkForWorker).
+  static void NoteAnsweredConnections(std::shared_ptr<Connection>* slot);
+
   // Reactor thread: the second half of QueueResponse.
   static void DeliverResponse(Connection* conn, int32_t call_id,
                               std::unique_ptr<wire::OutboundFrame> frame);
@@ -113,13 +119,16 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();
   }
 
-  // Client, reactor thread (or its borrower): a blocking caller whose call
-  // is the only one this connection awaits, all of it written, on a clear
-  // open connection, waits on the socket itself (Reactor::WaitAsReader)
-  // instead of the reactor waking to read the answer and then waking it.
-  // Park takes EPOLLIN away from the reactor (false, doing nothing, if the
-  // connection is not in that state); Unpark gives it back.
-  bool Park();
+  // Reactor thread (or its borrower). On a clear open connection with
+  // nothing left to write, a thread that would otherwise sleep until the
+  // reactor wakes it waits on the socket itself: a client's blocking
+  // caller whose call is the only one the connection awaits
+  // (Reactor::WaitAsReader), a server's worker when no call of the
+  // connection is in flight (Reactor::WaitForRequest). Park takes EPOLLIN
+  // away from the reactor (false, doing nothing, if the connection is not
+  // in that state); Unpark gives it back. `wake_fd`: the waiter's eventfd,
+  // which Shutdown writes, since closing a socket does not wake its poller.
+  bool Park(int wake_fd);
   void Unpark();
   bool parked() const {
     reactor_->AssertCurrentThread();
@@ -232,6 +241,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool parked_ GUARDED_BY(reactor_->loop_mu_) = false;  // see Park()
+  int parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.

@@ -44,6 +44,57 @@ void Reactor::BeginBorrowWaiting() {
   loop_time_ = MonoTime::Now();
 }
 
+int Reactor::TakeWakeFd() {
+  if (spare_wake_fds_.empty()) return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  int fd = spare_wake_fds_.back();
+  spare_wake_fds_.pop_back();
+  return fd;
+}
+
+void Reactor::GiveBackWakeFd(int fd) {
+  if (spare_wake_fds_.empty()) {
+    spare_wake_fds_.push_back(fd);
+  } else {
+    ::close(fd);
+  }
+}
+
+ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn, int wake_fd) {
+  ParkedConnection parked;
+  RunHere([&] {
+    AssertCurrentThread();
+    if (closing() || !conn->Park(wake_fd)) return;
+    if (TransportMetrics* m = options_.metrics.get()) m->worker_reads->Increment();
+    parked = ParkedConnection{conn, conn->fd(), wake_fd, /*lent=*/false};
+  });
+  return parked;
+}
+
+bool Reactor::PollParked(const ParkedConnection& parked) {
+  pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
+  int n = ::poll(fds, 2, -1);
+  if (n > 0 && (fds[1].revents & POLLIN)) {
+    uint64_t v;
+    ssize_t r = ::read(parked.wake_fd, &v, sizeof(v));
+    (void)r;
+  }
+  return n > 0 && fds[0].revents != 0;
+}
+
+void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) {
+  Connection* conn = parked.conn.get();
+  if (readable && conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
+  conn->Unpark();
+  if (parked.lent) GiveBackWakeFd(parked.wake_fd);
+}
+
+void Reactor::Unpark(const ParkedConnection& parked) {
+  RunHere([&] {
+    AssertCurrentThread();
+    ReadParkedAndUnpark(parked, /*readable=*/false);
+  });
+}
+
 ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   AssertCurrentThread();
   Connection* conn = call->conn_;
@@ -51,20 +102,14 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   // The request must be on the wire before the caller sleeps on the answer.
   FlushRequested();
   if (call->finished() || call->conn_ != conn) return {};
-  int wake_fd;
-  if (!spare_wake_fds_.empty()) {
-    wake_fd = spare_wake_fds_.back();
-    spare_wake_fds_.pop_back();
-  } else {
-    wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd < 0) return {};  // the caller waits as any other
-  }
-  if (!conn->Park()) {
-    spare_wake_fds_.push_back(wake_fd);
+  int wake_fd = TakeWakeFd();
+  if (wake_fd < 0) return {};  // the caller waits as any other
+  if (!conn->Park(wake_fd)) {
+    GiveBackWakeFd(wake_fd);
     return {};
   }
   if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
-  return ParkedConnection{conn->shared_from_this(), conn->fd(), wake_fd};
+  return ParkedConnection{conn->shared_from_this(), conn->fd(), wake_fd, /*lent=*/true};
 }
 
 void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
@@ -75,7 +120,7 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
     conn->Unpark();
     // A finisher that saw the caller polling may still write it: the next
     // borrower of the eventfd then wakes once for nothing and polls again.
-    spare_wake_fds_.push_back(wake_fd);
+    GiveBackWakeFd(wake_fd);
   };
   bool unparked = false;
   while (!unparked && !done.load()) {
@@ -160,6 +205,12 @@ Status Reactor::Start() {
   ev.data.ptr = nullptr;  // the wake fd
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
     return Status::NetworkError("epoll_ctl(eventfd)", errno);
+  }
+  {
+    MutexLock l(loop_mu_);  // the thread is not running yet: uncontended
+    int spare = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (spare < 0) return Status::NetworkError("eventfd", errno);
+    spare_wake_fds_.push_back(spare);
   }
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();

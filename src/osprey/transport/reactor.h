@@ -56,9 +56,11 @@ class EventHandler {
 struct ParkedConnection {
   std::shared_ptr<Connection> conn;
   int fd = -1;
-  // An eventfd of the reactor's, lent to the caller until it unparks:
-  // whoever finishes the call on another thread writes it.
+  // An eventfd that wakes the waiter: a client caller's is lent by the
+  // reactor until it unparks (whoever finishes the call on another thread
+  // writes it); a worker's is its own (its service queue writes it).
   int wake_fd = -1;
+  bool lent = false;
   explicit operator bool() const { return conn != nullptr; }
 };
 
@@ -141,6 +143,28 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // eventfd back, before it returns.
   void WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done);
 
+  // A worker that answered the last call in flight of `conn`
+  // (Connection::NoteAnsweredConnections), after its handler returned: parks
+  // the connection for the worker if it is still so. `wake_fd`: the
+  // worker's own eventfd.
+  ParkedConnection ParkForWorker(const std::shared_ptr<Connection>& conn, int wake_fd);
+  // That worker, holding no lock: sleeps in poll on the socket and on
+  // `parked.wake_fd` (which its service queue writes when another call
+  // needs it), calls `woke()`, then reads the socket in the reactor's
+  // place if it is readable (the request goes to the service queue, where
+  // the worker takes it next), and unparks.
+  template <class F>
+  void WaitForRequest(const ParkedConnection& parked, F&& woke) {
+    bool readable = PollParked(parked);
+    woke();
+    RunHere([&] {
+      AssertCurrentThread();
+      ReadParkedAndUnpark(parked, readable);
+    });
+  }
+  // Unparks without waiting (the worker found its queue busy).
+  void Unpark(const ParkedConnection& parked);
+
   // A thread inside TryRunHere() for this reactor (not the reactor's own).
   bool OnBorrowingThread() const { return BorrowedHere(); }
   // The reactor's thread, or a thread inside TryRunHere() for it.
@@ -222,6 +246,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   template <class F>
   bool Post(F&& add);
   void CloseAllConnections(const Status& why) REQUIRES(loop_mu_);
+  // Waits in poll on a parked connection's socket and eventfd: true if the
+  // socket turned readable.
+  static bool PollParked(const ParkedConnection& parked);
+  void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
   // The destructor's, without the loop lock: the thread is joined, and no
   // connection is left to borrow the loop (each keeps its reactor alive).
   // Not under the lock, as the destructor may run inside a user's lock
@@ -283,9 +311,13 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   std::vector<std::shared_ptr<HttpConnection>> http_closed_ GUARDED_BY(loop_mu_);
   MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
   MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
-  // Eventfds for parked callers (ParkedConnection::wake_fd), back from
-  // their last loan: at most as many as callers ever waited at once.
+  // Eventfds to lend parked callers (ParkedConnection::wake_fd): one, made
+  // at Start, which is what a reactor needs while one caller at a time
+  // waits on it; more callers at once get one made for them, closed when
+  // they give it back. So an idle reactor always holds exactly one.
   std::vector<int> spare_wake_fds_ GUARDED_BY(loop_mu_);
+  int TakeWakeFd() REQUIRES(loop_mu_);
+  void GiveBackWakeFd(int fd) REQUIRES(loop_mu_);
 };
 
 }  // namespace osprey::transport

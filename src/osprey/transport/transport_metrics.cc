@@ -33,6 +33,10 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       r, "osprey_caller_reads_total",
       "Sync calls whose caller waited for the answer on the socket itself, the only call its "
       "connection awaited, so that no reactor woke for it.");
+  worker_reads = MakeCounter(
+      r, "osprey_worker_reads_total",
+      "Times a service worker, having answered a connection's last call in flight, waited for "
+      "its next request on the socket itself instead of in its queue.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =

@@ -56,6 +56,9 @@ class TransportMetrics {
   // Sync calls whose caller waited for the answer on the socket itself
   // (Reactor::ParkForCaller), so that no reactor woke for it.
   Counter* caller_reads;
+  // Times a service worker waited for a connection's next request on the
+  // socket itself (Reactor::ParkForWorker) instead of in its queue.
+  Counter* worker_reads;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;
