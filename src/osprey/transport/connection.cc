@@ -740,6 +740,7 @@ void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t 
     DeliverResponse(conn.get(), call_id, std::move(frame));
   } else if (conn->server_calls_in_flight_.load(std::memory_order_relaxed) <= 1 &&
              r->TryRunHere([&] {
+               conn->reactor_->AssertCurrentThread();
                DeliverResponse(conn.get(), call_id, std::move(frame));
                if (tls_answered != nullptr && conn->server_calls_.empty()) *tls_answered = conn;
              })) {
