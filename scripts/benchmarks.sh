@@ -41,6 +41,11 @@ Each option is an environment variable or the flag beside it (the flag wins):
   SERVER_REACTORS=2   --server-reactors N  server reactors in the sweeps
   WORKER_THREADS=1    --worker-threads N   server worker threads in the sweeps
                       --peers            run the peers comparison instead (below)
+  BEFORE_BENCH=       --curve [--before PATH]  the latency-throughput curve
+                                         instead (below); --before: an earlier
+                                         rpc-bench drawn on the same chart
+  CURVE_POINTS=10,25,50,75,90,100,110,120  --points LIST  percentages of the
+                                         closed-loop maximum the curve visits
                       -h, --help         this text
 
 Matrices (sized for a 2-core machine):
@@ -65,6 +70,15 @@ RESULTS_DIR/peers-raw/, and its summarize.py medians to
 RESULTS_DIR/peers-summary.md. It builds the gRPC peer first (heavy; needs
 apt-get install -y libgrpc++-dev protobuf-compiler-grpc libgflags-dev pkg-config).
 
+--curve: open-loop sweeps (rpc-bench -target_rate) from 10% to 120% of
+each config's closed-loop maximum, for sync (one client thread, its own
+connection) and async (one client thread, 32 calls in flight), with 1
+server reactor and 1 worker; plots p50, p99 and p99.9 latency (log scale)
+against the achieved rate in RESULTS_DIR/curve.png, rows in curve.csv
+(scripts/latency_curve.py). With --before, each point runs both binaries,
+the earlier first, for a before/after chart from one interleaved run.
+NUM_SAMPLES does not apply; RUN_SECONDS is each point's length.
+
 Plots need gnuplot: scripts/install-deps.sh installs it (gnuplot-nox) at start.
 EOF
 }
@@ -84,12 +98,16 @@ SERVER_REACTORS="${SERVER_REACTORS:-2}"
 WORKER_THREADS="${WORKER_THREADS:-1}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
 PEERS_MODE=0
+CURVE_MODE=0
+BEFORE_BENCH="${BEFORE_BENCH:-}"
+CURVE_POINTS="${CURVE_POINTS:-10,25,50,75,90,100,110,120}"
 
 while [[ $# -gt 0 ]]; do
   opt="$1"
   case "$opt" in
     -h|--help) usage; exit 0 ;;
     --peers) PEERS_MODE=1; shift; continue ;;
+    --curve) CURVE_MODE=1; shift; continue ;;
     --*=*) set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; continue ;;
   esac
   [[ $# -ge 2 ]] || die "$opt needs a value (see --help)"
@@ -102,6 +120,8 @@ while [[ $# -gt 0 ]]; do
     --payload-bytes) PAYLOAD_BYTES="$2" ;;
     --server-reactors) SERVER_REACTORS="$2" ;;
     --worker-threads) WORKER_THREADS="$2" ;;
+    --before) BEFORE_BENCH="$2" ;;
+    --points) CURVE_POINTS="$2" ;;
     *) die "unknown option '$opt' (see --help)" ;;
   esac
   shift 2
@@ -158,6 +178,17 @@ if [[ -z "$RESULTS_DIR" ]]; then
 fi
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR="$(cd "$RESULTS_DIR" && pwd)"
+
+# ------------------------------------------------------------ curve mode
+if [[ $CURVE_MODE -eq 1 ]]; then
+  before_args=()
+  if [[ -n "$BEFORE_BENCH" ]]; then
+    [[ -x "$BEFORE_BENCH" ]] || die "--before: not an executable: $BEFORE_BENCH"
+    before_args=(--before "$BEFORE_BENCH")
+  fi
+  exec python3 "$ROOT/scripts/latency_curve.py" --rpc-bench "$RPC_BENCH" "${before_args[@]}" \
+    --results-dir "$RESULTS_DIR" --run-seconds "$RUN_SECONDS" --points "$CURVE_POINTS"
+fi
 
 # ------------------------------------------------------------ peers mode
 if [[ $PEERS_MODE -eq 1 ]]; then

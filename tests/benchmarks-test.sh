@@ -52,4 +52,30 @@ if background > 0.99 * w * h:
 PY
     { show "$TMP/png.check"; fail "$png is blank"; }
 done
-echo "PASS: benchmarks.sh drew both plots from $rows runs"
+
+CHECK="the latency-throughput curve, before and after on one chart"
+set +e
+timeout -k 5 120 bash "$ROOT/scripts/benchmarks.sh" --curve --rpc-bench "$BENCH" --before "$BENCH" \
+  --points 50,100 --run-seconds 0.3 --results-dir "$TMP/curve" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || { show "$TMP/out" "$TMP/err"; fail "exit status $rc, expected 0"; }
+# Two configs x two points x two binaries, each with a rate and ordered
+# percentiles.
+"$PYTHON" - "$TMP/curve/curve.csv" << 'PY' > "$TMP/curve.check" 2>&1 ||
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+if len(rows) != 8:
+    sys.exit(f"{len(rows)} rows, expected 8")
+for r in rows:
+    if float(r["achieved_rate"]) <= 0 or int(r["errors"]) != 0:
+        sys.exit(f"a point without calls or with errors: {r}")
+    if not float(r["p50_us"]) <= float(r["p99_us"]) <= float(r["p999_us"]):
+        sys.exit(f"percentiles out of order: {r}")
+if {r["binary"] for r in rows} != {"before", "after"}:
+    sys.exit("both binaries must be on the chart")
+PY
+  { show "$TMP/curve.check" "$TMP/curve/curve.csv"; fail "curve.csv is wrong"; }
+[[ -s $TMP/curve/curve.png ]] || { show "$TMP/err"; fail "curve.png was not drawn"; }
+
+echo "PASS: benchmarks.sh drew both plots from $rows runs, and the curve"
