@@ -301,7 +301,8 @@ double CallsPerSecond(ResultTracker* t, int64_t* seq, int n) {
 // At the byte bound each answer evicts the oldest in constant time: calls
 // keep at least half their pace below it (before, every call swept every
 // answer held, and at 64 MiB the server fell from 40k to 11k calls a
-// second). Best of three, interleaved, as the machine is shared.
+// second). Best of five, interleaved, as the machine is shared (best of
+// three fell short once under ASan on a loaded machine).
 TEST(ResultTrackerTest, CallsAtTheByteBoundKeepAtLeastHalfTheirPace) {
   FakeClock clock;
   constexpr size_t kBound = 8 * 1024 * 1024;
@@ -313,7 +314,7 @@ TEST(ResultTrackerTest, CallsAtTheByteBoundKeepAtLeastHalfTheirPace) {
   while (at.evicted_records() == 0) CallsPerSecond(&at, &seq_at, 1000);
   ASSERT_GT(at.stored_answers(), 10000u);
   double best_below = 0, best_at = 0;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     best_below = std::max(best_below, CallsPerSecond(&below, &seq_below, kCalls));
     best_at = std::max(best_at, CallsPerSecond(&at, &seq_at, kCalls));
   }
