@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
 
   std::ofstream index(out_dir + "/keys");
   for (const kudu::security::TokenSigningPublicKeyPB& pub : signer.verifier().ExportKeys()) {
-    std::ofstream(out_dir + "/key-" + std::to_string(pub.key_seq_num()) + ".der",
-                  std::ios::binary)
+    std::ofstream(out_dir + "/key-" + std::to_string(pub.key_seq_num()) + ".der", std::ios::binary)
         << pub.rsa_key_der();
     index << pub.key_seq_num() << " " << pub.expire_unix_epoch_seconds() << "\n";
   }
