@@ -239,6 +239,19 @@ TEST_F(CallerReadsTest, ManyParkedCallersAtOnceLeaveNothingBehind) {
       << FdCount() << " descriptors, " << fds_before << " before";
 }
 
+// Calls until a worker of `server` waits on the proxy's connection: it
+// does only when it answered with the reactor asleep.
+bool UntilAWorkerWaitsOn(CalculatorServiceProxy& proxy, const std::shared_ptr<Messenger>& server) {
+  const double before = WorkerReads(server);
+  for (int i = 0; i < 100; ++i) {
+    if (!CheckedAdd(proxy, i, 1).ok()) return false;
+    if (WaitUntil([&] { return WorkerReads(server) > before; }, MonoDelta::FromMilliseconds(50))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // One worker: after each answer it waits on the connection for the next
 // request, and reads it itself.
 class WorkerReadsTest : public ::testing::Test {
@@ -270,8 +283,7 @@ TEST_F(WorkerReadsTest, AWaitingWorkerStillTakesOtherConnectionsCalls) {
   auto a = MakeClient(1);
   auto b = MakeClient(1);
   CalculatorServiceProxy to_a(a, server_.address), to_b(b, server_.address);
-  ASSERT_TRUE(CheckedAdd(to_a, 1, 2).ok());
-  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 1; }));
+  ASSERT_TRUE(UntilAWorkerWaitsOn(to_a, server_.messenger));
   for (int i = 0; i < 20; ++i) {
     Status s = CheckedAdd(to_b, i, 1, MonoDelta::FromSeconds(5));
     ASSERT_TRUE(s.ok()) << "call " << i << ": " << s.ToString();
@@ -311,13 +323,12 @@ TEST_F(WorkerReadsTest, AHandlerThatBlocksDoesNotStallItsConnection) {
 TEST_F(WorkerReadsTest, ClosedConnectionsAndShutdownWakeAWaitingWorker) {
   auto a = MakeClient(1);
   CalculatorServiceProxy to_a(a, server_.address);
-  ASSERT_TRUE(CheckedAdd(to_a, 1, 2).ok());
-  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 1; }));
+  ASSERT_TRUE(UntilAWorkerWaitsOn(to_a, server_.messenger));
   a->Shutdown();
   auto b = MakeClient(1);
   CalculatorServiceProxy to_b(b, server_.address);
   ASSERT_TRUE(CheckedAdd(to_b, 5, 6, MonoDelta::FromSeconds(5)).ok());
-  ASSERT_TRUE(WaitUntil([&] { return WorkerReads(server_.messenger) >= 2; }));
+  ASSERT_TRUE(UntilAWorkerWaitsOn(to_b, server_.messenger));
   // The worker waits on b's connection now; the server goes first.
   server_.messenger->Shutdown();
   Status s = CheckedAdd(to_b, 1, 1, MonoDelta::FromSeconds(5));
