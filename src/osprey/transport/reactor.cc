@@ -70,15 +70,16 @@ ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn,
   return parked;
 }
 
-bool Reactor::PollParked(const ParkedConnection& parked) {
+Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
   pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
   int n = ::poll(fds, 2, -1);
-  if (n > 0 && (fds[1].revents & POLLIN)) {
+  if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
+  if (fds[1].revents & POLLIN) {
     uint64_t v;
     ssize_t r = ::read(parked.wake_fd, &v, sizeof(v));
     (void)r;
   }
-  return n > 0 && fds[0].revents != 0;
+  return fds[0].revents != 0 ? ParkedPoll::kReadable : ParkedPoll::kWoken;
 }
 
 void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) {
@@ -113,38 +114,26 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
 }
 
 void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
+  // A finisher that saw the caller polling may still write the eventfd after
+  // it is given back: its next borrower then wakes once for nothing.
   Connection* conn = parked.conn.get();
-  const int wake_fd = parked.wake_fd;
-  auto unpark = [&] {
-    AssertCurrentThread();
-    conn->Unpark();
-    // A finisher that saw the caller polling may still write it: the next
-    // borrower of the eventfd then wakes once for nothing and polls again.
-    GiveBackWakeFd(wake_fd);
-  };
   bool unparked = false;
   while (!unparked && !done.load()) {
-    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    int n = ::poll(fds, 2, -1);
-    if (n < 0 && errno != EINTR) break;  // the reactor reads from here on
-    if (fds[1].revents & POLLIN) {
-      uint64_t v;
-      ssize_t r = ::read(wake_fd, &v, sizeof(v));
-      (void)r;
-    }
-    if (done.load() || fds[0].revents == 0) continue;
+    ParkedPoll polled = PollParked(parked);
+    if (polled == ParkedPoll::kFailed) break;  // the reactor reads from here on
+    if (done.load() || polled != ParkedPoll::kReadable) continue;
     // Readable (or closed, or the number reused after the reactor closed
     // it: the connection's state, under the loop lock, says which).
     RunHere([&] {
       AssertCurrentThread();
       if (conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
       if (done.load() || !conn->parked() || conn->is_shut_down()) {
-        unpark();
+        ReadParkedAndUnpark(parked, /*readable=*/false);
         unparked = true;
       }
     });
   }
-  if (!unparked) RunHere([&] { unpark(); });
+  if (!unparked) Unpark(parked);
 }
 
 void Reactor::EndBorrow() {

@@ -155,7 +155,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // the worker takes it next), and unparks.
   template <class F>
   void WaitForRequest(const ParkedConnection& parked, F&& woke) {
-    bool readable = PollParked(parked);
+    bool readable = PollParked(parked) == ParkedPoll::kReadable;
     woke();
     RunHere([&] {
       AssertCurrentThread();
@@ -246,9 +246,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   template <class F>
   bool Post(F&& add);
   void CloseAllConnections(const Status& why) REQUIRES(loop_mu_);
-  // Waits in poll on a parked connection's socket and eventfd: true if the
-  // socket turned readable.
-  static bool PollParked(const ParkedConnection& parked);
+  enum class ParkedPoll { kReadable, kWoken, kFailed };
+  // One wait in poll on a parked connection's socket and its eventfd
+  // (drained if written). kWoken: the eventfd or a signal woke it.
+  static ParkedPoll PollParked(const ParkedConnection& parked);
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
   // The destructor's, without the loop lock: the thread is joined, and no
   // connection is left to borrow the loop (each keeps its reactor alive).
