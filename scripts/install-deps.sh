@@ -9,6 +9,8 @@ packages=(
   libgflags-dev libgoogle-glog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhttp-parser-dev nlohmann-json3-dev prometheus-cpp-dev
+  # The osprey command line tool parses its subcommands and flags with CLI11.
+  libcli11-dev
   # Kerberos: the library links MIT's GSS-API; the tests run a real KDC.
   libkrb5-dev krb5-kdc krb5-admin-server krb5-user
   # The observability tests check /metrics and /rpcz with the real tools.

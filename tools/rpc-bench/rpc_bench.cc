@@ -57,6 +57,8 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
           .set_num_reactors(FLAGS_server_reactors)
           .set_http_endpoints(FLAGS_metrics)
           .set_http_on_rpc_port(!http_apart)
+          // So `osprey list` and `osprey call` work without the .proto.
+          .set_reflection(FLAGS_server_only)
           .Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;

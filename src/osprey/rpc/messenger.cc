@@ -9,6 +9,7 @@
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/rpc/reflection_service.h"
 #include "osprey/rpc/request_tracker.h"
 #include "osprey/rpc/result_tracker.h"
 #include "osprey/rpc/rpc_metrics.h"
@@ -123,6 +124,11 @@ MessengerBuilder& MessengerBuilder::set_http_on_rpc_port(bool enabled) {
   http_on_rpc_port_ = enabled;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_reflection(bool enabled) {
+  reflection_ = enabled;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -221,6 +227,16 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
+  if (reflection_) {
+    // On the reactors: its answers only copy what the directory holds.
+    ServicePoolOptions pool;
+    pool.worker_threads = 0;
+    Status s = m->RegisterService(std::make_unique<ReflectionService>(m->directory_), pool);
+    if (!s.ok()) {
+      m->Shutdown();
+      return s;
+    }
+  }
   Messenger* raw = m.get();
   // Users hold references of their own, whose last drop shuts down and
   // frees the messenger wherever it happens (Kudu's retain_self_).
@@ -269,6 +285,7 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
                                                   obs.slow_call_threshold, num_reactors,
                                                   open_server_connections_)),
       request_tracker_(std::make_shared<RequestTracker>()),
+      directory_(std::make_shared<ServiceDirectory>()),
       result_tracker_(std::make_shared<ResultTracker>(
           ResultTracker::Options{.response_ttl = obs.remembered.response_ttl,
                                  .client_ttl = obs.remembered.client_ttl,
@@ -446,6 +463,7 @@ Status Messenger::RegisterService(std::unique_ptr<ServiceIf> service,
     return Status::IllegalState("service " + name + " is already registered");
   }
   OSPREY_RETURN_NOT_OK(pool->Start());
+  directory_->Add(*pool->service());
   services_.emplace(std::move(name), std::move(pool));
   return Status::OK();
 }

@@ -60,6 +60,7 @@ class RemoteMethod;
 class RequestTracker;
 class ResultTracker;
 class ServicePool;
+class ServiceDirectory;
 class SlowCallLog;
 
 // What a server remembers of the answers of exactly-once methods (Kudu's
@@ -161,6 +162,14 @@ class MessengerBuilder {
   // remembers for the clients' retries (see RememberedResults).
   MessengerBuilder& set_remembered_results(const RememberedResults& remembered);
 
+  // Server reflection, off by default: a built-in service,
+  // osprey.reflection.ServerReflection (osprey/rpc/reflection.proto), that
+  // lists the registered services with their methods and answers the
+  // .proto definitions (FileDescriptorProtos) of their services and
+  // messages, so a tool such as `osprey` can call them without their
+  // .proto files. It describes nothing else linked into the process.
+  MessengerBuilder& set_reflection(bool enabled);
+
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -181,6 +190,7 @@ class MessengerBuilder {
   bool http_on_rpc_port_ = true;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;
+  bool reflection_ = false;
 };
 
 class Messenger {
@@ -288,6 +298,8 @@ class Messenger {
   // Shared with the reactors: see messenger_metrics.h.
   const std::shared_ptr<MessengerMetrics> metrics_;
   const std::shared_ptr<RequestTracker> request_tracker_;
+  // What RegisterService registered, for the reflection service.
+  const std::shared_ptr<ServiceDirectory> directory_;
   // Answers of methods that track results, by request id. Shared with the
   // calls, which may answer after the messenger is gone.
   const std::shared_ptr<ResultTracker> result_tracker_;

@@ -1,0 +1,300 @@
+#include "commands.h"
+
+#include <google/protobuf/dynamic_message.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "descriptor_source.h"
+#include "message_format.h"
+#include "osprey/rpc/messenger.h"
+#include "osprey/rpc/proxy.h"
+#include "osprey/rpc/rpc_controller.h"
+
+namespace osprey::cli {
+
+namespace {
+
+const char kReflectionService[] = "osprey.reflection.ServerReflection";
+
+int Fail(int code, const std::string& why) {
+  std::cerr << "osprey: " << why << "\n";
+  return code;
+}
+
+Status ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument("cannot read " + path);
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::InvalidArgument("cannot read " + path);
+  return Status::OK();
+}
+
+// One client messenger, and proxies to the one address.
+class Session {
+ public:
+  Status Open(const ConnectionFlags& flags, const std::string& address) {
+    flags_ = flags;
+    address_ = address;
+    MessengerBuilder b("osprey");
+    b.set_num_reactors(1).set_metrics(false);
+    if (flags.rpc_encryption == "optional") {
+      b.set_rpc_encryption(RpcEncryption::kOptional);
+    } else if (flags.rpc_encryption == "required") {
+      b.set_rpc_encryption(RpcEncryption::kRequired);
+    }
+    b.set_rpc_encrypt_loopback(flags.rpc_encrypt_loopback_connections);
+    if (!flags.tls_ca_file.empty()) b.set_tls_ca_file(flags.tls_ca_file);
+    return b.Build(&messenger_);
+  }
+  std::unique_ptr<Proxy> NewProxy(const std::string& service) const {
+    std::unique_ptr<Proxy> proxy;
+    Sockaddr addr;
+    // A Unix socket is an address; anything else keeps its name, which TLS
+    // checks the server's certificate against.
+    if (address_.rfind("unix:", 0) == 0 && Sockaddr::Parse(address_, &addr).ok()) {
+      proxy = std::make_unique<Proxy>(messenger_, addr, service);
+    } else {
+      proxy = std::make_unique<Proxy>(messenger_, address_, service);
+    }
+    if (!flags_.user.empty()) proxy->set_user(flags_.user);
+    return proxy;
+  }
+  MonoDelta timeout() const { return MonoDelta::FromSeconds(flags_.timeout_seconds); }
+  ~Session() {
+    if (messenger_) messenger_->Shutdown();
+  }
+
+ private:
+  ConnectionFlags flags_;
+  std::string address_;
+  std::shared_ptr<Messenger> messenger_;
+};
+
+// The source of definitions the flags name. `*local`: from .proto files,
+// so a lookup that fails is the command line's fault.
+Status OpenSource(const SourceFlags& flags, const Session& session,
+                  std::unique_ptr<DescriptorSource>* out, bool* local) {
+  *local = !flags.protos.empty();
+  if (*local) {
+    std::unique_ptr<ProtoFileSource> files;
+    OSPREY_RETURN_NOT_OK(ProtoFileSource::Open(flags.protos, flags.import_dirs, &files));
+    *out = std::move(files);
+  } else {
+    if (!flags.import_dirs.empty()) {
+      return Status::InvalidArgument("-I is for --proto files, and none are given");
+    }
+    *out = std::make_unique<ReflectionSource>(session.NewProxy(kReflectionService),
+                                              session.timeout());
+  }
+  return Status::OK();
+}
+
+// Why a call failed, in the server's own terms when it answered.
+std::string DescribeFailure(const Status& s, const RpcController& ctl, const Session& session) {
+  const wire::ErrorStatusPB* err = ctl.error_response();
+  if (err == nullptr) return s.ToString();
+  std::string why = "the server answered " +
+                    wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) + ": " + err->message();
+  if (err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE ||
+      err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD) {
+    // The --proto files named something the server lacks: say what it has,
+    // if it can tell.
+    ReflectionSource reflection(session.NewProxy(kReflectionService), session.timeout());
+    std::vector<ServiceSummary> services;
+    if (reflection.ListServices(&services).ok()) {
+      why += "\nthe server has:\n" + FormatServiceList(services);
+      if (why.back() == '\n') why.pop_back();
+    }
+  }
+  return why;
+}
+
+Status ReadRequest(const CallFlags& flags, std::string* out) {
+  if (!flags.request.empty() && !flags.data.empty()) {
+    return Status::InvalidArgument("give the request once: as an argument or with -d, not both");
+  }
+  const std::string& given = flags.request.empty() ? flags.data : flags.request;
+  if (given == "@-") {
+    out->assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return Status::OK();
+  }
+  if (given.rfind('@', 0) == 0) return ReadFile(given.substr(1), out);
+  *out = given;
+  return Status::OK();
+}
+
+Status SaveSidecars(const RpcController& ctl, const std::string& dir) {
+  const int n = ctl.num_inbound_sidecars();
+  if (n == 0) return Status::OK();
+  if (dir.empty()) {
+    std::cerr << "osprey: the response has " << n << " sidecar" << (n == 1 ? "" : "s")
+              << "; --save_sidecars DIR writes them to files\n";
+    return Status::OK();
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::IOError("cannot make directory " + dir, errno);
+  }
+  for (int i = 0; i < n; ++i) {
+    Slice data;
+    OSPREY_RETURN_NOT_OK(ctl.GetInboundSidecar(i, &data));
+    const std::string path = dir + "/sidecar-" + std::to_string(i);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) return Status::IOError("cannot write " + path);
+    std::cerr << "osprey: sidecar " << i << " (" << data.size() << " bytes) written to " << path
+              << "\n";
+  }
+  return Status::OK();
+}
+
+std::string Millis(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", ms);
+  return buf;
+}
+
+void PrintLatencySummary(std::vector<double> ms) {
+  if (ms.empty()) return;
+  std::sort(ms.begin(), ms.end());
+  double sum = 0;
+  for (double v : ms) sum += v;
+  auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))]; };
+  std::cerr << ms.size() << " calls, latency in ms: min " << Millis(ms.front()) << ", median "
+            << Millis(at(0.5)) << ", p99 " << Millis(at(0.99)) << ", max " << Millis(ms.back())
+            << ", mean " << Millis(sum / ms.size()) << "\n";
+}
+
+}  // namespace
+
+int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
+            const CallFlags& flags) {
+  const MessageFormat format = flags.format == "text" ? MessageFormat::kText : MessageFormat::kJson;
+  std::string request_text;
+  Status s = ReadRequest(flags, &request_text);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::vector<std::string> sidecars(flags.sidecars.size());
+  for (size_t i = 0; i < flags.sidecars.size(); ++i) {
+    s = ReadFile(flags.sidecars[i], &sidecars[i]);
+    if (!s.ok()) return Fail(kExitUsage, s.message());
+  }
+  Session session;
+  s = session.Open(connection, flags.address);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::unique_ptr<DescriptorSource> source;
+  bool local = false;
+  s = OpenSource(source_flags, session, &source, &local);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+
+  std::string service;
+  MethodSummary method;
+  const google::protobuf::Descriptor* request_type = nullptr;
+  const google::protobuf::Descriptor* response_type = nullptr;
+  s = FindMethod(source.get(), flags.method, &service, &method);
+  if (s.ok()) s = FindMessage(source.get(), method.request_type, &request_type);
+  if (s.ok()) s = FindMessage(source.get(), method.response_type, &response_type);
+  if (!s.ok()) {
+    return Fail(local || s.IsInvalidArgument() ? kExitUsage : kExitFailed,
+                s.IsRemoteError() ? s.ToString() : s.message());
+  }
+
+  google::protobuf::DynamicMessageFactory factory(source->pool());
+  std::unique_ptr<google::protobuf::Message> request(factory.GetPrototype(request_type)->New());
+  std::unique_ptr<google::protobuf::Message> response(factory.GetPrototype(response_type)->New());
+  s = ParseMessage(format, request_text, request.get());
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+
+  std::unique_ptr<Proxy> proxy = session.NewProxy(service);
+  std::vector<double> latencies_ms;
+  for (int i = 0; i < flags.repeat; ++i) {
+    RpcController ctl;
+    ctl.set_timeout(session.timeout());
+    for (const std::string& data : sidecars) {
+      int idx;
+      s = ctl.AddOutboundSidecar(data, &idx);
+      if (!s.ok()) return Fail(kExitUsage, "sidecar: " + s.message());
+    }
+    response->Clear();
+    auto start = std::chrono::steady_clock::now();
+    s = proxy->SyncRequest(method.name, *request, response.get(), &ctl);
+    latencies_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    if (!s.ok()) {
+      std::string why = DescribeFailure(s, ctl, session);
+      if (flags.repeat > 1) {
+        latencies_ms.pop_back();
+        PrintLatencySummary(latencies_ms);
+        why = "call " + std::to_string(i + 1) + " of " + std::to_string(flags.repeat) +
+              " failed: " + why;
+      }
+      return Fail(kExitFailed, why);
+    }
+    if (i + 1 == flags.repeat) {
+      std::cout << PrintMessage(format, *response) << std::flush;
+      s = SaveSidecars(ctl, flags.save_sidecars);
+      if (!s.ok()) return Fail(kExitFailed, s.ToString());
+    }
+  }
+  if (flags.repeat > 1) PrintLatencySummary(latencies_ms);
+  return kExitOk;
+}
+
+int RunList(const ConnectionFlags& connection, const SourceFlags& source_flags,
+            const std::string& address) {
+  Session session;
+  Status s = session.Open(connection, address);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::unique_ptr<DescriptorSource> source;
+  bool local = false;
+  s = OpenSource(source_flags, session, &source, &local);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::vector<ServiceSummary> services;
+  s = source->ListServices(&services);
+  if (!s.ok()) return Fail(kExitFailed, s.IsNotFound() ? s.message() : s.ToString());
+  if (services.empty()) {
+    std::cerr << "osprey: " << (local ? "the given .proto files define no service" : "the server registers no service") << "\n";
+  }
+  std::cout << FormatServiceList(services) << std::flush;
+  return kExitOk;
+}
+
+int RunDescribe(const ConnectionFlags& connection, const SourceFlags& source_flags,
+                const std::string& address, const std::string& symbol) {
+  Session session;
+  Status s = session.Open(connection, address);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::unique_ptr<DescriptorSource> source;
+  bool local = false;
+  s = OpenSource(source_flags, session, &source, &local);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  std::string text;
+  s = Describe(source.get(), symbol, &text);
+  if (!s.ok() && !local && s.IsRemoteError()) {
+    // A service registered without a descriptor: its summary is all there is.
+    std::vector<ServiceSummary> services;
+    if (source->ListServices(&services).ok()) {
+      for (const ServiceSummary& service : services) {
+        if (service.name == symbol) {
+          std::cout << FormatServiceList({service}) << std::flush;
+          return kExitOk;
+        }
+      }
+    }
+  }
+  if (!s.ok()) {
+    return Fail(local ? kExitUsage : kExitFailed, s.IsNotFound() ? s.message() : s.ToString());
+  }
+  std::cout << text << std::flush;
+  return kExitOk;
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,74 @@
+#include "message_format.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+namespace osprey::cli {
+
+namespace {
+
+class TextErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (!errors.empty()) errors += "; ";
+    errors += "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) +
+              ": " + message;
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  std::string errors;
+};
+
+bool Blank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+}  // namespace
+
+Status ParseMessage(MessageFormat format, const std::string& input,
+                    google::protobuf::Message* message) {
+  const std::string& type = message->GetDescriptor()->full_name();
+  if (!Blank(input)) {
+    if (format == MessageFormat::kJson) {
+      google::protobuf::util::JsonParseOptions options;
+      auto s = google::protobuf::util::JsonStringToMessage(input, message, options);
+      if (!s.ok()) {
+        std::string why(s.message());
+        if (why.rfind(": ", 0) == 0) why.erase(0, 2);  // a path left empty (the top level)
+        while (!why.empty() && (why.back() == '\n' || why.back() == '^')) why.pop_back();
+        return Status::InvalidArgument("the request does not match " + type + " (JSON): " + why);
+      }
+    } else {
+      google::protobuf::TextFormat::Parser parser;
+      TextErrors errors;
+      parser.RecordErrorsTo(&errors);
+      if (!parser.ParseFromString(input, message)) {
+        return Status::InvalidArgument("the request does not match " + type +
+                                       " (text format): " + errors.errors);
+      }
+    }
+  }
+  if (!message->IsInitialized()) {
+    return Status::InvalidArgument("the request leaves out required fields of " + type + ": " +
+                                   message->InitializationErrorString());
+  }
+  return Status::OK();
+}
+
+std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message) {
+  std::string out;
+  if (format == MessageFormat::kJson) {
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    // The message came off the wire and parsed, so it prints.
+    (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+    if (out.empty() || out.back() != '\n') out += '\n';
+  } else {
+    google::protobuf::TextFormat::PrintToString(message, &out);
+  }
+  return out;
+}
+
+}  // namespace osprey::cli
