@@ -22,14 +22,13 @@ const char kReflection[] = "osprey.reflection.ServerReflection";
 class HandWrittenService : public ServiceIf {
  public:
   HandWrittenService() {
-    RegisterMethod(ServiceMethod{"Double", &AddRequestPB::default_instance(),
-                                 &AddResponsePB::default_instance(),
-                                 [](const google::protobuf::Message* req,
-                                    google::protobuf::Message* resp, RpcContext* ctx) {
-                                   static_cast<AddResponsePB*>(resp)->set_result(
-                                       2 * static_cast<const AddRequestPB*>(req)->x());
-                                   ctx->RespondSuccess();
-                                 }});
+    RegisterMethod(ServiceMethod{
+        "Double", &AddRequestPB::default_instance(), &AddResponsePB::default_instance(),
+        [](const google::protobuf::Message* req, google::protobuf::Message* resp, RpcContext* ctx) {
+          static_cast<AddResponsePB*>(resp)->set_result(2 *
+                                                        static_cast<const AddRequestPB*>(req)->x());
+          ctx->RespondSuccess();
+        }});
   }
   const std::string& service_name() const override {
     static const std::string name = "test.HandWritten";
@@ -40,9 +39,10 @@ class HandWrittenService : public ServiceIf {
 class ReflectionTest : public ::testing::Test {
  protected:
   void StartServer(bool reflection) {
-    ASSERT_TRUE(server_.Start(1, ServicePoolOptions(),
-                              MessengerBuilder("server").set_reflection(reflection))
-                    .ok());
+    ASSERT_TRUE(
+        server_
+            .Start(1, ServicePoolOptions(), MessengerBuilder("server").set_reflection(reflection))
+            .ok());
     client_ = MakeClient();
     proxy_ = std::make_unique<Proxy>(client_, server_.address, kReflection);
   }
@@ -96,9 +96,9 @@ TEST_F(ReflectionTest, ListsEveryServiceWithItsMethodsAndTypes) {
   ASSERT_TRUE(Call("ListServices", ListServicesRequestPB(), &resp, &ctl).ok());
   std::vector<std::string> names;
   for (const auto& s : resp.services()) names.push_back(s.name());
-  EXPECT_EQ(names, (std::vector<std::string>{"kudu.rpc_test.CalculatorService", kReflection,
-                                             "osprey.rpc_test.CalculatorService",
-                                             "test.HandWritten"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"kudu.rpc_test.CalculatorService", kReflection,
+                                      "osprey.rpc_test.CalculatorService", "test.HandWritten"}));
   const auto& calc = resp.services(2);
   EXPECT_TRUE(calc.has_descriptor());
   ASSERT_EQ(calc.methods_size(), 6);
@@ -135,8 +135,8 @@ TEST_F(ReflectionTest, AnswersAServiceWithItsImportsFirst) {
 TEST_F(ReflectionTest, AnswersMethodsMessagesAndTheMessagesOfAServiceWrittenByHand) {
   StartServer(true);
   ASSERT_TRUE(server_.messenger->RegisterService(std::make_unique<HandWrittenService>()).ok());
-  for (const char* symbol : {"osprey.rpc_test.CalculatorService.Echo",
-                             "osprey.rpc_test.WhoAmIResponsePB"}) {
+  for (const char* symbol :
+       {"osprey.rpc_test.CalculatorService.Echo", "osprey.rpc_test.WhoAmIResponsePB"}) {
     FileContainingSymbolResponsePB resp;
     RpcController ctl;
     ASSERT_TRUE(FilesFor(symbol, &resp, &ctl).ok()) << symbol;

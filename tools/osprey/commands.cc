@@ -37,6 +37,12 @@ Status ReadFile(const std::string& path, std::string* out) {
   return Status::OK();
 }
 
+// A lookup's failure: our own findings (NotFound, InvalidArgument) as
+// they are, anything from the server or the network with its kind.
+std::string Explain(const Status& s) {
+  return s.IsNotFound() || s.IsInvalidArgument() ? s.message() : s.ToString();
+}
+
 // One client messenger, and proxies to the one address.
 class Session {
  public:
@@ -91,8 +97,8 @@ Status OpenSource(const SourceFlags& flags, const Session& session,
     if (!flags.import_dirs.empty()) {
       return Status::InvalidArgument("-I is for --proto files, and none are given");
     }
-    *out = std::make_unique<ReflectionSource>(session.NewProxy(kReflectionService),
-                                              session.timeout());
+    *out =
+        std::make_unique<ReflectionSource>(session.NewProxy(kReflectionService), session.timeout());
   }
   return Status::OK();
 }
@@ -101,8 +107,8 @@ Status OpenSource(const SourceFlags& flags, const Session& session,
 std::string DescribeFailure(const Status& s, const RpcController& ctl, const Session& session) {
   const wire::ErrorStatusPB* err = ctl.error_response();
   if (err == nullptr) return s.ToString();
-  std::string why = "the server answered " +
-                    wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) + ": " + err->message();
+  std::string why = "the server answered " + wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) +
+                    ": " + err->message();
   if (err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE ||
       err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD) {
     // The --proto files named something the server lacks: say what it has,
@@ -147,7 +153,8 @@ Status SaveSidecars(const RpcController& ctl, const std::string& dir) {
     OSPREY_RETURN_NOT_OK(ctl.GetInboundSidecar(i, &data));
     const std::string path = dir + "/sidecar-" + std::to_string(i);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.write(reinterpret_cast<const char*>(data.data()),
+              static_cast<std::streamsize>(data.size()));
     out.close();
     if (!out) return Status::IOError("cannot write " + path);
     std::cerr << "osprey: sidecar " << i << " (" << data.size() << " bytes) written to " << path
@@ -167,7 +174,9 @@ void PrintLatencySummary(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
   double sum = 0;
   for (double v : ms) sum += v;
-  auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))]; };
+  auto at = [&](double q) {
+    return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))];
+  };
   std::cerr << ms.size() << " calls, latency in ms: min " << Millis(ms.front()) << ", median "
             << Millis(at(0.5)) << ", p99 " << Millis(at(0.99)) << ", max " << Millis(ms.back())
             << ", mean " << Millis(sum / ms.size()) << "\n";
@@ -202,8 +211,7 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
   if (s.ok()) s = FindMessage(source.get(), method.request_type, &request_type);
   if (s.ok()) s = FindMessage(source.get(), method.response_type, &response_type);
   if (!s.ok()) {
-    return Fail(local || s.IsInvalidArgument() ? kExitUsage : kExitFailed,
-                s.IsRemoteError() ? s.ToString() : s.message());
+    return Fail(local || s.IsInvalidArgument() ? kExitUsage : kExitFailed, Explain(s));
   }
 
   google::protobuf::DynamicMessageFactory factory(source->pool());
@@ -259,9 +267,12 @@ int RunList(const ConnectionFlags& connection, const SourceFlags& source_flags,
   if (!s.ok()) return Fail(kExitUsage, s.message());
   std::vector<ServiceSummary> services;
   s = source->ListServices(&services);
-  if (!s.ok()) return Fail(kExitFailed, s.IsNotFound() ? s.message() : s.ToString());
+  if (!s.ok()) return Fail(kExitFailed, Explain(s));
   if (services.empty()) {
-    std::cerr << "osprey: " << (local ? "the given .proto files define no service" : "the server registers no service") << "\n";
+    std::cerr << "osprey: "
+              << (local ? "the given .proto files define no service"
+                        : "the server registers no service")
+              << "\n";
   }
   std::cout << FormatServiceList(services) << std::flush;
   return kExitOk;
@@ -291,7 +302,7 @@ int RunDescribe(const ConnectionFlags& connection, const SourceFlags& source_fla
     }
   }
   if (!s.ok()) {
-    return Fail(local ? kExitUsage : kExitFailed, s.IsNotFound() ? s.message() : s.ToString());
+    return Fail(local ? kExitUsage : kExitFailed, Explain(s));
   }
   std::cout << text << std::flush;
   return kExitOk;

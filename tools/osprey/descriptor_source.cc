@@ -39,8 +39,9 @@ Status FindMethod(DescriptorSource* source, const std::string& service_dot_metho
                   std::string* service, MethodSummary* method) {
   size_t dot = service_dot_method.rfind('.');
   if (dot == std::string::npos || dot == 0 || dot + 1 == service_dot_method.size()) {
-    return Status::InvalidArgument("\"" + service_dot_method +
-                                   "\" is not SERVICE.METHOD (as kudu.rpc_test.CalculatorService.Add)");
+    return Status::InvalidArgument(
+        "\"" + service_dot_method +
+        "\" is not SERVICE.METHOD (as kudu.rpc_test.CalculatorService.Add)");
   }
   const std::string service_name = service_dot_method.substr(0, dot);
   const std::string method_name = service_dot_method.substr(dot + 1);
@@ -65,8 +66,7 @@ Status FindMethod(DescriptorSource* source, const std::string& service_dot_metho
   return Status::NotFound("no service " + service_name + "; there are " + JoinNames(names));
 }
 
-Status FindMessage(DescriptorSource* source, const std::string& full_name,
-                   const Descriptor** out) {
+Status FindMessage(DescriptorSource* source, const std::string& full_name, const Descriptor** out) {
   OSPREY_RETURN_NOT_OK(source->FindSymbol(full_name));
   *out = source->pool()->FindMessageTypeByName(full_name);
   if (*out == nullptr) return Status::NotFound(full_name + " is not a message type");
@@ -103,8 +103,8 @@ class ProtoFileSource::ErrorCollector : public google::protobuf::compiler::Multi
     if (!errors.empty()) errors += "; ";
     // protobuf counts lines and columns from 0; editors from 1.
     errors += line < 0 ? file + ": " + message
-                       : file + ":" + std::to_string(line + 1) + ":" +
-                             std::to_string(column + 1) + ": " + message;
+                       : file + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) +
+                             ": " + message;
   }
   std::string errors;
 };
@@ -140,10 +140,10 @@ Status ProtoFileSource::Open(const std::vector<std::string>& proto_files,
       case DiskSourceTree::CANNOT_OPEN:
         return Status::InvalidArgument("cannot open " + disk);
       case DiskSourceTree::NO_MAPPING:
-        return Status::InvalidArgument(disk + " is not under " +
-                                       (import_dirs.empty() ? std::string("the current directory")
-                                                            : "any -I directory") +
-                                       ": give the directory its imports are relative to with -I");
+        return Status::InvalidArgument(
+            disk + " is not under " +
+            (import_dirs.empty() ? std::string("the current directory") : "any -I directory") +
+            ": give the directory its imports are relative to with -I");
     }
     const FileDescriptor* file = source->importer_->Import(virtual_file);
     if (file == nullptr) {
@@ -225,7 +225,8 @@ Status ReflectionSource::FindSymbol(const std::string& symbol) {
   for (const std::string& bytes : resp.file_descriptor_proto()) {
     FileDescriptorProto file;
     if (!file.ParseFromString(bytes)) {
-      return Status::Corruption("the server's reflection sent a file descriptor that does not parse");
+      return Status::Corruption(
+          "the server's reflection sent a file descriptor that does not parse");
     }
     if (pool_.FindFileByName(file.name()) != nullptr) continue;
     if (pool_.BuildFile(file) == nullptr) {

@@ -13,16 +13,14 @@ class TextErrors : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
     if (!errors.empty()) errors += "; ";
-    errors += "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) +
-              ": " + message;
+    errors += "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) + ": " +
+              message;
   }
   void AddWarning(int, int, const std::string&) override {}
   std::string errors;
 };
 
-bool Blank(const std::string& s) {
-  return s.find_first_not_of(" \t\r\n") == std::string::npos;
-}
+bool Blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 }  // namespace
 

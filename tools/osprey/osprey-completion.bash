@@ -9,7 +9,7 @@ _osprey() {
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
   local subcommands="call list describe"
-  local common="--help --proto -I --import_path --timeout --rpc_encryption \
+  local common="-h --help --proto -I --import_path --timeout --rpc_encryption \
 --rpc_encrypt_loopback_connections --tls_ca_file --user"
   local call_flags="-d --data --sidecar --save_sidecars --repeat --format"
 

@@ -1,9 +1,9 @@
 // osprey: calls any KRPC server (Osprey's or Apache Kudu's) from the
 // command line, JSON in and JSON out, with the method's types from .proto
 // files or from the server's reflection.
-#include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "commands.h"
@@ -22,8 +22,19 @@ const char kExitCodes[] =
     "does not match its message).";
 
 void AddConnectionFlags(CLI::App* app, ConnectionFlags* f) {
+  const CLI::Validator positive(
+      [](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          double v = std::stod(value, &used);
+          if (used == value.size() && v > 0) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a number of seconds above 0, not " + value;
+      },
+      "SECONDS");
   app->add_option("--timeout", f->timeout_seconds, "seconds each call may take")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   app->add_option("--rpc_encryption", f->rpc_encryption,
                   "TLS, as Kudu's flag: disabled, optional (TLS when the server offers it) or "
@@ -70,19 +81,22 @@ int Main(int argc, char** argv) {
                        "the request in JSON (protobuf's mapping); default: empty, {}");
   call_cmd->add_option("-d,--data", call.data,
                        "the request, or @FILE to read it from a file, @- from standard input");
-  call_cmd->add_option("--sidecar", call.sidecars,
-                       "send FILE as a sidecar (repeatable; the first is index 0, which the "
-                       "request names)")
+  call_cmd
+      ->add_option("--sidecar", call.sidecars,
+                   "send FILE as a sidecar (repeatable; the first is index 0, which the "
+                   "request names)")
       ->check(CLI::ExistingFile);
   call_cmd->add_option("--save_sidecars", call.save_sidecars,
                        "write the response's sidecars to DIR/sidecar-0, DIR/sidecar-1, ...");
-  call_cmd->add_option("--repeat", call.repeat,
-                       "make the call N times, one after another, and print a latency summary")
+  call_cmd
+      ->add_option("--repeat", call.repeat,
+                   "make the call N times, one after another, and print a latency summary")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
-  call_cmd->add_option("--format", call.format,
-                       "json (protobuf's JSON mapping) or text (protobuf's text format), for "
-                       "the request and the response")
+  call_cmd
+      ->add_option("--format", call.format,
+                   "json (protobuf's JSON mapping) or text (protobuf's text format), for "
+                   "the request and the response")
       ->check(CLI::IsMember({"json", "text"}))
       ->capture_default_str();
   AddSourceFlags(call_cmd, &source);

@@ -1,9 +1,9 @@
 #include "osprey/rpc/reflection_service.h"
 
+#include <google/protobuf/descriptor.pb.h>
+
 #include <algorithm>
 #include <functional>
-
-#include <google/protobuf/descriptor.pb.h>
 
 #include "osprey/rpc/rpc_context.h"
 
@@ -103,20 +103,20 @@ ReflectionService::ReflectionService(std::shared_ptr<const ServiceDirectory> dir
         *static_cast<ListServicesResponsePB*>(resp) = directory_->List();
         ctx->RespondSuccess();
       }});
-  RegisterMethod(ServiceMethod{
-      "FileContainingSymbol", &FileContainingSymbolRequestPB::default_instance(),
-      &FileContainingSymbolResponsePB::default_instance(),
-      [this](const google::protobuf::Message* req, google::protobuf::Message* resp,
-             RpcContext* ctx) {
-        Status s = directory_->FilesContaining(
-            static_cast<const FileContainingSymbolRequestPB*>(req)->symbol(),
-            static_cast<FileContainingSymbolResponsePB*>(resp));
-        if (s.ok()) {
-          ctx->RespondSuccess();
-        } else {
-          ctx->RespondFailure(s);
-        }
-      }});
+  RegisterMethod(
+      ServiceMethod{"FileContainingSymbol", &FileContainingSymbolRequestPB::default_instance(),
+                    &FileContainingSymbolResponsePB::default_instance(),
+                    [this](const google::protobuf::Message* req, google::protobuf::Message* resp,
+                           RpcContext* ctx) {
+                      Status s = directory_->FilesContaining(
+                          static_cast<const FileContainingSymbolRequestPB*>(req)->symbol(),
+                          static_cast<FileContainingSymbolResponsePB*>(resp));
+                      if (s.ok()) {
+                        ctx->RespondSuccess();
+                      } else {
+                        ctx->RespondFailure(s);
+                      }
+                    }});
 }
 
 }  // namespace osprey

@@ -2,12 +2,12 @@
 // messenger's services, and the built-in service that answers from it.
 #pragma once
 
+#include <google/protobuf/descriptor.h>
+
 #include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <google/protobuf/descriptor.h>
 
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
