@@ -2,6 +2,8 @@
 
 #include <google/protobuf/descriptor.pb.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "osprey/rpc/rpc_controller.h"
@@ -96,6 +98,21 @@ Status Describe(DescriptorSource* source, const std::string& symbol, std::string
 
 // --- .proto files ---
 
+namespace {
+
+// <prefix>/include for this program at <prefix>/bin/osprey, wherever the
+// prefix was moved to.
+std::string InstalledIncludeDir() {
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "/nonexistent";
+  std::string path(exe, static_cast<size_t>(n));
+  path.erase(path.rfind('/'));  // the bin directory
+  return path + "/../include";
+}
+
+}  // namespace
+
 class ProtoFileSource::ErrorCollector : public google::protobuf::compiler::MultiFileErrorCollector {
  public:
   void AddError(const std::string& file, int line, int column,
@@ -126,7 +143,7 @@ Status ProtoFileSource::Open(const std::vector<std::string>& proto_files,
   // put beside Osprey's headers (Kudu's rpc_header.proto, reflection.proto),
   // after everything given.
   tree.MapPath("", OSPREY_PROTOBUF_INCLUDE_DIR);
-  tree.MapPath("", OSPREY_INSTALL_INCLUDE_DIR);
+  tree.MapPath("", InstalledIncludeDir());
   source->importer_ =
       std::make_unique<google::protobuf::compiler::Importer>(&tree, source->errors_.get());
   for (const std::string& disk : proto_files) {

@@ -91,7 +91,7 @@ int Main(int argc, char** argv) {
   call_cmd
       ->add_option("--repeat", call.repeat,
                    "make the call N times, one after another, and print a latency summary")
-      ->check(CLI::Range(1, 100000000))
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   call_cmd
       ->add_option("--format", call.format,
