@@ -106,6 +106,11 @@ TEST_F(ReflectionTest, ListsEveryServiceWithItsMethodsAndTypes) {
   EXPECT_EQ(calc.methods(0).request_type(), "osprey.rpc_test.AddRequestPB");
   EXPECT_EQ(calc.methods(0).response_type(), "osprey.rpc_test.AddResponsePB");
   EXPECT_EQ(calc.methods(5).name(), "WhoAmI");
+  const auto& bench = resp.services(0);
+  ASSERT_EQ(bench.methods_size(), 3);
+  EXPECT_EQ(bench.methods(1).name(), "AddExactlyOnce");
+  EXPECT_TRUE(bench.methods(1).track_result());
+  EXPECT_FALSE(bench.methods(0).track_result());
   const auto& hand = resp.services(3);
   EXPECT_FALSE(hand.has_descriptor());
   ASSERT_EQ(hand.methods_size(), 1);

@@ -221,6 +221,8 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
   if (!s.ok()) return Fail(kExitUsage, s.message());
 
   std::unique_ptr<Proxy> proxy = session.NewProxy(service);
+  // Outlives every call (a RemoteMethod given by reference must).
+  const RemoteMethod remote_method(service, method.name, method.track_result);
   std::vector<double> latencies_ms;
   for (int i = 0; i < flags.repeat; ++i) {
     RpcController ctl;
@@ -232,7 +234,7 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
     }
     response->Clear();
     auto start = std::chrono::steady_clock::now();
-    s = proxy->SyncRequest(method.name, *request, response.get(), &ctl);
+    s = proxy->SyncRequest(remote_method, *request, response.get(), &ctl);
     latencies_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());

@@ -1,11 +1,12 @@
 #include "descriptor_source.h"
 
 #include <google/protobuf/descriptor.pb.h>
-
+#include <google/protobuf/unknown_field_set.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "kudu/rpc/rpc_header.pb.h"
 #include "osprey/rpc/rpc_controller.h"
 
 namespace osprey::cli {
@@ -111,6 +112,25 @@ std::string InstalledIncludeDir() {
   return path + "/../include";
 }
 
+// Kudu's (kudu.rpc.track_rpc_result) on the method: known to this
+// program's own generated pool, or, from a pool that parsed it without
+// that, an unknown field of the method's options.
+bool TracksResult(const google::protobuf::MethodDescriptor* m) {
+  const google::protobuf::MethodOptions& options = m->options();
+  if (options.HasExtension(kudu::rpc::track_rpc_result)) {
+    return options.GetExtension(kudu::rpc::track_rpc_result);
+  }
+  const int number = kudu::rpc::kTrackRpcResultFieldNumber;
+  const google::protobuf::UnknownFieldSet& unknown = options.unknown_fields();
+  for (int i = unknown.field_count() - 1; i >= 0; --i) {  // the last one counts
+    const google::protobuf::UnknownField& f = unknown.field(i);
+    if (f.number() == number && f.type() == google::protobuf::UnknownField::TYPE_VARINT) {
+      return f.varint() != 0;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 class ProtoFileSource::ErrorCollector : public google::protobuf::compiler::MultiFileErrorCollector {
@@ -180,8 +200,8 @@ Status ProtoFileSource::ListServices(std::vector<ServiceSummary>* out) {
       ServiceSummary summary{s->full_name(), {}};
       for (int j = 0; j < s->method_count(); ++j) {
         const google::protobuf::MethodDescriptor* m = s->method(j);
-        summary.methods.push_back(
-            {m->name(), m->input_type()->full_name(), m->output_type()->full_name()});
+        summary.methods.push_back({m->name(), m->input_type()->full_name(),
+                                   m->output_type()->full_name(), TracksResult(m)});
       }
       std::sort(summary.methods.begin(), summary.methods.end(),
                 [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -222,7 +242,8 @@ Status ReflectionSource::ListServices(std::vector<ServiceSummary>* out) {
     for (const auto& s : resp.services()) {
       ServiceSummary summary{s.name(), {}};
       for (const auto& m : s.methods()) {
-        summary.methods.push_back({m.name(), m.request_type(), m.response_type()});
+        summary.methods.push_back(
+            {m.name(), m.request_type(), m.response_type(), m.track_result()});
       }
       services_.push_back(std::move(summary));
     }

@@ -21,6 +21,8 @@ struct MethodSummary {
   std::string name;
   std::string request_type;  // fully qualified
   std::string response_type;
+  // Kudu's track_rpc_result: calls carry request ids.
+  bool track_result = false;
 };
 struct ServiceSummary {
   std::string name;

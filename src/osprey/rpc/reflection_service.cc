@@ -43,6 +43,7 @@ void ServiceDirectory::Add(const ServiceIf& service) {
     const google::protobuf::Descriptor* resp = m->response_prototype->GetDescriptor();
     pb->set_request_type(req->full_name());
     pb->set_response_type(resp->full_name());
+    pb->set_track_result(m->track_result);
     AddFile(req->file());
     AddFile(resp->file());
   }
