@@ -36,6 +36,11 @@
 #      does); token-auth-test's KuduIssuedTokenTest presents it to an Osprey
 #      server whose KuduTokenVerifier holds Kudu's exported public key, and a
 #      copy with one bit changed
+#   8. cli: the osprey command against Kudu's server with Kudu's own
+#      rtest.proto (from the peer's Kudu source): list, describe, calls in
+#      JSON and text format, a request sidecar, an exactly-once method, a
+#      server error, a timeout, full TLS, a refusal, and "no reflection on
+#      this server; give --proto" without the .proto
 #
 # KUDU_COMMIT names the Kudu commit the peer was built from (build.sh prints
 # it), for the summary line.
@@ -284,8 +289,8 @@ osprey_client_cell() {
 }
 
 encs=(disabled optional required)
-# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens": a subset.
-only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens}"
+# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens cli": a subset.
+only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens cli}"
 section() { [[ " $only " == *" $1 "* ]]; }
 
 # --- 1 and 2: on loopback -------------------------------------------------------
@@ -617,6 +622,74 @@ if section tokens; then
         fi
       done
     fi
+  fi
+fi
+
+# --- 8: the osprey command against Kudu's server, with Kudu's .proto ---------------
+
+# cli_check WHAT RC PATTERN -- OSPREY_ARGS...: runs osprey; passes if it exits
+# RC with PATTERN (a fixed string) in its stdout or stderr.
+cli_check() {
+  local what=$1 want_rc=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$(timeout 60 "$OSPREY" "$@" 2>&1 < /dev/null)
+  rc=$?
+  if [[ $rc == "$want_rc" ]] && grep -qF -- "$pattern" <<< "$out"; then
+    pass "cli: $what"
+  else
+    fail "cli: $what: exit $rc (wanted $want_rc), output: $(head -c 400 <<< "$out")"
+  fi
+}
+
+if section cli; then
+  echo "== the osprey command -> Kudu server, with Kudu's rtest.proto"
+  OSPREY="$BUILD_DIR/tools/osprey/osprey"
+  ksrc=$(sed -n 's/^KUDU_SRC:[A-Z]*=//p' "$KUDU/CMakeCache.txt" 2> /dev/null)
+  if [[ ! -x $OSPREY ]]; then
+    fail "cli: $OSPREY not found: run scripts/build.sh first"
+  elif [[ -z $ksrc || ! -f $ksrc/kudu/rpc/rtest.proto ]]; then
+    fail "cli: no Kudu source with kudu/rpc/rtest.proto behind $KUDU (KUDU_SRC in its CMakeCache.txt)"
+  else
+    calc=kudu.rpc_test.CalculatorService
+    kproto=(--proto "$ksrc/kudu/rpc/rtest.proto" -I "$ksrc")
+    start_kudu_server kudu-cli -- --rpc_encryption=disabled
+    a=$srv_addr
+    cli_check "list with rtest.proto" 0 "  rpc AddExactlyOnce(kudu.rpc_test.ExactlyOnceRequestPB)" -- \
+      list "$a" "${kproto[@]}"
+    cli_check "describe a message of rtest.proto" 0 "message SendTwoStringsRequestPB {" -- \
+      describe "$a" kudu.rpc_test.SendTwoStringsRequestPB "${kproto[@]}"
+    cli_check "call Add, JSON" 0 '"result": 42' -- call "$a" "$calc.Add" '{"x": 20, "y": 22}' "${kproto[@]}"
+    cli_check "call Add, text format" 0 "result: 7" -- \
+      call "$a" "$calc.Add" 'x: 3 y: 4' --format text "${kproto[@]}"
+    cli_check "call WhoAmI as another user" 0 '"real_user": "cli-user"' -- \
+      call "$a" "$calc.WhoAmI" --user cli-user "${kproto[@]}"
+    printf 'a request sidecar for Kudu' > "$tmp/cli-sidecar"
+    cli_check "call Echo with a request sidecar" 0 '"data": "with a sidecar"' -- \
+      call "$a" "$calc.Echo" '{"data": "with a sidecar"}' --sidecar "$tmp/cli-sidecar" "${kproto[@]}"
+    cli_check "call AddExactlyOnce (track_rpc_result) with --repeat 3" 0 '"current_val": 15' -- \
+      call "$a" "$calc.AddExactlyOnce" '{"value_to_add": 5}' --repeat 3 "${kproto[@]}"
+    cli_check "a request missing a required field is refused before it is sent" 2 \
+      "the request does not match kudu.rpc_test.AddRequestPB (JSON): missing field y" -- \
+      call "$a" "$calc.Add" '{"x": 1}' "${kproto[@]}"
+    cli_check "an application error: its message and its detail, decoded with rtest.proto" 1 \
+      'its detail (kudu.rpc_test.CalculatorError.app_error_ext): {"extra_error_data":"some application-specific error data"}' -- \
+      call "$a" "$calc.Sleep" '{"sleep_micros": 1, "return_app_error": true}' "${kproto[@]}"
+    cli_check "a service the .proto has and the server lacks: the server's code" 1 \
+      "the server answered ERROR_" -- \
+      call "$a" osprey.rpc_test.CalculatorService.Add '{"x": 1, "y": 2}' --proto tests/rpc_test.proto -I tests
+    cli_check "a timeout" 1 "Timed out: $calc.Sleep RPC to $a timed out after 0.300s" -- \
+      call "$a" "$calc.Sleep" '{"sleep_micros": 3000000}' --timeout 0.3 "${kproto[@]}"
+    cli_check "no .proto: no reflection on a Kudu server" 1 "no reflection on this server; give --proto" -- \
+      list "$a"
+    cli_check "a refusal: TLS required of a server without it" 1 "TLS" -- \
+      call "$a" "$calc.Add" '{"x": 1, "y": 2}' --rpc_encryption required "${kproto[@]}"
+    stop_server "$srv_pid"
+    start_kudu_server kudu-cli-tls -- --rpc_encryption=required --rpc_encrypt_loopback_connections
+    cli_check "call Add over full TLS" 0 '"result": 42' -- \
+      call "$srv_addr" "$calc.Add" '{"x": 40, "y": 2}' --rpc_encryption required \
+      --rpc_encrypt_loopback_connections "${kproto[@]}"
+    stop_server "$srv_pid"
   fi
 fi
 

@@ -307,6 +307,20 @@ section_errors() {
   osp call "$a" "$CALC.Fail" '{"message": "the disk is on fire"}'
   expect_rc 1
   expect_err "the server answered ERROR_APPLICATION: Invalid argument: the disk is on fire"
+  CHECK="an application error: its code, message and detail, decoded when a .proto declares it"
+  osp call "$a" "$CALC.AppError" '{"message": "no such account"}'
+  expect_rc 1
+  expect_err "the server answered ERROR_APPLICATION: no such account"
+  expect_err "its detail: error extension 100, 26 bytes, of a type the .proto files do not declare"
+  mkdir -p "$TMP/ext"
+  printf '%s\n' 'syntax = "proto2";' 'import "osprey/wire/rpc_header.proto";' \
+    'import "rpc_test.proto";' 'extend osprey.wire.ErrorStatusPB {' \
+    '  optional osprey.rpc_test.CalculatorErrorPB calculator_error = 100;' '}' >"$TMP/ext/errors.proto"
+  osp call "$a" "$CALC.AppError" '{"message": "no such account"}' --proto "$SRC/tests/rpc_test.proto" \
+    --proto "$TMP/ext/errors.proto" -I "$SRC/tests" -I "$SRC/src" -I "$TMP/ext"
+  expect_rc 1
+  expect_err 'its detail (calculator_error): {"extra_error_data":"details: no such account"}'
+
   CHECK="a service the --proto files have and the server lacks: its code, and what it has"
   osp call "$tls" "$CALC.Add" '{"x": 1, "y": 2}' --proto "$SRC/tests/rpc_test.proto" -I "$SRC/tests" \
     --rpc_encryption required

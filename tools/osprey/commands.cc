@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #include <google/protobuf/dynamic_message.h>
+#include <google/protobuf/unknown_field_set.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -103,12 +104,49 @@ Status OpenSource(const SourceFlags& flags, const Session& session,
   return Status::OK();
 }
 
+// The application error extensions of `err` (Kudu's services put their
+// own message there, as CalculatorError's app_error_ext), as `format`
+// when `pool` declares the extension, else by number and size.
+std::string ApplicationErrorDetail(const wire::ErrorStatusPB& err,
+                                   const google::protobuf::DescriptorPool* pool,
+                                   MessageFormat format) {
+  const google::protobuf::UnknownFieldSet& unknown = err.GetReflection()->GetUnknownFields(err);
+  std::string out;
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = unknown.field(i);
+    if (f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const google::protobuf::FieldDescriptor* ext = nullptr;
+    for (const char* extended : {"kudu.rpc.ErrorStatusPB", "osprey.wire.ErrorStatusPB"}) {
+      const google::protobuf::Descriptor* d = pool->FindMessageTypeByName(extended);
+      if (d != nullptr && ext == nullptr) ext = pool->FindExtensionByNumber(d, f.number());
+    }
+    google::protobuf::DynamicMessageFactory factory(pool);
+    std::unique_ptr<google::protobuf::Message> detail;
+    if (ext != nullptr && ext->message_type() != nullptr) {
+      detail.reset(factory.GetPrototype(ext->message_type())->New());
+    }
+    if (detail != nullptr && detail->ParsePartialFromString(f.length_delimited())) {
+      out += "\nits detail (" + ext->full_name() + "): " + PrintMessageOnOneLine(format, *detail);
+    } else {
+      out += "\nits detail: error extension " + std::to_string(f.number()) + ", " +
+             std::to_string(f.length_delimited().size()) +
+             " bytes, of a type the .proto files do not declare";
+    }
+  }
+  return out;
+}
+
 // Why a call failed, in the server's own terms when it answered.
-std::string DescribeFailure(const Status& s, const RpcController& ctl, const Session& session) {
+std::string DescribeFailure(const Status& s, const RpcController& ctl, const Session& session,
+                            const google::protobuf::DescriptorPool* pool, MessageFormat format) {
   const wire::ErrorStatusPB* err = ctl.error_response();
   if (err == nullptr) return s.ToString();
-  std::string why = "the server answered " + wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) +
-                    ": " + err->message();
+  std::string why = err->has_code() ? "the server answered " +
+                                          wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code()) +
+                                          ": " + err->message()
+                                    // Kudu's application errors carry no code.
+                                    : "the server answered an application error: " + err->message();
+  why += ApplicationErrorDetail(*err, pool, format);
   if (err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE ||
       err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_METHOD) {
     // The --proto files named something the server lacks: say what it has,
@@ -239,7 +277,7 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
     if (!s.ok()) {
-      std::string why = DescribeFailure(s, ctl, session);
+      std::string why = DescribeFailure(s, ctl, session, source->pool(), format);
       if (flags.repeat > 1) {
         latencies_ms.pop_back();
         PrintLatencySummary(latencies_ms);

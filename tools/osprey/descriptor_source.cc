@@ -229,7 +229,14 @@ Status ReflectionSource::Call(const std::string& method, const google::protobuf:
   ctl.set_timeout(timeout_);
   Status s = proxy_->SyncRequest(method, request, response, &ctl);
   const wire::ErrorStatusPB* err = ctl.error_response();
-  if (err != nullptr && err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE) {
+  // A server without the service answers ERROR_NO_SUCH_SERVICE; a Kudu
+  // server whose messenger was never told its services are all registered
+  // (SetServicesRegistered) answers ERROR_UNAVAILABLE "service ... not
+  // registered" instead.
+  if (err != nullptr &&
+      (err->code() == wire::ErrorStatusPB::ERROR_NO_SUCH_SERVICE ||
+       (err->code() == wire::ErrorStatusPB::ERROR_UNAVAILABLE &&
+        err->message().find(proxy_->service_name() + " not registered") != std::string::npos))) {
     return Status::NotFound("no reflection on this server; give --proto");
   }
   return s;

@@ -69,4 +69,19 @@ std::string PrintMessage(MessageFormat format, const google::protobuf::Message& 
   return out;
 }
 
+std::string PrintMessageOnOneLine(MessageFormat format, const google::protobuf::Message& message) {
+  std::string out;
+  if (format == MessageFormat::kJson) {
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  } else {
+    google::protobuf::TextFormat::Printer printer;
+    printer.SetSingleLineMode(true);
+    printer.PrintToString(message, &out);
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+  }
+  return out;
+}
+
 }  // namespace osprey::cli

@@ -20,5 +20,7 @@ Status ParseMessage(MessageFormat format, const std::string& input,
 // `message` as JSON (field names as in the .proto) or text format, ending
 // in a newline.
 std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message);
+// As PrintMessage, on one line, without the newline (inside a message).
+std::string PrintMessageOnOneLine(MessageFormat format, const google::protobuf::Message& message);
 
 }  // namespace osprey::cli
