@@ -220,6 +220,24 @@ Status ProtoFileSource::FindSymbol(const std::string& symbol) {
 
 // --- reflection ---
 
+Status AddReflectionAnswer(const reflection::FileContainingSymbolResponsePB& answer,
+                           DescriptorPool* pool) {
+  for (const std::string& bytes : answer.file_descriptor_proto()) {
+    FileDescriptorProto file;
+    if (!file.ParseFromString(bytes)) {
+      return Status::Corruption(
+          "the server's reflection sent a file descriptor that does not parse");
+    }
+    if (pool->FindFileByName(file.name()) != nullptr) continue;
+    if (pool->BuildFile(file) == nullptr) {
+      return Status::Corruption("the server's reflection sent " + file.name() +
+                                ", which does not build (an import missing or out of order, or a "
+                                "definition that is not valid)");
+    }
+  }
+  return Status::OK();
+}
+
 ReflectionSource::ReflectionSource(std::unique_ptr<Proxy> proxy, MonoDelta timeout)
     : proxy_(std::move(proxy)), timeout_(timeout) {}
 
@@ -267,18 +285,7 @@ Status ReflectionSource::FindSymbol(const std::string& symbol) {
   reflection::FileContainingSymbolResponsePB resp;
   Status s = Call("FileContainingSymbol", req, &resp);
   if (!s.ok()) return s;
-  for (const std::string& bytes : resp.file_descriptor_proto()) {
-    FileDescriptorProto file;
-    if (!file.ParseFromString(bytes)) {
-      return Status::Corruption(
-          "the server's reflection sent a file descriptor that does not parse");
-    }
-    if (pool_.FindFileByName(file.name()) != nullptr) continue;
-    if (pool_.BuildFile(file) == nullptr) {
-      return Status::Corruption("the server's reflection sent " + file.name() +
-                                ", which does not build (an import missing or out of order)");
-    }
-  }
+  OSPREY_RETURN_NOT_OK(AddReflectionAnswer(resp, &pool_));
   if (pool_.FindFileContainingSymbol(symbol) == nullptr) {
     return Status::Corruption("the server's reflection did not send the definition of " + symbol);
   }

@@ -87,6 +87,13 @@ class ReflectionSource : public DescriptorSource {
   google::protobuf::DescriptorPool pool_;
 };
 
+// Builds a FileContainingSymbol answer into `pool`, the files in the order
+// sent (imports first), skipping those `pool` has: Corruption if a file
+// does not parse or does not build (an import missing, a definition that
+// makes no sense). What a hostile server sends stops here.
+Status AddReflectionAnswer(const reflection::FileContainingSymbolResponsePB& answer,
+                           google::protobuf::DescriptorPool* pool);
+
 // `service.method`'s summary from `source`: NotFound saying which services
 // or methods there are instead.
 Status FindMethod(DescriptorSource* source, const std::string& service_dot_method,

@@ -4,6 +4,9 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/type_resolver_util.h>
+
+#include <memory>
 
 namespace osprey::cli {
 
@@ -19,6 +22,27 @@ class TextErrors : public google::protobuf::io::ErrorCollector {
   void AddWarning(int, int, const std::string&) override {}
   std::string errors;
 };
+
+// protobuf's JSON printer serializes the message first, which a message
+// missing required fields (an error detail parsed partially, a hostile
+// server's) must not do: such a message goes through its bytes instead.
+std::string ToJson(const google::protobuf::Message& message,
+                   const google::protobuf::util::JsonPrintOptions& options) {
+  std::string out;
+  if (message.IsInitialized()) {
+    (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+    return out;
+  }
+  const google::protobuf::Descriptor* type = message.GetDescriptor();
+  std::unique_ptr<google::protobuf::util::TypeResolver> resolver(
+      google::protobuf::util::NewTypeResolverForDescriptorPool("type.googleapis.com",
+                                                               type->file()->pool()));
+  std::string binary;
+  message.SerializePartialToString(&binary);
+  (void)google::protobuf::util::BinaryToJsonString(
+      resolver.get(), "type.googleapis.com/" + type->full_name(), binary, &out, options);
+  return out;
+}
 
 bool Blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
@@ -60,8 +84,7 @@ std::string PrintMessage(MessageFormat format, const google::protobuf::Message& 
     google::protobuf::util::JsonPrintOptions options;
     options.add_whitespace = true;
     options.preserve_proto_field_names = true;
-    // The message came off the wire and parsed, so it prints.
-    (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+    out = ToJson(message, options);
     if (out.empty() || out.back() != '\n') out += '\n';
   } else {
     google::protobuf::TextFormat::PrintToString(message, &out);
@@ -74,7 +97,7 @@ std::string PrintMessageOnOneLine(MessageFormat format, const google::protobuf::
   if (format == MessageFormat::kJson) {
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+    out = ToJson(message, options);
   } else {
     google::protobuf::TextFormat::Printer printer;
     printer.SetSingleLineMode(true);
