@@ -161,6 +161,14 @@ section_reflection() {
   expect_err ", p99 "
 }
 
+# expect_remembered ADDR N: the server at ADDR remembers N exactly-once
+# answers (its /metrics).
+expect_remembered() {
+  local remembered
+  remembered="$(curl -sf "http://$1/metrics" | sed -n 's/^osprey_server_remembered_answers //p')"
+  [[ "$remembered" == "$2" ]] || fail "osprey_server_remembered_answers is '$remembered', not $2"
+}
+
 section_proto() {
   start server "Listening on" "$RPC_BENCH" -server_only -server_reactors 1
   local a="$ADDR"
@@ -176,15 +184,12 @@ section_proto() {
   expect_out '"current_val": 5'
   expect_out '"current_time_micros": "'
   CHECK="the exactly-once call carried a request id: the server remembers its answer"
-  local remembered
-  remembered="$(curl -sf "http://$a/metrics" | sed -n 's/^osprey_server_remembered_answers //p')"
-  [[ "$remembered" == 1 ]] || fail "osprey_server_remembered_answers is '$remembered', not 1"
+  expect_remembered "$a" 1
   CHECK="through reflection too (it says which methods track results)"
   osp call "$a" "$KCALC.AddExactlyOnce" '{"value_to_add": 2}'
   expect_rc 0
   expect_out '"current_val": 7'
-  remembered="$(curl -sf "http://$a/metrics" | sed -n 's/^osprey_server_remembered_answers //p')"
-  [[ "$remembered" == 2 ]] || fail "osprey_server_remembered_answers is '$remembered', not 2"
+  expect_remembered "$a" 2
 
   CHECK="-server_only has reflection: the same call without --proto"
   osp call "$a" "$KCALC.Echo" '{"data": "hello"}'

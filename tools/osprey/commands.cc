@@ -136,6 +136,15 @@ std::string ApplicationErrorDetail(const wire::ErrorStatusPB& err,
   return out;
 }
 
+// The client to `address` and the source of definitions the flags name:
+// what every subcommand starts with. Any failure is the command line's.
+Status OpenAll(const ConnectionFlags& connection, const SourceFlags& source_flags,
+               const std::string& address, Session* session,
+               std::unique_ptr<DescriptorSource>* source, bool* local) {
+  OSPREY_RETURN_NOT_OK(session->Open(connection, address));
+  return OpenSource(source_flags, *session, source, local);
+}
+
 // Why a call failed, in the server's own terms when it answered.
 std::string DescribeFailure(const Status& s, const RpcController& ctl, const Session& session,
                             const google::protobuf::DescriptorPool* pool, MessageFormat format) {
@@ -234,11 +243,9 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
     if (!s.ok()) return Fail(kExitUsage, s.message());
   }
   Session session;
-  s = session.Open(connection, flags.address);
-  if (!s.ok()) return Fail(kExitUsage, s.message());
   std::unique_ptr<DescriptorSource> source;
   bool local = false;
-  s = OpenSource(source_flags, session, &source, &local);
+  s = OpenAll(connection, source_flags, flags.address, &session, &source, &local);
   if (!s.ok()) return Fail(kExitUsage, s.message());
 
   std::string service;
@@ -299,11 +306,9 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
 int RunList(const ConnectionFlags& connection, const SourceFlags& source_flags,
             const std::string& address) {
   Session session;
-  Status s = session.Open(connection, address);
-  if (!s.ok()) return Fail(kExitUsage, s.message());
   std::unique_ptr<DescriptorSource> source;
   bool local = false;
-  s = OpenSource(source_flags, session, &source, &local);
+  Status s = OpenAll(connection, source_flags, address, &session, &source, &local);
   if (!s.ok()) return Fail(kExitUsage, s.message());
   std::vector<ServiceSummary> services;
   s = source->ListServices(&services);
@@ -321,11 +326,9 @@ int RunList(const ConnectionFlags& connection, const SourceFlags& source_flags,
 int RunDescribe(const ConnectionFlags& connection, const SourceFlags& source_flags,
                 const std::string& address, const std::string& symbol) {
   Session session;
-  Status s = session.Open(connection, address);
-  if (!s.ok()) return Fail(kExitUsage, s.message());
   std::unique_ptr<DescriptorSource> source;
   bool local = false;
-  s = OpenSource(source_flags, session, &source, &local);
+  Status s = OpenAll(connection, source_flags, address, &session, &source, &local);
   if (!s.ok()) return Fail(kExitUsage, s.message());
   std::string text;
   s = Describe(source.get(), symbol, &text);
