@@ -224,7 +224,8 @@ struct Usage {
 Usage Now() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return {u.ru_utime.tv_sec * 1e6 + u.ru_utime.tv_usec, u.ru_stime.tv_sec * 1e6 + u.ru_stime.tv_usec,
+  return {u.ru_utime.tv_sec * 1e6 + u.ru_utime.tv_usec,
+          u.ru_stime.tv_sec * 1e6 + u.ru_stime.tv_usec,
           static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
 }
 
