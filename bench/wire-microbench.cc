@@ -123,4 +123,4 @@ BENCHMARK(BM_ReactorHandoff)->Arg(1)->Arg(64)->UseRealTime();
 }  // namespace
 }  // namespace osprey
 
-BENCHMARK_MAIN();  // for both files of osprey-microbench
+BENCHMARK_MAIN();  // for every file of osprey-microbench

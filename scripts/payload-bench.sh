@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Large payloads against the raw-TCP ceiling, in one interleaved run:
 #
-#   scripts/payload-bench.sh [--kudu-server PATH] [--reps N] [--seconds S] [--sizes "B ..."]
+#   scripts/payload-bench.sh [--kudu-server PATH] [--before RPC_BENCH] [--reps N]
+#                            [--seconds S] [--sizes "B ..."]
 #
 # For each size (default 65536 and 1048576 bytes each way) and mode (sync:
 # one thread, one call at a time; async: one client reactor, 8 calls in
@@ -11,6 +12,9 @@
 #   osprey->kudu  rpc-bench -server_address against Kudu's kudu-calc-server
 #                 (../shared/peers/kudu; given with --kudu-server), whose Echo
 #                 it calls
+#   before        with --before, an older rpc-bench the same way as osprey
+#                 (and before-kudu against Kudu's server), for a change's
+#                 before and after in one run
 # and prints one CSV row per run, then the medians in MB/s each way with
 # each one's ratio to the probe's. Binaries come from ${BUILD_DIR:-build}.
 # Every server it starts it ends by PID.
@@ -20,20 +24,22 @@ BUILD_DIR="${BUILD_DIR:-build}"
 PROBE="$BUILD_DIR/bench/payload-probe"
 BENCH="$BUILD_DIR/tools/rpc-bench/rpc-bench"
 KUDU_SERVER=""
+BEFORE=""
 REPS=3
 SECONDS_EACH=2
 SIZES="65536 1048576"
 while (($#)); do
   case "$1" in
     --kudu-server) KUDU_SERVER="$2"; shift 2 ;;
+    --before) BEFORE="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
     --seconds) SECONDS_EACH="$2"; shift 2 ;;
     --sizes) SIZES="$2"; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "payload-bench: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
-for f in "$PROBE" "$BENCH"; do
+for f in "$PROBE" "$BENCH" ${BEFORE:+"$BEFORE"}; do
   [[ -x $f ]] || { echo "payload-bench: $f not found: build first (scripts/build.sh)" >&2; exit 2; }
 done
 
@@ -67,12 +73,17 @@ for rep in $(seq "$REPS"); do
   for size in $SIZES; do
     for mode in sync async; do
       common=(-mode "$mode" -payload_bytes "$size" -run_seconds "$SECONDS_EACH" "${shape[@]}")
-      peers=(probe osprey)
+      peers=(probe)
+      [[ -n $BEFORE ]] && peers+=(before)
+      peers+=(osprey)
+      [[ -n $kudu_addr && -n $BEFORE ]] && peers+=(before-kudu)
       [[ -n $kudu_addr ]] && peers+=(osprey-kudu)
       for peer in "${peers[@]}"; do
         case $peer in
           probe) cmd=("$PROBE" "${common[@]}") ;;
           osprey) cmd=("$BENCH" "${common[@]}") ;;
+          before) cmd=("$BEFORE" "${common[@]}") ;;
+          before-kudu) cmd=("$BEFORE" "${common[@]}" -server_address "$kudu_addr") ;;
           osprey-kudu) cmd=("$BENCH" "${common[@]}" -server_address "$kudu_addr") ;;
         esac
         r=$(timeout "$limit" "${cmd[@]}" 2>"$tmp/err" | reqs) || true
@@ -102,7 +113,7 @@ print("|---|---|---|---|---|")
 for size in sorted({k[2] for k in med}, key=int):
     for mode in ("sync", "async"):
         probe = med.get(("probe", mode, size))
-        for peer in ("probe", "osprey", "osprey-kudu"):
+        for peer in ("probe", "before", "osprey", "before-kudu", "osprey-kudu"):
             v = med.get((peer, mode, size))
             if v is None:
                 continue

@@ -237,6 +237,29 @@ TEST(MetricsTest, NegotiationFailuresByReasonAndQueuedBytes) {
       << Value(s, "osprey_outbound_queued_bytes", {});
 }
 
+// What the pools of large buffers and messages keep is in /metrics.
+TEST(MetricsTest, MemoryKeptForLargeCallsIsCounted) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  Messenger* s = server.messenger.get();
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  EchoRequestPB req;
+  req.set_data(std::string(256 * 1024, 'p'));
+  EchoResponsePB resp;
+  RpcController ctl;
+  ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok());
+  // Both ends' frame buffers of the call went back to the process's pool,
+  // and the server kept the call's request and response messages.
+  EXPECT_TRUE(WaitUntil([&] {
+    return Value(s, "osprey_buffer_pool_kept_bytes", {}) >= 256 * 1024;
+  })) << Value(s, "osprey_buffer_pool_kept_bytes", {});
+  EXPECT_TRUE(WaitUntil([&] {
+    return Value(s, "osprey_server_pooled_message_bytes", {}) >= 2 * 256 * 1024;
+  })) << Value(s, "osprey_server_pooled_message_bytes", {});
+  EXPECT_LE(Value(s, "osprey_buffer_pool_kept_bytes", {}), 64 << 20);
+}
+
 TEST(MetricsTest, OffMeansNothingIsRegistered) {
   TestServer server;
   ASSERT_TRUE(

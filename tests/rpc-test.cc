@@ -12,6 +12,7 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/user.h"
+#include "osprey/rpc/message_pool.h"
 #include "rpc_test_util.h"
 
 namespace osprey::rpc_test {
@@ -83,6 +84,85 @@ TEST_P(RpcTest, ServerSeesUserAddressAndDeadline) {
 }
 
 OSPREY_INSTANTIATE_OVER_TRANSPORTS(RpcTest);
+
+// A large call's request and response are kept, cleared, for the method's
+// next large call (MessagePool): nothing of one call reaches the next.
+TEST(LargeMessageReuseTest, KeptMessagesCarryNothingOfTheLastCall) {
+  TestServer server;
+  ASSERT_TRUE(server.Start().ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  const ServiceMethod* echo = server.service->FindMethod("Echo");
+  ASSERT_NE(echo, nullptr);
+  {
+    EchoRequestPB req;
+    req.set_data(std::string(64 * 1024, 'a'));
+    req.set_echo_sidecars(true);
+    RpcController ctl;
+    ASSERT_TRUE(ctl.AddOutboundSidecar("car", nullptr).ok());
+    EchoResponsePB resp;
+    ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok());
+    EXPECT_EQ(ctl.num_inbound_sidecars(), 1);
+  }
+  // The server frees its call just after answering it.
+  ASSERT_TRUE(WaitUntil(
+      [&] { return echo->request_pool->kept() == 1 && echo->response_pool->kept() == 1; }));
+  EXPECT_GE(MessagePool::total_kept_bytes(), 2 * 64 * 1024u);
+  {
+    // Parsed into the kept request: echo_sidecars must not survive from the
+    // last call, nor the 'a's past this call's shorter data.
+    EchoRequestPB req;
+    std::string data(40 * 1024, 'b');
+    data[100] = 'c';
+    req.set_data(data);
+    RpcController ctl;
+    ASSERT_TRUE(ctl.AddOutboundSidecar("car", nullptr).ok());
+    EchoResponsePB resp;
+    ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok());
+    EXPECT_EQ(ctl.num_inbound_sidecars(), 0);
+    EXPECT_TRUE(resp.data() == data);
+  }
+  // Small calls never go near the pools.
+  const ServiceMethod* add = server.service->FindMethod("Add");
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
+  EXPECT_EQ(add->request_pool->kept(), 0u);
+  EXPECT_EQ(add->response_pool->kept(), 0u);
+}
+
+// Many large calls at once: each pool keeps at most its bound, and what
+// the process keeps is the gauge's figure.
+TEST(LargeMessageReuseTest, ManyLargeCallsAtOnceLeaveThePoolsWithinTheirBounds) {
+  TestServer server;
+  ServicePoolOptions options;
+  options.worker_threads = 4;
+  ASSERT_TRUE(server.Start(2, options).ok());
+  auto client = MakeClient(2);
+  CalculatorServiceProxy proxy(client, server.address);
+  constexpr int kCalls = 40;
+  struct Call {
+    EchoRequestPB req;
+    EchoResponsePB resp;
+    RpcController ctl;
+  };
+  std::vector<Call> calls(kCalls);
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    calls[i].req.set_data(std::string(200 * 1024, static_cast<char>('a' + i % 26)));
+    calls[i].ctl.set_timeout(MonoDelta::FromSeconds(30));
+    proxy.EchoAsync(calls[i].req, &calls[i].resp, &calls[i].ctl, [&] { done.CountDown(); });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(60)));
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(calls[i].ctl.status().ok()) << calls[i].ctl.status().ToString();
+    EXPECT_TRUE(calls[i].resp.data() == calls[i].req.data()) << "call " << i;
+  }
+  const ServiceMethod* echo = server.service->FindMethod("Echo");
+  ASSERT_TRUE(WaitUntil([&] { return echo->response_pool->kept() > 0; }));
+  EXPECT_LE(echo->request_pool->kept(), MessagePool::kMaxKept);
+  EXPECT_LE(echo->response_pool->kept(), MessagePool::kMaxKept);
+  EXPECT_LE(echo->request_pool->kept_bytes() + echo->response_pool->kept_bytes(),
+            MessagePool::total_kept_bytes());
+}
 
 TEST(RpcManyCallsTest, TenThousandAsyncCallsOverFourClientReactors) {
   TestServer server;

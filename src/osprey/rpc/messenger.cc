@@ -7,6 +7,7 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/rpc/http_endpoints.h"
 #include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/message_pool.h"
 #include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/reflection_service.h"
@@ -308,6 +309,12 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
       s = r->AddGauge("osprey_server_remembered_clients",
                       "Clients whose exactly-once requests this server remembers.", {},
                       [t] { return static_cast<double>(t->clients()); });
+    }
+    if (s.ok()) {
+      s = r->AddGauge("osprey_server_pooled_message_bytes",
+                      "Bytes of large request and response messages kept, cleared, for their "
+                      "methods' next large calls, over every service in the process (bounded).",
+                      {}, [] { return static_cast<double>(MessagePool::total_kept_bytes()); });
     }
     using Counts = ResultTracker::DuplicateCounts;
     const std::pair<const char*, uint64_t Counts::*> outcomes[] = {

@@ -4,6 +4,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/message_pool.h"
 
 namespace osprey {
 
@@ -12,7 +13,16 @@ RpcContext::RpcContext(std::unique_ptr<InboundCall> call,
                        std::unique_ptr<google::protobuf::Message> response)
     : call_(std::move(call)), request_(std::move(request)), response_(std::move(response)) {}
 
-RpcContext::~RpcContext() = default;
+RpcContext::~RpcContext() {
+  if (request_pool_ != nullptr) request_pool_->Give(std::move(request_), request_bytes_);
+  if (response_pool_ != nullptr) response_pool_->Give(std::move(response_), response_bytes_);
+}
+
+void RpcContext::UsePools(MessagePool* requests, size_t request_bytes, MessagePool* responses) {
+  request_pool_ = requests;
+  request_bytes_ = request_bytes;
+  response_pool_ = responses;
+}
 
 bool RpcContext::BeginResponse(const char* which) {
   if (!responded_.exchange(true, std::memory_order_acq_rel)) return true;
@@ -54,6 +64,8 @@ void RpcContext::RespondSuccess() {
                                                response_->InitializationErrorString()));
   } else {
     call_->RespondSuccess(*response_, std::move(outbound_sidecars_));
+    // Serializing it cached its size.
+    response_bytes_ = static_cast<size_t>(response_->GetCachedSize());
   }
   Release();
 }

@@ -26,6 +26,7 @@
 namespace osprey {
 
 class InboundCall;
+class MessagePool;
 
 class RpcContext {
  public:
@@ -75,6 +76,10 @@ class RpcContext {
   void HandlerDone(const char* exception);
   // Answers with `code` and `why` unless the call was answered already.
   void AnswerIfUnanswered(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why);
+  // The messages go back to these pools (which outlive the call, as its
+  // service does) when the context ends; the request was `request_bytes`
+  // on the wire.
+  void UsePools(MessagePool* requests, size_t request_bytes, MessagePool* responses);
 
   std::atomic<bool> responded_{false};
   std::atomic<int> refs_{2};
@@ -82,6 +87,10 @@ class RpcContext {
   std::unique_ptr<google::protobuf::Message> request_;
   std::unique_ptr<google::protobuf::Message> response_;
   std::vector<std::string> outbound_sidecars_;
+  MessagePool* request_pool_ = nullptr;
+  MessagePool* response_pool_ = nullptr;
+  size_t request_bytes_ = 0;
+  size_t response_bytes_ = 0;  // as sent; 0: no response message was sent
 };
 
 }  // namespace osprey

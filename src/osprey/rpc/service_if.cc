@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "osprey/rpc/inbound_call.h"
+#include "osprey/rpc/message_pool.h"
 #include "osprey/rpc/rpc_context.h"
 
 namespace osprey {
@@ -23,6 +24,8 @@ std::vector<const ServiceMethod*> ServiceIf::methods() const {
 }
 
 void ServiceIf::RegisterMethod(ServiceMethod method) {
+  method.request_pool = std::make_shared<MessagePool>(method.request_prototype);
+  method.response_pool = std::make_shared<MessagePool>(method.response_prototype);
   std::string name = method.name;
   methods_.insert_or_assign(std::move(name), std::move(method));
 }
@@ -55,8 +58,8 @@ bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
 
 bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   const ServiceMethod* m = call->method();
-  std::unique_ptr<google::protobuf::Message> req(m->request_prototype->New());
   Slice body = call->request_body();
+  std::unique_ptr<google::protobuf::Message> req = m->request_pool->TakeFor(body.size());
   if (!req->ParsePartialFromArray(body.data(), static_cast<int>(body.size()))) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
                          Status::InvalidArgument("request for " + service_name() + "." + m->name +
@@ -70,9 +73,10 @@ bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
                                 " lacks required fields: " + req->InitializationErrorString()));
     return false;
   }
-  std::unique_ptr<google::protobuf::Message> resp(m->response_prototype->New());
+  std::unique_ptr<google::protobuf::Message> resp = m->response_pool->Take();
   call->MarkHandlerStarted(start);
   auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
+  ctx->UsePools(m->request_pool.get(), body.size(), m->response_pool.get());
   // The server keeps serving whatever a handler throws: its call is
   // answered with the exception's text, unless the handler answered first.
   try {

@@ -19,6 +19,7 @@
 namespace osprey {
 
 class InboundCall;
+class MessagePool;
 class RpcContext;
 
 using AuthorizeFn = std::function<bool(const google::protobuf::Message* req,
@@ -36,6 +37,9 @@ struct ServiceMethod {
   // Kudu's track_rpc_result: answers are remembered by request id, so a
   // retried call is answered, not run again.
   bool track_result = false;
+  // Spare large request and response messages, made by RegisterMethod.
+  std::shared_ptr<MessagePool> request_pool = nullptr;
+  std::shared_ptr<MessagePool> response_pool = nullptr;
 };
 
 class ServiceIf {

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "osprey/base/buffer_pool.h"
+
 namespace osprey::transport {
 
 namespace {
@@ -71,6 +73,9 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
     Status s = r->AddGauge(name, help, std::move(labels), std::move(read));
     CHECK(s.ok()) << s.ToString();
   };
+  gauge("osprey_buffer_pool_kept_bytes",
+        "Bytes of large frame buffers the process keeps for its next large frames (bounded).", {},
+        [] { return static_cast<double>(BufferPool::Default()->kept_bytes()); });
   auto in = open_inbound, out = open_outbound;
   gauge("osprey_connections_open", "Open connections, by direction.", {{"direction", "inbound"}},
         [in] { return static_cast<double>(in->load(std::memory_order_relaxed)); });

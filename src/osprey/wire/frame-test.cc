@@ -435,6 +435,62 @@ TEST(FrameDecoderTest, LargeFrameInRandomPieces) {
   }
 }
 
+// Large frames, sent and received one after another, reuse the process
+// pool's buffers instead of allocating (and freeing) theirs every call.
+TEST(FrameDecoderTest, LargeFramesReuseThePoolsBuffers) {
+  BufferPool* pool = BufferPool::Default();
+  const std::string big(256 * 1024, 'x');
+  uint64_t before = pool->allocations();
+  {
+    // Held at once, 20 frames need 20 buffers: the pool had 16 at most.
+    std::vector<std::unique_ptr<OutboundFrame>> held(20);
+    for (auto& f : held) {
+      RequestHeader h = AddCallHeader(1);
+      ASSERT_TRUE(OutboundFrame::EncodeSerialized(&h, Slice(big), {}, &f).ok());
+    }
+    EXPECT_GE(pool->allocations() - before, 4u);
+  }
+  EXPECT_GT(pool->kept_buffers(), 0u);
+  std::string stream;
+  before = pool->allocations();
+  for (int i = 0; i < 20; ++i) stream = Encode(AddCallHeader(i), big);
+  EXPECT_EQ(pool->allocations() - before, 0u);
+
+  RequestFrameDecoder d(/*max_frame_size=*/1024 * 1024);
+  {
+    std::vector<InboundRequestFrame> held;
+    before = pool->allocations();
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(d.Feed(Slice(stream), &held).ok());
+    ASSERT_EQ(held.size(), 20u);
+    EXPECT_GE(pool->allocations() - before, 4u);
+  }
+  before = pool->allocations();
+  for (int i = 0; i < 20; ++i) {
+    std::vector<InboundRequestFrame> frames;
+    ASSERT_TRUE(d.Feed(Slice(stream), &frames).ok());
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_EQ(frames[0].main_message.size(), big.size());
+  }  // each frame, and so its buffer, is dropped before the next arrives
+  EXPECT_EQ(pool->allocations() - before, 0u);
+}
+
+// Many large frames held at once, then dropped together: the pool keeps
+// only what its bounds allow and frees the rest.
+TEST(FrameDecoderTest, ManyLargeFramesDroppedLeaveThePoolWithinItsBounds) {
+  BufferPool* pool = BufferPool::Default();
+  const std::string big(1024 * 1024, 'y');
+  const std::string frame = Encode(AddCallHeader(1), big);
+  RequestFrameDecoder d(/*max_frame_size=*/2 * 1024 * 1024);
+  {
+    std::vector<InboundRequestFrame> frames;
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(d.Feed(Slice(frame), &frames).ok());
+    ASSERT_EQ(frames.size(), 100u);  // 100 MiB held, more than the pool keeps
+  }
+  EXPECT_LE(pool->kept_buffers(), pool->options().max_buffers);
+  EXPECT_LE(pool->kept_bytes(), pool->options().max_bytes);
+  EXPECT_GT(pool->kept_buffers(), 0u);
+}
+
 TEST(FrameDecoderTest, FrameOfExactlyMaxSizeIsAccepted) {
   constexpr size_t kMax = 1024;
   RequestHeader h;

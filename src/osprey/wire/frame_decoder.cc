@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "osprey/base/buffer_pool.h"
+
 namespace osprey::wire {
 namespace {
 
@@ -18,11 +20,6 @@ const char* HeaderTypeName(const ResponseHeaderView&) { return ResponseHeaderVie
 
 uint32_t ReadBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-std::shared_ptr<uint8_t[]> Allocate(size_t n) {
-  // new[] without (), so that a large frame buffer is not zero-filled.
-  return std::shared_ptr<uint8_t[]>(new uint8_t[n]);
 }
 
 // True when no frame holds `buf` any more, so the decoder may write over
@@ -82,10 +79,13 @@ uint8_t* FrameDecoder<Header>::WriteSpace(size_t* len) {
     if (new_cap <= cap_ && SoleOwner(buf_)) {
       std::memmove(buf_.get(), buf_.get() + start_, have);
     } else {
-      auto fresh = Allocate(new_cap);
+      // From the process's pool: a large frame's buffer, dropped when the
+      // worker is done with the call, is reused by the next large frame.
+      size_t got;
+      auto fresh = BufferPool::Default()->TakeShared(new_cap, &got);
       if (have > 0) std::memcpy(fresh.get(), buf_.get() + start_, have);
       buf_ = std::move(fresh);
-      cap_ = new_cap;
+      cap_ = got;
     }
     start_ = 0;
     end_ = have;

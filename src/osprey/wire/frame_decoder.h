@@ -5,7 +5,8 @@
 // InboundFrame whose slices point into the decoder's read buffers (shared,
 // reference counted), so a frame's body is never copied after the read that
 // brought it in; a frame larger than the read chunk gets a buffer of its own
-// size, allocated only after its length passed the max-frame-size check.
+// size, taken only after its length passed the max-frame-size check. Read
+// buffers come from BufferPool::Default(), so large ones are reused.
 //
 // After a Corruption error the stream is out of sync: every later call
 // returns the same error. One thread at a time (a connection's reactor).

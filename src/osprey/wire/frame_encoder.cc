@@ -208,22 +208,20 @@ Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
 std::unique_ptr<OutboundFrame> OutboundFrame::FromBytes(std::string bytes) {
   std::unique_ptr<OutboundFrame> f(new OutboundFrame());
   f->total_size_ = bytes.size();
-  f->prefix_ = std::move(bytes);
+  f->bytes_ = std::move(bytes);
   return f;
 }
 
 uint8_t* OutboundFrame::AllocatePrefix(size_t n) {
-  if (n <= kInlinePrefix) {
-    inline_len_ = n;
-    return inline_prefix_;
-  }
-  inline_len_ = 0;
-  prefix_.resize(n);
-  return reinterpret_cast<uint8_t*>(prefix_.data());
+  prefix_len_ = n;
+  if (n <= kInlinePrefix) return inline_prefix_;
+  pooled_prefix_ = BufferPool::Default()->Take(n);
+  return pooled_prefix_.data();
 }
 
 Slice OutboundFrame::prefix() const {
-  return inline_len_ != 0 ? Slice(inline_prefix_, inline_len_) : Slice(prefix_);
+  if (prefix_len_ == 0) return Slice(bytes_);
+  return Slice(prefix_len_ <= kInlinePrefix ? inline_prefix_ : pooled_prefix_.data(), prefix_len_);
 }
 
 void OutboundFrame::AppendIovecs(std::vector<iovec>* iov) const {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/buffer_pool.h"
 #include "osprey/base/slice.h"
 #include "osprey/base/status.h"
 
@@ -89,13 +90,16 @@ class OutboundFrame {
                       std::unique_ptr<OutboundFrame>* out, uint8_t** main_dst);
 
   // The prefix lives inline when it is small (every per-call frame of a
-  // small message), else in prefix_: one allocation per frame, not two.
+  // small message), else in a buffer of the process's BufferPool (large
+  // frames reuse kept buffers, never zero-filled): one allocation per frame
+  // at most, not two. FromBytes() keeps its string.
   uint8_t* AllocatePrefix(size_t n);
   Slice prefix() const;
   static constexpr size_t kInlinePrefix = 128;
   uint8_t inline_prefix_[kInlinePrefix];
-  size_t inline_len_ = 0;  // 0: the prefix is in prefix_
-  std::string prefix_;
+  size_t prefix_len_ = 0;  // inline or pooled
+  BufferPool::Buffer pooled_prefix_;
+  std::string bytes_;  // FromBytes()
   std::vector<std::string> sidecars_;
   size_t total_size_ = 0;
   size_t sent_ = 0;
