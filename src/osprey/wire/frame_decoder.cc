@@ -133,6 +133,13 @@ Status FrameDecoder<Header>::Consume(size_t n, std::vector<InboundFrame<Header>>
     }
     frame.storage = buf_;
     start_ += pending_frame_size_;
+    if (pending_frame_size_ > chunk_size_ && start_ == end_) {
+      // A large frame's own buffer: it goes back to the pool with the
+      // frame, instead of staying this connection's read buffer (an idle
+      // connection would keep its largest frame's bytes).
+      buf_.reset();
+      cap_ = start_ = end_ = 0;
+    }
     pending_frame_size_ = 0;
   }
   return Status::OK();
