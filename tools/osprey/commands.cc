@@ -126,7 +126,8 @@ std::string ApplicationErrorDetail(const wire::ErrorStatusPB& err,
       detail.reset(factory.GetPrototype(ext->message_type())->New());
     }
     if (detail != nullptr && detail->ParsePartialFromString(f.length_delimited())) {
-      out += "\nits detail (" + ext->full_name() + "): " + PrintMessageOnOneLine(format, *detail);
+      out += "\nits detail (" + ext->full_name() +
+             "): " + PrintMessage(format, *detail, Layout::kOneLine);
     } else {
       out += "\nits detail: error extension " + std::to_string(f.number()) + ", " +
              std::to_string(f.length_delimited().size()) +

@@ -78,31 +78,21 @@ Status ParseMessage(MessageFormat format, const std::string& input,
   return Status::OK();
 }
 
-std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message) {
+std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message,
+                         Layout layout) {
+  const bool one_line = layout == Layout::kOneLine;
   std::string out;
   if (format == MessageFormat::kJson) {
     google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
+    options.add_whitespace = !one_line;
     options.preserve_proto_field_names = true;
     out = ToJson(message, options);
-    if (out.empty() || out.back() != '\n') out += '\n';
-  } else {
-    google::protobuf::TextFormat::PrintToString(message, &out);
-  }
-  return out;
-}
-
-std::string PrintMessageOnOneLine(MessageFormat format, const google::protobuf::Message& message) {
-  std::string out;
-  if (format == MessageFormat::kJson) {
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    out = ToJson(message, options);
+    if (!one_line && (out.empty() || out.back() != '\n')) out += '\n';
   } else {
     google::protobuf::TextFormat::Printer printer;
-    printer.SetSingleLineMode(true);
+    printer.SetSingleLineMode(one_line);
     printer.PrintToString(message, &out);
-    while (!out.empty() && out.back() == ' ') out.pop_back();
+    while (one_line && !out.empty() && out.back() == ' ') out.pop_back();
   }
   return out;
 }

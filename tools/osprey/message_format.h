@@ -17,10 +17,11 @@ enum class MessageFormat { kJson, kText };
 // why if `input` does not match the type or leaves a required field out.
 Status ParseMessage(MessageFormat format, const std::string& input,
                     google::protobuf::Message* message);
-// `message` as JSON (field names as in the .proto) or text format, ending
-// in a newline.
-std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message);
-// As PrintMessage, on one line, without the newline (inside a message).
-std::string PrintMessageOnOneLine(MessageFormat format, const google::protobuf::Message& message);
+enum class Layout { kIndented, kOneLine };
+// `message` as JSON (field names as in the .proto) or text format:
+// indented and ending in a newline, or on one line without it (to quote
+// inside an error).
+std::string PrintMessage(MessageFormat format, const google::protobuf::Message& message,
+                         Layout layout = Layout::kIndented);
 
 }  // namespace osprey::cli
