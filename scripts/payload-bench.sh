@@ -46,8 +46,13 @@ done
 tmp=$(mktemp -d)
 kudu_pid=""
 cleanup() {
-  [[ -n $kudu_pid ]] && kill "$kudu_pid" 2>/dev/null && wait "$kudu_pid" 2>/dev/null
+  local rc=$?
+  if [[ -n $kudu_pid ]]; then
+    kill "$kudu_pid" 2>/dev/null || true
+    wait "$kudu_pid" 2>/dev/null || true
+  fi
   rm -rf "$tmp"
+  exit "$rc"
 }
 trap cleanup EXIT
 
