@@ -152,6 +152,36 @@ TEST_F(CallerReadsTest, AConnectionCutUnderAParkedWaitFailsTheCall) {
   EXPECT_TRUE(WaitUntil([&] { return middle.cuts() >= 1; })) << middle.cuts() << " cuts";
 }
 
+// Between blocking calls a connection stays out of its reactor's reading
+// (Connection::RestoreReadInterest: the next caller parks it again at no
+// cost), but the reactor must still see the server close it, or the next
+// call would be sent into a dead connection.
+TEST_F(CallerReadsTest, AConnectionIdleBetweenBlockingCallsNoticesItsPeerClosingIt) {
+  RecordingProxy middle(server_.address);
+  middle.CutEachConnectionAfter(MonoDelta::FromMilliseconds(500));
+  Sockaddr via;
+  ASSERT_TRUE(middle.Start(&via).ok());
+  CalculatorServiceProxy proxy(client_, via);
+  auto open_outbound = [&] {
+    for (const MetricValue& v : client_->metrics()->Snapshot()) {
+      if (v.name != "osprey_connections_open") continue;
+      for (const auto& l : v.labels) {
+        if (l == std::pair<std::string, std::string>{"direction", "outbound"}) return v.value;
+      }
+    }
+    return -1.0;
+  };
+  const double before = CallerReads(client_);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
+  EXPECT_GT(CallerReads(client_), before);  // some caller parked it
+  EXPECT_EQ(open_outbound(), 1);
+  // No call is made now: only the reactor can notice the cut.
+  EXPECT_TRUE(WaitUntil([&] { return open_outbound() == 0; })) << open_outbound();
+  EXPECT_TRUE(WaitUntil([&] { return middle.cuts() >= 1; }));
+  Status s = CheckedAdd(proxy, 3, 4);  // on a new connection
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST_F(CallerReadsTest, ShutdownEndsAParkedWait) {
   CalculatorServiceProxy proxy(client_, server_.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());

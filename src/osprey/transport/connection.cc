@@ -84,6 +84,7 @@ Status Connection::Start(bool connect_in_progress) {
   uint32_t events = EPOLLIN | (connect_in_progress ? uint32_t{EPOLLOUT} : 0u);
   epollout_ = connect_in_progress;
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), events, this));
+  registered_events_ = events;
   std::weak_ptr<Connection> weak = shared_from_this();
   negotiation_timer_ =
       reactor_->ScheduleTimer(MonoTime::Now() + reactor_->options().negotiation_timeout, [weak]() {
@@ -159,13 +160,27 @@ void Connection::HandleEvents(uint32_t events) {
     Flush();
     return;
   }
-  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ReadAvailable();
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) ReadAvailable();
   if (state_ != State::kClosed && (events & EPOLLOUT)) Flush();
 }
 
 uint32_t Connection::EpollEvents() const {
-  bool want_in = state_ != State::kClosingAfterFlush && !parked_;
-  return (want_in ? uint32_t{EPOLLIN} : 0u) | (epollout_ ? uint32_t{EPOLLOUT} : 0u);
+  bool reading = state_ != State::kClosingAfterFlush;
+  bool want_in = reading && !parked_ && !dormant_;
+  // A client connection out of EPOLLIN still learns that the server closed
+  // it (a FIN alone). Parked or dormant, the mask is the same, so that
+  // going from one to the other makes no system call.
+  bool want_rdhup = reading && !want_in && role_ == Role::kClient;
+  return (want_in ? uint32_t{EPOLLIN} : 0u) | (want_rdhup ? uint32_t{EPOLLRDHUP} : 0u) |
+         (epollout_ ? uint32_t{EPOLLOUT} : 0u);
+}
+
+Status Connection::SyncEpollEvents() {
+  uint32_t want = EpollEvents();
+  if (want == registered_events_) return Status::OK();
+  OSPREY_RETURN_NOT_OK(reactor_->ModifyFd(socket_.fd(), want, this));
+  registered_events_ = want;
+  return Status::OK();
 }
 
 void Connection::UpdateEpollInterest() {
@@ -173,7 +188,16 @@ void Connection::UpdateEpollInterest() {
   bool want_out = state_ == State::kConnecting || HasUnsentBytes();
   if (want_out == epollout_) return;
   epollout_ = want_out;
-  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
+  Status s = SyncEpollEvents();
+  if (!s.ok()) Shutdown(s);
+}
+
+void Connection::RestoreReadInterest() {
+  reactor_->AssertCurrentThread();
+  if (!dormant_) return;
+  dormant_ = false;
+  if (state_ == State::kClosed || parked_) return;
+  Status s = SyncEpollEvents();
   if (!s.ok()) Shutdown(s);
 }
 
@@ -187,8 +211,9 @@ bool Connection::Park(int wake_fd) {
   bool quiet = role_ == Role::kClient ? client_calls_.sent() == 1 : server_calls_.empty();
   if (!quiet || state_ != State::kOpen || parked_ || HasUnsentBytes()) return false;
   parked_ = true;
+  dormant_ = false;  // parked covers it: no EPOLLIN either way
   parked_wake_fd_ = wake_fd;
-  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
+  Status s = SyncEpollEvents();
   if (!s.ok()) {
     parked_ = false;
     Shutdown(s);
@@ -202,7 +227,9 @@ void Connection::Unpark() {
   if (!parked_) return;
   parked_ = false;
   if (state_ == State::kClosed) return;
-  Status s = reactor_->ModifyFd(socket_.fd(), EpollEvents(), this);
+  // Nothing awaited: nothing will come but a close, which RDHUP reports.
+  dormant_ = role_ == Role::kClient && state_ == State::kOpen && client_calls_.sent() == 0;
+  Status s = SyncEpollEvents();
   if (!s.ok()) Shutdown(s);
 }
 
@@ -619,6 +646,7 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
   call->call_id_ = id;
   client_calls_.AddSent(id, std::move(call));
   QueueFrame(std::move(frame));
+  if (dormant_) reactor_->RequestReadInterest(this);
 }
 
 void Connection::ForgetCall(ClientCall* call) {

@@ -130,6 +130,12 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // which Shutdown writes, since closing a socket does not wake its poller.
   bool Park(int wake_fd);
   void Unpark();
+  // A client connection whose caller unparked it with no call left awaited
+  // stays out of EPOLLIN ("dormant", watching only for the peer's close):
+  // the next blocking call parks it again without two epoll_ctl calls.
+  // Sending a call on it asks the reactor (Reactor::RequestReadInterest)
+  // to give EPOLLIN back before it sleeps, unless a caller parked it first.
+  void RestoreReadInterest();
   bool parked() const {
     reactor_->AssertCurrentThread();
     return parked_;
@@ -202,6 +208,8 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
   // What the reactor's epoll set should watch on the socket now.
   uint32_t EpollEvents() const REQUIRES(reactor_->loop_mu_);
+  // Gives epoll EpollEvents() if it has something else.
+  Status SyncEpollEvents() REQUIRES(reactor_->loop_mu_);
   void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
   // Client: runs the negotiator's Kerberos start on the messenger's
   // BlockingWorker, then KerberosStarted back on this reactor.
@@ -240,7 +248,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   size_t outbound_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
   bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool parked_ GUARDED_BY(reactor_->loop_mu_) = false;  // see Park()
+  bool parked_ GUARDED_BY(reactor_->loop_mu_) = false;   // see Park()
+  bool dormant_ GUARDED_BY(reactor_->loop_mu_) = false;  // see RestoreReadInterest()
+  // What epoll has for the socket, so that only changes make a system call.
+  uint32_t registered_events_ GUARDED_BY(reactor_->loop_mu_) = 0;
   int parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 

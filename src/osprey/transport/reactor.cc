@@ -138,6 +138,7 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
 
 void Reactor::EndBorrow() {
   FlushRequested();
+  RestoreRequestedReadInterest();
   // Under the loop lock, which every borrower holds: a plain add.
   if (TransportMetrics* m = options_.metrics.get()) m->reactor_borrows->Increment();
   bool wake = timers_.NextDeadline() < planned_wake_;
@@ -355,6 +356,19 @@ void Reactor::RequestFlush(Connection* conn) {
   flush_list_.push_back(conn);
 }
 
+void Reactor::RequestReadInterest(Connection* conn) {
+  AssertCurrentThread();
+  read_interest_list_.push_back(conn);
+}
+
+void Reactor::RestoreRequestedReadInterest() {
+  // Connections closed meanwhile are still in the table's closed list:
+  // the pointers are good until this loop iteration ends.
+  std::vector<Connection*> conns;
+  conns.swap(read_interest_list_);
+  for (Connection* c : conns) c->RestoreReadInterest();
+}
+
 void Reactor::Loop() {
   thread_id_.store(std::this_thread::get_id());
   tls_reactor = this;
@@ -395,6 +409,7 @@ void Reactor::Loop() {
     RunTimers();
     // Write everything the events, tasks and timers queued.
     FlushRequested();
+    RestoreRequestedReadInterest();
     conns_.ReleaseClosed();
     http_closed_.clear();
     now = MonoTime::Now();
@@ -424,6 +439,7 @@ void Reactor::Loop() {
   timers_.Clear();
   conns_.Clear();
   flush_list_.clear();
+  read_interest_list_.clear();
   loop_mu_.Unlock();
 }
 
@@ -439,6 +455,7 @@ void Reactor::CloseAllConnections(const Status& why) {
   for (auto& c : conns) c->Shutdown(why);
   conns_.Clear();
   flush_list_.clear();
+  read_interest_list_.clear();
 }
 
 void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {

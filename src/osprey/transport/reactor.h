@@ -213,6 +213,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   HttpHandler* http_handler() const { return options_.http_handler; }
   // A connection asks to be written at the end of this loop iteration.
   void RequestFlush(Connection* conn);
+  // A dormant connection (Connection::RestoreReadInterest) was sent a
+  // call: it gets EPOLLIN back before this reactor sleeps or its borrower
+  // leaves, unless a caller parks it first.
+  void RequestReadInterest(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
   // Appends a snapshot of its open connections, until `out` holds `limit`;
@@ -242,6 +246,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void EndBorrow() RELEASE(loop_mu_);
   bool BorrowedHere() const;
   void FlushRequested() REQUIRES(loop_mu_);
+  void RestoreRequestedReadInterest() REQUIRES(loop_mu_);
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
   template <class F>
   bool Post(F&& add);
@@ -307,6 +312,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   TimerQueue timers_ GUARDED_BY(loop_mu_);
   ConnectionTable conns_ GUARDED_BY(loop_mu_);
   std::vector<Connection*> flush_list_ GUARDED_BY(loop_mu_);
+  std::vector<Connection*> read_interest_list_ GUARDED_BY(loop_mu_);
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> http_conns_
       GUARDED_BY(loop_mu_);
   std::vector<std::shared_ptr<HttpConnection>> http_closed_ GUARDED_BY(loop_mu_);
