@@ -42,6 +42,27 @@ TEST(MessagePoolTest, ALargeMessageComesBackClearedForTheNextLargeCall) {
   EXPECT_EQ(MessagePool::total_kept_bytes(), before);
 }
 
+// A method of mixed sizes: a kept response used by a small call goes back,
+// instead of being freed and allocated again by the next large call.
+TEST(MessagePoolTest, AKeptMessageUsedByASmallCallGoesBack) {
+  MessagePool pool(&BytesValue::default_instance());
+  pool.Give(Filled(&pool, 64 * 1024), 64 * 1024);
+  bool reused = false;
+  auto m = pool.Take(&reused);
+  EXPECT_TRUE(reused);
+  const google::protobuf::Message* kept = m.get();
+  static_cast<BytesValue*>(m.get())->set_value("small");
+  pool.Give(std::move(m), 7, reused);
+  EXPECT_EQ(pool.kept(), 1u);
+  EXPECT_EQ(pool.Take(&reused).get(), kept);
+  EXPECT_TRUE(reused);
+  // A new message of a small call is not kept.
+  auto fresh = pool.Take(&reused);
+  EXPECT_FALSE(reused);
+  pool.Give(std::move(fresh), 7, reused);
+  EXPECT_EQ(pool.kept(), 0u);
+}
+
 TEST(MessagePoolTest, SmallAndHugeMessagesAreNeverKept) {
   MessagePool pool(&BytesValue::default_instance());
   pool.Give(Filled(&pool, 1000), 1000);

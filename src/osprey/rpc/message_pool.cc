@@ -25,22 +25,25 @@ std::unique_ptr<google::protobuf::Message> MessagePool::TakeKept() {
   return std::move(k.message);
 }
 
-std::unique_ptr<google::protobuf::Message> MessagePool::TakeFor(size_t wire_bytes) {
-  if (wire_bytes >= kMinWireBytes && kept_count_.load(std::memory_order_relaxed) != 0) {
-    if (auto m = TakeKept()) return m;
+std::unique_ptr<google::protobuf::Message> MessagePool::TakeFor(size_t wire_bytes, bool* reused) {
+  if (wire_bytes < kMinWireBytes) {
+    if (reused != nullptr) *reused = false;
+    return std::unique_ptr<google::protobuf::Message>(prototype_->New());
   }
-  return std::unique_ptr<google::protobuf::Message>(prototype_->New());
+  return Take(reused);
 }
 
-std::unique_ptr<google::protobuf::Message> MessagePool::Take() {
-  if (kept_count_.load(std::memory_order_relaxed) != 0) {
-    if (auto m = TakeKept()) return m;
-  }
-  return std::unique_ptr<google::protobuf::Message>(prototype_->New());
+std::unique_ptr<google::protobuf::Message> MessagePool::Take(bool* reused) {
+  std::unique_ptr<google::protobuf::Message> m;
+  if (kept_count_.load(std::memory_order_relaxed) != 0) m = TakeKept();
+  if (reused != nullptr) *reused = m != nullptr;
+  if (m == nullptr) m.reset(prototype_->New());
+  return m;
 }
 
-void MessagePool::Give(std::unique_ptr<google::protobuf::Message> m, size_t wire_bytes) {
-  if (wire_bytes < kMinWireBytes || wire_bytes > kMaxWireBytes ||
+void MessagePool::Give(std::unique_ptr<google::protobuf::Message> m, size_t wire_bytes,
+                       bool reused) {
+  if ((wire_bytes < kMinWireBytes && !reused) || wire_bytes > kMaxWireBytes ||
       kept_count_.load(std::memory_order_relaxed) >= kMaxKept) {
     return;  // freed
   }

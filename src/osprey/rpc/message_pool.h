@@ -8,13 +8,13 @@
 // cleared, which keeps its strings' and repeated fields' capacity, and the
 // next large call of the method parses into it.
 //
-// Only messages of kMinWireBytes to kMaxWireBytes on the wire are kept,
-// at most kMaxKept per pool, each counted by what it holds
-// (SpaceUsedLong after clearing); small messages, the common case, never
-// touch the pool's lock. Every pool's bytes are summed in
-// total_kept_bytes() (the osprey_server_pooled_message_bytes gauge).
-// Thread-safe: a message taken on one worker is given back by whichever
-// thread answers the call.
+// Only messages of kMinWireBytes to kMaxWireBytes on the wire are kept
+// (and a kept one goes back even if its next call was small, so that a
+// method of mixed sizes does not free it), at most kMaxKept per pool, each
+// counted by what it holds (SpaceUsedLong after clearing). A method whose
+// messages are all small, the common case, never takes the pool's lock. Every pool's bytes are
+// summed in total_kept_bytes() (the osprey_server_pooled_message_bytes gauge). Thread-safe: a
+// message taken on one worker is given back by whichever thread answers the call.
 #pragma once
 
 #include <google/protobuf/message.h>
@@ -42,14 +42,18 @@ class MessagePool {
   MessagePool& operator=(const MessagePool&) = delete;
 
   // A cleared message to parse `wire_bytes` of request into: a kept one
-  // if the request is large and one is kept, else a new one.
-  std::unique_ptr<google::protobuf::Message> TakeFor(size_t wire_bytes) EXCLUDES(mu_);
+  // if the request is large and one is kept, else a new one. *reused
+  // (if given) says which.
+  std::unique_ptr<google::protobuf::Message> TakeFor(size_t wire_bytes, bool* reused = nullptr)
+      EXCLUDES(mu_);
   // A cleared message for a response: a kept one if any (the method's
   // last responses were large), else a new one.
-  std::unique_ptr<google::protobuf::Message> Take() EXCLUDES(mu_);
-  // `m` is done with; it was `wire_bytes` on the wire (0: unknown, never
-  // kept). Kept if large and there is room, else freed.
-  void Give(std::unique_ptr<google::protobuf::Message> m, size_t wire_bytes) EXCLUDES(mu_);
+  std::unique_ptr<google::protobuf::Message> Take(bool* reused = nullptr) EXCLUDES(mu_);
+  // `m` is done with; it was `wire_bytes` on the wire (0: unknown).
+  // Kept if there is room and it was large or `reused` (taken from this
+  // pool), else freed.
+  void Give(std::unique_ptr<google::protobuf::Message> m, size_t wire_bytes, bool reused = false)
+      EXCLUDES(mu_);
 
   size_t kept() const { return kept_count_.load(std::memory_order_relaxed); }
   size_t kept_bytes() const EXCLUDES(mu_);

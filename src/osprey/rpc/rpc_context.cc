@@ -14,14 +14,21 @@ RpcContext::RpcContext(std::unique_ptr<InboundCall> call,
     : call_(std::move(call)), request_(std::move(request)), response_(std::move(response)) {}
 
 RpcContext::~RpcContext() {
-  if (request_pool_ != nullptr) request_pool_->Give(std::move(request_), request_bytes_);
-  if (response_pool_ != nullptr) response_pool_->Give(std::move(response_), response_bytes_);
+  if (request_pool_ != nullptr) {
+    request_pool_->Give(std::move(request_), request_bytes_, request_reused_);
+  }
+  if (response_pool_ != nullptr) {
+    response_pool_->Give(std::move(response_), response_bytes_, response_reused_);
+  }
 }
 
-void RpcContext::UsePools(MessagePool* requests, size_t request_bytes, MessagePool* responses) {
+void RpcContext::UsePools(MessagePool* requests, size_t request_bytes, bool request_reused,
+                          MessagePool* responses, bool response_reused) {
   request_pool_ = requests;
   request_bytes_ = request_bytes;
+  request_reused_ = request_reused;
   response_pool_ = responses;
+  response_reused_ = response_reused;
 }
 
 bool RpcContext::BeginResponse(const char* which) {

@@ -79,7 +79,8 @@ class RpcContext {
   // The messages go back to these pools (which outlive the call, as its
   // service does) when the context ends; the request was `request_bytes`
   // on the wire.
-  void UsePools(MessagePool* requests, size_t request_bytes, MessagePool* responses);
+  void UsePools(MessagePool* requests, size_t request_bytes, bool request_reused,
+                MessagePool* responses, bool response_reused);
 
   std::atomic<bool> responded_{false};
   std::atomic<int> refs_{2};
@@ -90,7 +91,9 @@ class RpcContext {
   MessagePool* request_pool_ = nullptr;
   MessagePool* response_pool_ = nullptr;
   size_t request_bytes_ = 0;
-  size_t response_bytes_ = 0;  // as sent; 0: no response message was sent
+  size_t response_bytes_ = 0;    // as sent; 0: no response message was sent
+  bool request_reused_ = false;  // taken from its pool
+  bool response_reused_ = false;
 };
 
 }  // namespace osprey

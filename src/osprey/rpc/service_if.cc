@@ -59,7 +59,9 @@ bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
 bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
   const ServiceMethod* m = call->method();
   Slice body = call->request_body();
-  std::unique_ptr<google::protobuf::Message> req = m->request_pool->TakeFor(body.size());
+  bool req_reused;
+  std::unique_ptr<google::protobuf::Message> req =
+      m->request_pool->TakeFor(body.size(), &req_reused);
   if (!req->ParsePartialFromArray(body.data(), static_cast<int>(body.size()))) {
     call->RespondFailure(wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
                          Status::InvalidArgument("request for " + service_name() + "." + m->name +
@@ -73,10 +75,12 @@ bool ServiceIf::Handle(std::unique_ptr<InboundCall> call, MonoTime start) {
                                 " lacks required fields: " + req->InitializationErrorString()));
     return false;
   }
-  std::unique_ptr<google::protobuf::Message> resp = m->response_pool->Take();
+  bool resp_reused;
+  std::unique_ptr<google::protobuf::Message> resp = m->response_pool->Take(&resp_reused);
   call->MarkHandlerStarted(start);
   auto* ctx = new RpcContext(std::move(call), std::move(req), std::move(resp));
-  ctx->UsePools(m->request_pool.get(), body.size(), m->response_pool.get());
+  ctx->UsePools(m->request_pool.get(), body.size(), req_reused, m->response_pool.get(),
+                resp_reused);
   // The server keeps serving whatever a handler throws: its call is
   // answered with the exception's text, unless the handler answered first.
   try {
