@@ -23,6 +23,7 @@ done
 # method options it finds in the prefix's include directory by itself.
 [[ -f "$tmp/prefix/share/bash-completion/completions/osprey" ]] ||
   { echo "check-install: osprey's bash completion was not installed" >&2; exit 1; }
+: >"$tmp/server.out"  # the job may open it after the loop first reads it
 "$tmp/prefix/bin/rpc-bench" -server_only -server_reactors 1 >"$tmp/server.out" 2>/dev/null &
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT

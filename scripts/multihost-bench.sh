@@ -212,6 +212,8 @@ SERVER_HOST="$("$NETNS" addr "$SET" 1)"
 # Bounded too: should this script be killed without its trap running, the
 # server still ends, and the next netns-hosts.sh up removes the hosts.
 SERVER_LIMIT=$((CLIENT_LIMIT + 60))
+# The file exists before the loop reads it: the job may open it later.
+: > "$TMP/server.out"
 timeout -k 5 "$SERVER_LIMIT" "$NETNS" exec "$SET" 1 "$BENCH" "${SERVER_FLAGS[@]}" \
   -server_only -listen "$SERVER_HOST:$PORT" > "$TMP/server.out" 2> "$TMP/server.err" < /dev/null &
 SERVER_PID=$!

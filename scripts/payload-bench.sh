@@ -58,6 +58,7 @@ trap cleanup EXIT
 
 kudu_addr=""
 if [[ -n $KUDU_SERVER ]]; then
+  : >"$tmp/kudu.out"  # the job may open it after the loop first reads it
   "$KUDU_SERVER" 0 --run_seconds=3600 --rpc_encryption=disabled >"$tmp/kudu.out" 2>"$tmp/kudu.err" &
   kudu_pid=$!
   for _ in $(seq 200); do

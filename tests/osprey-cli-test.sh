@@ -49,6 +49,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/test-lib.sh"
 start() {
   local name="$1" pattern="$2"
   shift 2
+  : >"$TMP/$name.out"  # the job may open it after the loop first reads it
   "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
   PIDS+=($!)
   local i

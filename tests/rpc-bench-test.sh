@@ -290,6 +290,7 @@ done
 # start_server ARGS...: a -server_only process with ARGS; sets SERVER_PID
 # and ADDR once it listens.
 start_server() {
+  : >"$TMP/server.out"  # the job may open it after the loop first reads it
   "$BENCH" -server_only -listen 127.0.0.1:0 "$@" >"$TMP/server.out" 2>"$TMP/server.err" </dev/null &
   SERVER_PID=$!
   ADDR=""
@@ -458,6 +459,7 @@ stop_server
 if [[ -n "$WRONG_SERVER" ]]; then
   for mode in sync async; do
     CHECK="wrong sums from the server after 100 calls, $mode"
+    : >"$TMP/wrong.out"  # the job may open it after the loop first reads it
     "$WRONG_SERVER" >"$TMP/wrong.out" 2>"$TMP/wrong.err" </dev/null &
     SERVER_PID=$!
     ADDR=""
