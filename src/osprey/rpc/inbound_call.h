@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "osprey/base/call_block_cache.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
@@ -30,6 +31,8 @@ class InboundCall : public TrackedCall {
   // A tracked call destroyed unanswered (dropped unrun) releases the
   // duplicates waiting for it.
   ~InboundCall() override;
+  // Made on a reactor, freed on a worker: see CallBlockCache.
+  OSPREY_ALLOCATED_FROM_CALL_BLOCK_CACHE(InboundCall)
 
   int32_t call_id() const { return frame_.header.call_id(); }
   const wire::RequestHeaderView::RemoteMethod& remote_method() const {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "osprey/base/buffer_pool.h"
+#include "osprey/base/call_block_cache.h"
 
 namespace osprey::transport {
 
@@ -76,6 +77,10 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
   gauge("osprey_buffer_pool_kept_bytes",
         "Bytes of large frame buffers the process keeps for its next large frames (bounded).", {},
         [] { return static_cast<double>(BufferPool::Default()->kept_bytes()); });
+  gauge("osprey_call_block_cache_kept_bytes",
+        "Bytes of spare call-object blocks the process's threads keep for their next calls "
+        "(bounded per thread).",
+        {}, [] { return static_cast<double>(CallBlockCache::kept_bytes()); });
   auto in = open_inbound, out = open_outbound;
   gauge("osprey_connections_open", "Open connections, by direction.", {{"direction", "inbound"}},
         [in] { return static_cast<double>(in->load(std::memory_order_relaxed)); });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "osprey/base/buffer_pool.h"
+#include "osprey/base/call_block_cache.h"
 #include "osprey/base/slice.h"
 #include "osprey/base/status.h"
 
@@ -19,6 +20,10 @@ namespace osprey::wire {
 
 class OutboundFrame {
  public:
+  // An answer's frame is made on a worker and freed on the reactor that
+  // sent it: see CallBlockCache.
+  OSPREY_ALLOCATED_FROM_CALL_BLOCK_CACHE(OutboundFrame)
+
   // Builds a frame. Sets header->sidecar_offsets from `main` and `sidecars`.
   // InvalidArgument if the frame would not fit a 32-bit length.
   template <class Header>
