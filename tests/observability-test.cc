@@ -7,12 +7,14 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "hostile_test_util.h"
 #include "http_test_util.h"
+#include "osprey/base/call_block_cache.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/prometheus_text.h"
 #include "osprey/base/sanitizers.h"
@@ -258,6 +260,39 @@ TEST(MetricsTest, MemoryKeptForLargeCallsIsCounted) {
     return Value(s, "osprey_server_pooled_message_bytes", {}) >= 2 * 256 * 1024;
   })) << Value(s, "osprey_server_pooled_message_bytes", {});
   EXPECT_LE(Value(s, "osprey_buffer_pool_kept_bytes", {}), 64 << 20);
+}
+
+// The spare blocks a small call's objects come from are in /metrics too,
+// within their bound: each thread keeps kMaxBlocksPerThread at most.
+TEST(MetricsTest, SpareCallBlocksAreCountedWithinTheirBound) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  Messenger* s = server.messenger.get();
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  for (int i = 0; i < 200; ++i) {
+    AddRequestPB req;
+    req.set_x(i);
+    req.set_y(1);
+    AddResponsePB resp;
+    RpcController ctl;
+    ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
+    ASSERT_EQ(resp.result(), static_cast<uint32_t>(i + 1));
+  }
+  const double kept = Value(s, "osprey_call_block_cache_kept_bytes", {});
+  if (!CallBlockCache::caches()) {
+    EXPECT_EQ(kept, 0);  // under a sanitizer nothing is kept
+    return;
+  }
+  // The server's reactor freed the answers' frames and its worker the calls.
+  EXPECT_GT(kept, 0);
+  size_t threads = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)e;
+    ++threads;
+  }
+  EXPECT_LE(kept, static_cast<double>(threads * CallBlockCache::kMaxBlocksPerThread *
+                                      CallBlockCache::kBlockSize));
 }
 
 TEST(MetricsTest, OffMeansNothingIsRegistered) {
