@@ -584,12 +584,37 @@ void Messenger::QueueCall(std::shared_ptr<OutboundCall> call, bool sync,
   }
 }
 
+namespace {
+
+// The calls for workers that one read of a connection brought, queued
+// together at its end (InboundCallHandler::EndOfInboundCalls) with one lock
+// of their service's queue rather than one each. Per thread: reactors, and
+// workers reading their own connection, decode requests. At most
+// kMaxHeldCalls, and never held past the read.
+struct HeldCalls {
+  std::shared_ptr<ServicePool> pool;
+  std::vector<std::unique_ptr<InboundCall>> calls;
+};
+thread_local HeldCalls tls_held_calls;
+constexpr size_t kMaxHeldCalls = 64;
+
+void QueueHeldCalls() {
+  HeldCalls& held = tls_held_calls;
+  if (held.calls.empty()) return;
+  std::shared_ptr<ServicePool> pool = std::move(held.pool);
+  held.pool.reset();
+  pool->QueueInboundCalls(&held.calls);
+}
+
+}  // namespace
+
 class Messenger::InboundHandler final : public transport::InboundCallHandler {
  public:
   explicit InboundHandler(Messenger* m) : m_(m) {}
   // Reactor thread of `conn`.
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
                          wire::InboundRequest frame, transport::InboundCallTrace* trace) override;
+  void EndOfInboundCalls() override { QueueHeldCalls(); }
 
  private:
   Messenger* const m_;
@@ -603,7 +628,10 @@ void Messenger::InboundHandler::HandleInboundCall(
   if (trace != nullptr) call->set_trace(trace);
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
-  {
+  HeldCalls& held = tls_held_calls;
+  if (held.pool != nullptr && held.pool->service()->service_name() == service_name) {
+    pool = held.pool;  // a service is never unregistered: no need to look again
+  } else {
     MutexLock l(m->mu_);
     auto it = m->services_.find(service_name);
     if (it != m->services_.end()) pool = it->second;
@@ -652,7 +680,14 @@ void Messenger::InboundHandler::HandleInboundCall(
     // Tracked once authorized (ServiceIf::Handle), as Kudu does.
     call->set_request_id(m->result_tracker_, std::move(id));
   }
-  pool->QueueInboundCall(std::move(call));
+  if (!pool->has_workers()) {
+    pool->QueueInboundCall(std::move(call));  // runs it here, now
+    return;
+  }
+  if (held.pool != pool) QueueHeldCalls();
+  held.pool = std::move(pool);
+  held.calls.push_back(std::move(call));
+  if (held.calls.size() >= kMaxHeldCalls) QueueHeldCalls();
 }
 
 }  // namespace osprey

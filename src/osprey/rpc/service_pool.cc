@@ -96,21 +96,35 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
     }
     return;
   }
-  switch (queue_.Put(&call)) {
-    case ServiceQueue<InboundCall>::PutResult::kQueued:
-      return;
-    case ServiceQueue<InboundCall>::PutResult::kShuttingDown:
-      call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
-                           Status::ServiceUnavailable("server is shutting down"));
-      return;
-    case ServiceQueue<InboundCall>::PutResult::kFull:
-      if (call->metrics() != nullptr) call->metrics()->rejected_queue_full->Increment();
-      call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                           Status::ServiceUnavailable(
-                               "the service queue of " + service_->service_name() + " is full (" +
-                               std::to_string(options_.queue_length) + " calls); try again later"));
-      return;
+  ServiceQueue<InboundCall>::PutResult result = queue_.Put(&call);
+  if (result != ServiceQueue<InboundCall>::PutResult::kQueued) Refuse(std::move(call), result);
+}
+
+void ServicePool::QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* calls) {
+  if (options_.worker_threads == 0) {
+    for (auto& c : *calls) QueueInboundCall(std::move(c));
+  } else {
+    std::vector<ServiceQueue<InboundCall>::PutResult> results;
+    queue_.PutAll(calls, &results);
+    for (size_t i = 0; i < calls->size(); ++i) {
+      if ((*calls)[i] != nullptr) Refuse(std::move((*calls)[i]), results[i]);
+    }
   }
+  calls->clear();
+}
+
+void ServicePool::Refuse(std::unique_ptr<InboundCall> call,
+                         ServiceQueue<InboundCall>::PutResult why) {
+  if (why == ServiceQueue<InboundCall>::PutResult::kShuttingDown) {
+    call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
+                         Status::ServiceUnavailable("server is shutting down"));
+    return;
+  }
+  if (call->metrics() != nullptr) call->metrics()->rejected_queue_full->Increment();
+  call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+                       Status::ServiceUnavailable(
+                           "the service queue of " + service_->service_name() + " is full (" +
+                           std::to_string(options_.queue_length) + " calls); try again later"));
 }
 
 void ServicePool::RunWorker(int wake_fd) {

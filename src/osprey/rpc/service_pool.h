@@ -1,7 +1,7 @@
 // ServicePool: runs one service's calls on a set of worker threads fed by a
 // ServiceQueue. A full queue answers ERROR_SERVER_TOO_BUSY at once; with
 // zero workers, calls run on the reactor thread that received them.
-// QueueInboundCall runs on reactor threads; Start and Shutdown on the
+// QueueInboundCall(s) run on reactor threads; Start and Shutdown on the
 // Messenger's caller (or its shutdown thread).
 #pragma once
 
@@ -48,6 +48,11 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
 
   // Takes the call, or answers it with an error itself.
   void QueueInboundCall(std::unique_ptr<InboundCall> call);
+  // As QueueInboundCall for each, in order, with one lock of the queue:
+  // the calls a reactor read together. Leaves *calls empty.
+  void QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* calls);
+  // Whether calls run on workers (else on the reactor, at once).
+  bool has_workers() const { return options_.worker_threads > 0; }
 
   ServiceIf* service() const { return service_.get(); }
   // What watches one of this service's methods, for as long as the pool
@@ -67,6 +72,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   }
 
  private:
+  // Answers a call the queue did not take, saying why.
+  void Refuse(std::unique_ptr<InboundCall> call, ServiceQueue<InboundCall>::PutResult why);
   // `wake_fd`: the worker's eventfd (-1: none), closed when it returns.
   void RunWorker(int wake_fd);
   // Leader/follower on the server: after answering the last call in flight

@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -101,6 +102,86 @@ TEST(ServiceQueueTest, PutWakesASleepingWorker) {
   EXPECT_TRUE(got.WaitFor(MonoDelta::FromSeconds(10)));
   (void)q.Shutdown();
   worker.join();
+}
+
+// A read's calls go in together: in order, up to the bound, and those
+// beyond it are handed back, each with its reason.
+TEST(ServiceQueueTest, PutAllQueuesInOrderUpToTheBoundAndHandsBackTheRest) {
+  Queue q(3);
+  auto first = std::make_unique<TestCall>(0);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&first));
+  std::vector<std::unique_ptr<TestCall>> calls;
+  for (int i = 1; i <= 4; ++i) calls.push_back(std::make_unique<TestCall>(i));
+  std::vector<Queue::PutResult> results;
+  q.PutAll(&calls, &results);
+  ASSERT_EQ(4u, results.size());
+  EXPECT_EQ(Queue::PutResult::kQueued, results[0]);
+  EXPECT_EQ(Queue::PutResult::kQueued, results[1]);
+  EXPECT_EQ(Queue::PutResult::kFull, results[2]);
+  EXPECT_EQ(Queue::PutResult::kFull, results[3]);
+  EXPECT_EQ(nullptr, calls[0]);
+  EXPECT_EQ(nullptr, calls[1]);
+  ASSERT_NE(nullptr, calls[2]);
+  EXPECT_EQ(3, calls[2]->id);
+  ASSERT_NE(nullptr, calls[3]);
+  EXPECT_EQ(4, calls[3]->id);
+  EXPECT_EQ(3u, q.size());
+  std::unique_ptr<TestCall> got;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(q.Take(&got, i == 0 ? -1 : 1000));
+    EXPECT_EQ(i, got->id);
+  }
+  (void)q.Shutdown();
+  calls.clear();
+  calls.push_back(std::make_unique<TestCall>(9));
+  q.PutAll(&calls, &results);
+  EXPECT_EQ(Queue::PutResult::kShuttingDown, results[0]);
+  EXPECT_NE(nullptr, calls[0]);
+}
+
+// Slow handlers: each call of a batch wakes a sleeping worker of its own,
+// as a Put() of each would.
+TEST(ServiceQueueTest, PutAllWakesAWorkerForEachCall) {
+  Queue q(10);
+  // The queue learns the handlers are slow (above its fast threshold).
+  auto warm = std::make_unique<TestCall>(-1);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&warm));
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, -1));
+  for (int i = 0; i < 8; ++i) {
+    warm = std::make_unique<TestCall>(-1);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&warm));
+    ASSERT_TRUE(q.Take(&got, 1000000000));
+  }
+  std::vector<int> ran(2, -1);
+  CountDownLatch both(2);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      std::unique_ptr<TestCall> c;
+      // Its handler blocks until both calls run: only a worker woken for
+      // the other call can take it.
+      if (q.Take(&c, -1)) {
+        ran[w] = c->id;
+        both.CountDown();
+        (void)both.WaitFor(MonoDelta::FromSeconds(10));
+        std::unique_ptr<TestCall> next;
+        while (q.Take(&next, 1000000000)) {
+        }
+      }
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return q.sleeping_workers() == 2; }));
+  std::vector<std::unique_ptr<TestCall>> calls;
+  calls.push_back(std::make_unique<TestCall>(1));
+  calls.push_back(std::make_unique<TestCall>(2));
+  std::vector<Queue::PutResult> results;
+  q.PutAll(&calls, &results);
+  EXPECT_TRUE(both.WaitFor(MonoDelta::FromSeconds(10)));
+  (void)q.Shutdown();
+  for (auto& t : workers) t.join();
+  std::sort(ran.begin(), ran.end());
+  EXPECT_EQ((std::vector<int>{1, 2}), ran);
 }
 
 // Handlers look fast, so a queued call is left to the running worker

@@ -44,6 +44,36 @@ class ServiceQueue {
     return PutResult::kQueued;
   }
 
+  // Put() of each of *calls in order, under one lock: the calls a reactor
+  // read together. Each one queued is taken from *calls; those left are
+  // the caller's to refuse, for the reason in the same place of *results
+  // (kQueued where taken).
+  void PutAll(std::vector<std::unique_ptr<Call>>* calls, std::vector<PutResult>* results)
+      EXCLUDES(mu_) {
+    results->assign(calls->size(), PutResult::kQueued);
+    int wakes = 0;
+    {
+      MutexLock l(mu_);
+      for (size_t i = 0; i < calls->size(); ++i) {
+        if (shutting_down_) {
+          (*results)[i] = PutResult::kShuttingDown;
+          continue;
+        }
+        if (queue_.size() >= capacity_) {
+          (*results)[i] = PutResult::kFull;
+          continue;
+        }
+        queue_.push_back(std::move((*calls)[i]));
+        if (ShouldWakeWorker()) {
+          wakes++;
+        } else {
+          WakePollerIfNeeded();
+        }
+      }
+    }
+    for (int i = 0; i < wakes; ++i) not_empty_.Signal();
+  }
+
   // A worker about to wait on a socket instead of in Take() (the
   // connection it just answered; Reactor::WaitForRequest): registers
   // `wake_fd`, an eventfd that Put() writes when a call needs this worker.

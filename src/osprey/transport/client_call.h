@@ -133,6 +133,10 @@ class InboundCallHandler {
   // owned by `conn` (see InboundCallTrace).
   virtual void HandleInboundCall(const std::shared_ptr<Connection>& conn,
                                  wire::InboundRequest frame, InboundCallTrace* trace) = 0;
+  // The thread that called HandleInboundCall: the calls of one read have
+  // all been handed over. A handler may hold calls back until then, to
+  // queue them together; it must not hold them past this.
+  virtual void EndOfInboundCalls() {}
 };
 
 }  // namespace osprey::transport

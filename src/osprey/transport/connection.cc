@@ -367,6 +367,14 @@ void Connection::DecodeFrames(size_t n) {
         return;
       }
     } else {
+      // However this returns, the calls of these frames that the handler
+      // held back go to their queues.
+      struct EndOfCalls {
+        InboundCallHandler* handler;
+        ~EndOfCalls() {
+          if (handler != nullptr) handler->EndOfInboundCalls();
+        }
+      } end_of_calls{reactor_->inbound_handler()};
       auto& frames = request_frames_;
       frames.clear();
       Status ds = request_decoder_->Consume(n, &frames, max_frames);
