@@ -104,7 +104,8 @@ void ServicePool::QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* c
   if (options_.worker_threads == 0) {
     for (auto& c : *calls) QueueInboundCall(std::move(c));
   } else {
-    std::vector<ServiceQueue<InboundCall>::PutResult> results;
+    // Per thread and reused: a read's batch allocates nothing here.
+    thread_local std::vector<ServiceQueue<InboundCall>::PutResult> results;
     queue_.PutAll(calls, &results);
     for (size_t i = 0; i < calls->size(); ++i) {
       if ((*calls)[i] != nullptr) Refuse(std::move((*calls)[i]), results[i]);
