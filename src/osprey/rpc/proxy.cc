@@ -1,5 +1,6 @@
 #include "osprey/rpc/proxy.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -167,6 +168,10 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
     std::atomic<bool> finished{false};
     std::atomic<bool> polling{false};  // the caller sleeps in poll, not on `done`
     int wake_fd = -1;
+    // The callback runs here when the caller reads its own answer
+    // (Reactor::WaitAsReader): no one sleeps then, and a write would only
+    // wake the eventfd's next borrower for nothing (two system calls).
+    pthread_t caller = pthread_self();
   } w;
   transport::ParkedConnection parked;
   StartCall(
@@ -176,7 +181,7 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         // Seen with `polling` in the order both were stored (sequentially
         // consistent): a caller about to poll sees `finished`, or we see
         // `polling` and wake it.
-        if (w.polling.load()) {
+        if (w.polling.load() && !pthread_equal(w.caller, pthread_self())) {
           uint64_t one = 1;
           ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
           (void)n;

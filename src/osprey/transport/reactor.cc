@@ -78,6 +78,7 @@ Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
     uint64_t v;
     ssize_t r = ::read(parked.wake_fd, &v, sizeof(v));
     (void)r;
+    if (TransportMetrics* m = options_.metrics.get()) m->parked_wakeups->Increment();
   }
   return fds[0].revents != 0 ? ParkedPoll::kReadable : ParkedPoll::kWoken;
 }

@@ -254,7 +254,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   enum class ParkedPoll { kReadable, kWoken, kFailed };
   // One wait in poll on a parked connection's socket and its eventfd
   // (drained if written). kWoken: the eventfd or a signal woke it.
-  static ParkedPoll PollParked(const ParkedConnection& parked);
+  // Any thread, holding no lock: options_ does not change once the reactor runs.
+  ParkedPoll PollParked(const ParkedConnection& parked);
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
   // The destructor's, without the loop lock: the thread is joined, and no
   // connection is left to borrow the loop (each keeps its reactor alive).

@@ -59,6 +59,9 @@ class TransportMetrics {
   // Times a service worker waited for a connection's next request on the
   // socket itself (Reactor::ParkForWorker) instead of in its queue.
   Counter* worker_reads;
+  // Times such a thread's poll ended on its eventfd rather than its socket
+  // (Reactor::PollParked).
+  Counter* parked_wakeups;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;
