@@ -69,7 +69,6 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
   CalculatorServiceProxy proxy(client_, server_.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());  // connects and negotiates
   const double before = CallerReads(client_);
-  const double wakeups_before = ParkedWakeups(client_);
   constexpr int kCalls = 200;
   for (int i = 0; i < kCalls; ++i) {
     Status s = CheckedAdd(proxy, i, 2 * i);
@@ -79,9 +78,6 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
   // and waited on the socket; on a busy machine a few may have found the
   // reactor awake and waited as any other.
   EXPECT_GE(CallerReads(client_) - before, kCalls / 2);
-  // A caller that read its own answer did not signal itself: its eventfd,
-  // lent to the next caller, does not wake that one for nothing.
-  EXPECT_LT(ParkedWakeups(client_) - wakeups_before, kCalls / 10);
   // The connection went back to its reactor after each: async calls work.
   AddRequestPB req;
   req.set_x(20);
@@ -106,11 +102,17 @@ TEST_F(CallerReadsTest, ADeadlineEndsAParkedWaitAndTheLateAnswerIsDropped) {
   bool parked = false;
   for (int attempt = 0; attempt < 10 && !parked; ++attempt) {
     const double before = CallerReads(client_);
+    const double wakeups_before = ParkedWakeups(client_);
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromMilliseconds(100));
     Status s = SyncSleep(proxy, 300'000, &ctl);
     EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
     parked = CallerReads(client_) == before + 1;
+    // The deadline fired on the reactor, which woke the polling caller
+    // through its eventfd: the counter says so.
+    if (parked) {
+      EXPECT_GE(ParkedWakeups(client_) - wakeups_before, 1);
+    }
     // The same connection serves the next call; the late answer to the
     // last finds no call and is dropped.
     ASSERT_TRUE(server_.service->WaitForSleepsFinished(attempt + 1));

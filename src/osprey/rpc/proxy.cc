@@ -1,6 +1,5 @@
 #include "osprey/rpc/proxy.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -168,10 +167,6 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
     std::atomic<bool> finished{false};
     std::atomic<bool> polling{false};  // the caller sleeps in poll, not on `done`
     int wake_fd = -1;
-    // The callback runs here when the caller reads its own answer
-    // (Reactor::WaitAsReader): no one sleeps then, and a write would only
-    // wake the eventfd's next borrower for nothing (two system calls).
-    pthread_t caller = pthread_self();
   } w;
   transport::ParkedConnection parked;
   StartCall(
@@ -180,8 +175,12 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         w.finished.store(true);
         // Seen with `polling` in the order both were stored (sequentially
         // consistent): a caller about to poll sees `finished`, or we see
-        // `polling` and wake it.
-        if (w.polling.load() && !pthread_equal(w.caller, pthread_self())) {
+        // `polling` and wake it. Also when the callback runs on the caller's
+        // own thread (it read its own answer): the eventfd's next borrower is
+        // then woken once for nothing, yet skipping the write made d sync
+        // (two callers, two server workers) fall into a slow mode in half its
+        // runs (docs/performance.md, "fbd38f7 measured, and undone").
+        if (w.polling.load()) {
           uint64_t one = 1;
           ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
           (void)n;

@@ -44,7 +44,7 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       r, "osprey_parked_wakeups_total",
       "Times a thread waiting on a socket itself (a sync caller or a worker) was woken by its "
       "eventfd instead: its call finished on another thread, a call for the worker, a deadline, "
-      "a cancel or shutdown. A caller that reads its own answer is not woken.");
+      "a cancel or shutdown, or a wake left by the eventfd's last borrower.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =
