@@ -178,8 +178,9 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         // `polling` and wake it. Also when the callback runs on the caller's
         // own thread (it read its own answer): the eventfd's next borrower is
         // then woken once for nothing, yet skipping the write made d sync
-        // (two callers, two server workers) fall into a slow mode in half its
-        // runs (docs/performance.md, "fbd38f7 measured, and undone").
+        // (two caller threads, each on a connection of its own) fall into a
+        // slow mode in half its runs (docs/performance.md, "fbd38f7
+        // measured, and undone").
         if (w.polling.load()) {
           uint64_t one = 1;
           ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
