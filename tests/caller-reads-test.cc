@@ -40,6 +40,17 @@ double ParkedWakeups(const std::shared_ptr<Messenger>& m) {
 double WorkerReads(const std::shared_ptr<Messenger>& m) {
   return Counter(m, "osprey_worker_reads_total");
 }
+double EpollChanges(const std::shared_ptr<Messenger>& m) {
+  return Counter(m, "osprey_epoll_changes_total");
+}
+// Loop iterations of all of `m`'s reactors: how often they woke.
+double ReactorLoops(const std::shared_ptr<Messenger>& m) {
+  double n = 0;
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name == "osprey_reactor_loop_lag_seconds") n += static_cast<double>(v.histogram.count);
+  }
+  return n;
+}
 
 Status SyncSleep(CalculatorServiceProxy& proxy, int64_t micros, RpcController* ctl) {
   SleepRequestPB req;
@@ -322,6 +333,68 @@ TEST_F(WorkerReadsTest, AWorkerReadsTheNextRequestItself) {
     best = std::max(best, WorkerReads(server_.messenger) - before);
   }
   EXPECT_GE(best, kCalls / 2) << "of " << kCalls << " in the best of 10 rounds";
+  client->Shutdown();
+}
+
+// A waiting worker shares the socket with the reactor's epoll set instead
+// of taking it out (Connection::ParkForWorker): the calls it reads change
+// nothing there, where taking the socket out and back cost two epoll_ctl
+// calls each; and they wake the worker alone, not the reactor too.
+TEST_F(WorkerReadsTest, AWaitingWorkerChangesNothingInTheReactorsEpollSet) {
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server_.address);
+  ASSERT_TRUE(UntilAWorkerWaitsOn(proxy, server_.messenger));
+  constexpr int kCalls = 200;
+  double best_reads = 0;
+  double changes_then = -1;
+  double loops_then = -1;
+  for (int round = 0; round < 10 && best_reads < kCalls * 0.9; ++round) {
+    const double reads_before = WorkerReads(server_.messenger);
+    const double changes_before = EpollChanges(server_.messenger);
+    const double loops_before = ReactorLoops(server_.messenger);
+    for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
+    const double reads = WorkerReads(server_.messenger) - reads_before;
+    if (reads > best_reads) {
+      best_reads = reads;
+      changes_then = EpollChanges(server_.messenger) - changes_before;
+      loops_then = ReactorLoops(server_.messenger) - loops_before;
+    }
+  }
+  ASSERT_GE(best_reads, kCalls / 2) << "of " << kCalls << " in the best of 10 rounds";
+  EXPECT_GE(changes_then, 0);
+  EXPECT_LT(changes_then, 10) << "epoll changes for " << best_reads << " calls a worker read";
+  EXPECT_LT(loops_then, kCalls - best_reads + 20)
+      << "the server's reactor woke for calls its worker waited for (" << best_reads << " of "
+      << kCalls << ")";
+  client->Shutdown();
+}
+
+// A waiting worker woken by a burst reads at most one read's bound of it
+// (16 reads of 64 KiB) and leaves the rest to the reactor, which it was
+// waiting in place of: every call of the burst is answered, in order.
+TEST_F(WorkerReadsTest, ABurstLargerThanOneReadIsAllAnswered) {
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server_.address);
+  constexpr int kCalls = 400;  // of 8 KiB each: three times one read's bound
+  std::vector<EchoRequestPB> reqs(kCalls);
+  std::vector<EchoResponsePB> resps(kCalls);
+  std::vector<RpcController> ctls(kCalls);
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_TRUE(UntilAWorkerWaitsOn(proxy, server_.messenger));
+    CountDownLatch done(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      reqs[i].set_data(std::string(8192, static_cast<char>('a' + (i + round) % 26)));
+      ctls[i].Reset();
+      ctls[i].set_timeout(MonoDelta::FromSeconds(20));
+      proxy.EchoAsync(reqs[i], &resps[i], &ctls[i], [&done] { done.CountDown(); });
+    }
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30))) << "round " << round;
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(ctls[i].status().ok())
+          << "round " << round << ", call " << i << ": " << ctls[i].status().ToString();
+      ASSERT_EQ(resps[i].data(), reqs[i].data()) << "round " << round << ", call " << i;
+    }
+  }
   client->Shutdown();
 }
 

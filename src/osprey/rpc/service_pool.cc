@@ -1,7 +1,6 @@
 #include "osprey/rpc/service_pool.h"
 
 #include <glog/logging.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "osprey/rpc/inbound_call.h"
@@ -50,11 +49,7 @@ Status ServicePool::Start() {
     live_workers_ = options_.worker_threads;
   }
   for (int i = 0; i < options_.worker_threads; ++i) {
-    // What wakes the worker while it polls a socket (WaitForNextRequest),
-    // made here so that a pool's descriptors are all there once it
-    // started; without one the worker always waits in the queue.
-    int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    workers_.emplace_back([this, wake_fd] { RunWorker(wake_fd); });
+    workers_.emplace_back([this] { RunWorker(); });
   }
   return Status::OK();
 }
@@ -128,7 +123,7 @@ void ServicePool::Refuse(std::unique_ptr<InboundCall> call,
                            std::to_string(options_.queue_length) + " calls); try again later"));
 }
 
-void ServicePool::RunWorker(int wake_fd) {
+void ServicePool::RunWorker() {
   tls_worker_of = this;
   // A connection whose last call in flight this worker answered itself.
   std::shared_ptr<transport::Connection> answered;
@@ -148,14 +143,13 @@ void ServicePool::RunWorker(int wake_fd) {
     if (answered != nullptr) {
       std::shared_ptr<transport::Connection> conn = std::move(answered);
       answered.reset();
-      if (wake_fd >= 0 && WaitForNextRequest(conn, took, wake_fd)) {
+      if (WaitForNextRequest(conn, took)) {
         took = -1;  // reported when it began to poll
         from_poll = true;
       }
     }
   }
   transport::Connection::NoteAnsweredConnections(nullptr);
-  if (wake_fd >= 0) ::close(wake_fd);
   std::shared_ptr<ServicePool> last;  // if abandoned, this pool dies with it
   {
     MutexLock live(live_mu_);
@@ -169,9 +163,9 @@ void ServicePool::RunWorker(int wake_fd) {
 }
 
 bool ServicePool::WaitForNextRequest(const std::shared_ptr<transport::Connection>& conn,
-                                     int64_t last_run_ns, int wake_fd) {
+                                     int64_t last_run_ns) {
   transport::Reactor* r = conn->reactor();
-  transport::ParkedConnection parked = r->ParkForWorker(conn, wake_fd);
+  transport::ParkedConnection parked = r->ParkForWorker(conn);
   if (!parked) return false;
   if (!queue_.BeginPoll(parked.wake_fd, last_run_ns)) {
     r->Unpark(parked);

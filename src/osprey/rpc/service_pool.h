@@ -74,16 +74,14 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
  private:
   // Answers a call the queue did not take, saying why.
   void Refuse(std::unique_ptr<InboundCall> call, ServiceQueue<InboundCall>::PutResult why);
-  // `wake_fd`: the worker's eventfd (-1: none), closed when it returns.
-  void RunWorker(int wake_fd);
+  void RunWorker();
   // Leader/follower on the server: after answering the last call in flight
   // of `conn` itself, a worker with nothing queued waits on that
   // connection's socket instead of in the queue, so that the next request
   // is read, run and answered on this thread with no hand-off. True if it
   // did (and so reported `last_run_ns` to the queue); it then reads what
   // arrived into the queue and comes to Take.
-  bool WaitForNextRequest(const std::shared_ptr<transport::Connection>& conn, int64_t last_run_ns,
-                          int wake_fd);
+  bool WaitForNextRequest(const std::shared_ptr<transport::Connection>& conn, int64_t last_run_ns);
   // Runs the call's handler, unless its client left or its deadline passed;
   // `start`: the clock, read just before. Returns the metrics the caller
   // records the handler's time in (null: it did not run, or not counted).

@@ -4,6 +4,8 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <functional>
@@ -67,6 +69,9 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
 
 Connection::~Connection() {
   if (open_counter_) open_counter_->fetch_sub(1);
+  // No worker waits on them: a waiter holds a reference to this connection.
+  if (worker_set_fd_ >= 0) ::close(worker_set_fd_);
+  if (worker_wake_fd_ >= 0) ::close(worker_wake_fd_);
 }
 
 void Connection::CountIn(std::shared_ptr<std::atomic<int64_t>> counter) {
@@ -166,7 +171,8 @@ void Connection::HandleEvents(uint32_t events) {
 
 uint32_t Connection::EpollEvents() const {
   bool reading = state_ != State::kClosingAfterFlush;
-  bool want_in = reading && !parked_ && !dormant_;
+  // A worker's set shares the socket with the reactor's (ParkForWorker).
+  bool want_in = reading && !dormant_ && (!parked_ || worker_set_fd_ >= 0);
   // A client connection out of EPOLLIN still learns that the server closed
   // it (a FIN alone). Parked or dormant, the mask is the same, so that
   // going from one to the other makes no system call.
@@ -178,7 +184,11 @@ uint32_t Connection::EpollEvents() const {
 Status Connection::SyncEpollEvents() {
   uint32_t want = EpollEvents();
   if (want == registered_events_) return Status::OK();
-  OSPREY_RETURN_NOT_OK(reactor_->ModifyFd(socket_.fd(), want, this));
+  if (worker_set_fd_ >= 0) {
+    OSPREY_RETURN_NOT_OK(reactor_->ReplaceFd(socket_.fd(), want | EPOLLEXCLUSIVE, this));
+  } else {
+    OSPREY_RETURN_NOT_OK(reactor_->ModifyFd(socket_.fd(), want, this));
+  }
   registered_events_ = want;
   return Status::OK();
 }
@@ -226,11 +236,67 @@ void Connection::Unpark() {
   reactor_->AssertCurrentThread();
   if (!parked_) return;
   parked_ = false;
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed) {
+    CloseWorkerSet();  // its waiter, here, is done with it
+    return;
+  }
   // Nothing awaited: nothing will come but a close, which RDHUP reports.
   dormant_ = role_ == Role::kClient && state_ == State::kOpen && client_calls_.sent() == 0;
-  Status s = SyncEpollEvents();
+  Status s;
+  if (worker_set_fd_ >= 0 && read_bounded_) {
+    // Adding the socket again makes epoll look at it, and wake the reactor
+    // for what the worker left.
+    s = reactor_->ReplaceFd(socket_.fd(), registered_events_ | EPOLLEXCLUSIVE, this);
+  } else {
+    s = SyncEpollEvents();
+  }
   if (!s.ok()) Shutdown(s);
+}
+
+bool Connection::ParkForWorker() {
+  reactor_->AssertCurrentThread();
+  DCHECK(role_ == Role::kServer);
+  return worker_set_fd_ >= 0 && Park(worker_wake_fd_);
+}
+
+Status Connection::MakeWorkerSet() {
+  // Made when the connection opens rather than when a worker first waits,
+  // so that an open server connection always holds the same descriptors.
+  int set = ::epoll_create1(EPOLL_CLOEXEC);
+  int wake = set < 0 ? -1 : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    // Out of descriptors, most likely: workers wait in their queues.
+    LOG(WARNING) << ToString() << ": no worker can wait on this connection: "
+                 << (set < 0 ? "epoll_create1: " : "eventfd: ") << strerror(errno);
+    if (set >= 0) ::close(set);
+    return Status::OK();
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+  ev.data.fd = socket_.fd();
+  int err = 0;
+  if (::epoll_ctl(set, EPOLL_CTL_ADD, socket_.fd(), &ev) != 0) err = errno;
+  ev.events = EPOLLIN;
+  ev.data.fd = wake;
+  if (err == 0 && ::epoll_ctl(set, EPOLL_CTL_ADD, wake, &ev) != 0) err = errno;
+  if (err != 0) {
+    LOG(WARNING) << ToString()
+                 << ": no worker can wait on this connection: epoll_ctl: " << strerror(err);
+    ::close(set);
+    ::close(wake);
+    return Status::OK();
+  }
+  worker_set_fd_ = set;
+  worker_wake_fd_ = wake;
+  // Exclusive waiters wake in the order they were added: the reactor's
+  // registration goes behind the worker's set.
+  return reactor_->ReplaceFd(socket_.fd(), registered_events_ | EPOLLEXCLUSIVE, this);
+}
+
+void Connection::CloseWorkerSet() {
+  if (worker_set_fd_ >= 0) ::close(worker_set_fd_);
+  if (worker_wake_fd_ >= 0) ::close(worker_wake_fd_);
+  worker_set_fd_ = worker_wake_fd_ = -1;
 }
 
 Status Connection::ReadConnectionHeader() {
@@ -285,6 +351,7 @@ void Connection::BecomeHttp() {
 }
 
 void Connection::ReadAvailable() {
+  read_bounded_ = false;
   for (int i = 0; i < kMaxReadsPerEvent; ++i) {
     if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
     last_activity_ = reactor_->loop_time();
@@ -339,6 +406,7 @@ void Connection::ReadAvailable() {
     }
     if (n < space) return;  // the kernel had no more for now
   }
+  read_bounded_ = true;
 }
 
 void Connection::DecodeFrames(size_t n) {
@@ -699,6 +767,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         return s;
       }
       state_ = State::kOpen;
+      OSPREY_RETURN_NOT_OK(MakeWorkerSet());
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
       negotiation_timer_ = {};
       if (TransportMetrics* m = reactor_->options().metrics.get()) {
@@ -1025,6 +1094,8 @@ void Connection::Shutdown(const Status& why) {
     uint64_t one = 1;
     ssize_t n = ::write(parked_wake_fd_, &one, sizeof(one));
     (void)n;
+  } else {
+    CloseWorkerSet();
   }
   outbound_.clear();
   outbound_bytes_ = 0;

@@ -130,6 +130,26 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // which Shutdown writes, since closing a socket does not wake its poller.
   bool Park(int wake_fd);
   void Unpark();
+  // Server: Park for a worker, which waits in epoll_wait on a set of this
+  // connection's own (worker_set_fd()) holding the socket and an eventfd
+  // (worker_wake_fd()), both made when the connection opens (so an open
+  // server connection holds three descriptors) and closed with it. The
+  // socket stays in the reactor's set with EPOLLIN: both sets hold it with
+  // EPOLLEXCLUSIVE, the worker's first in the socket's wait queue, so a
+  // request wakes the waiting worker alone, and the reactor when no worker
+  // waits (as while the handler runs: a second request is read then).
+  // Parking and unparking thus make no system call. Were the kernel to
+  // wake the reactor first, it would read the request and the service
+  // queue would wake the worker: slower, never wrong.
+  bool ParkForWorker();
+  int worker_set_fd() const {
+    reactor_->AssertCurrentThread();
+    return worker_set_fd_;
+  }
+  int worker_wake_fd() const {
+    reactor_->AssertCurrentThread();
+    return worker_wake_fd_;
+  }
   // A client connection whose caller unparked it with no call left awaited
   // stays out of EPOLLIN ("dormant", watching only for the peer's close):
   // the next blocking call parks it again without two epoll_ctl calls.
@@ -210,6 +230,12 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   uint32_t EpollEvents() const REQUIRES(reactor_->loop_mu_);
   // Gives epoll EpollEvents() if it has something else.
   Status SyncEpollEvents() REQUIRES(reactor_->loop_mu_);
+  // Makes the worker's set (ParkForWorker) and puts the reactor's
+  // registration behind it. Without descriptors for it, logs and makes
+  // none; an error only if the socket could not be registered again.
+  Status MakeWorkerSet() REQUIRES(reactor_->loop_mu_);
+  // Once closed, when no worker waits on it.
+  void CloseWorkerSet() REQUIRES(reactor_->loop_mu_);
   void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
   // Client: runs the negotiator's Kerberos start on the messenger's
   // BlockingWorker, then KerberosStarted back on this reactor.
@@ -253,6 +279,16 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // What epoll has for the socket, so that only changes make a system call.
   uint32_t registered_events_ GUARDED_BY(reactor_->loop_mu_) = 0;
   int parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
+  // See ParkForWorker(); -1 before the connection opens and once closed.
+  int worker_set_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
+  int worker_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
+  // The last ReadAvailable() stopped at its bound with bytes perhaps left.
+  // If a worker read, the reactor must learn of them: bytes that came while
+  // the worker waited woke only the worker. This kernel takes a woken
+  // worker off the wait queue at once, so all but the first segment of a
+  // burst wake the reactor anyway; a kernel that took it off later would
+  // not, hence the check, which costs nothing unless the bound is hit.
+  bool read_bounded_ GUARDED_BY(reactor_->loop_mu_) = false;
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -59,28 +60,40 @@ void Reactor::GiveBackWakeFd(int fd) {
   }
 }
 
-ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn, int wake_fd) {
+ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn) {
   ParkedConnection parked;
   RunHere([&] {
     AssertCurrentThread();
-    if (closing() || !conn->Park(wake_fd)) return;
+    if (closing() || !conn->ParkForWorker()) return;
     if (TransportMetrics* m = options_.metrics.get()) m->worker_reads->Increment();
-    parked = ParkedConnection{conn, conn->fd(), wake_fd, /*lent=*/false};
+    parked = ParkedConnection{conn, conn->worker_set_fd(), conn->worker_wake_fd(),
+                              /*lent=*/false, /*worker_set=*/true};
   });
   return parked;
 }
 
 Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
-  pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
-  int n = ::poll(fds, 2, -1);
-  if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
-  if (fds[1].revents & POLLIN) {
+  bool readable = false;
+  bool woken = false;
+  if (parked.worker_set) {
+    epoll_event events[2];
+    int n = ::epoll_wait(parked.fd, events, 2, -1);
+    if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
+    for (int i = 0; i < n; ++i) (events[i].data.fd == parked.wake_fd ? woken : readable) = true;
+  } else {
+    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
+    int n = ::poll(fds, 2, -1);
+    if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
+    woken = (fds[1].revents & POLLIN) != 0;
+    readable = fds[0].revents != 0;
+  }
+  if (woken) {
     uint64_t v;
     ssize_t r = ::read(parked.wake_fd, &v, sizeof(v));
     (void)r;
     if (TransportMetrics* m = options_.metrics.get()) m->parked_wakeups->Increment();
   }
-  return fds[0].revents != 0 ? ParkedPoll::kReadable : ParkedPoll::kWoken;
+  return readable ? ParkedPoll::kReadable : ParkedPoll::kWoken;
 }
 
 void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) {
@@ -280,11 +293,25 @@ Status Reactor::AddFd(int fd, uint32_t events, EventHandler* handler) {
 
 Status Reactor::ModifyFd(int fd, uint32_t events, EventHandler* handler) {
   AssertCurrentThread();
+  if (TransportMetrics* m = options_.metrics.get()) m->epoll_changes->Increment();
   epoll_event ev{};
   ev.events = events;
   ev.data.ptr = handler;
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
     return Status::NetworkError("epoll_ctl(MOD)", errno);
+  }
+  return Status::OK();
+}
+
+Status Reactor::ReplaceFd(int fd, uint32_t events, EventHandler* handler) {
+  AssertCurrentThread();
+  if (TransportMetrics* m = options_.metrics.get()) m->epoll_changes->Increment();
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) != 0 ||
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return Status::NetworkError("epoll_ctl(DEL, ADD)", errno);
   }
   return Status::OK();
 }

@@ -51,16 +51,21 @@ class EventHandler {
   virtual void HandleEvents(uint32_t epoll_events) = 0;
 };
 
-// A connection a blocking caller reads itself (Connection::Park,
-// Reactor::ParkForCaller), and its socket.
+// A connection a blocking caller or a worker reads itself
+// (Connection::Park, Reactor::ParkForCaller, Reactor::ParkForWorker).
 struct ParkedConnection {
   std::shared_ptr<Connection> conn;
+  // What the waiter sleeps on: a caller polls the socket; a worker waits
+  // in epoll_wait on the connection's own epoll set of the socket and
+  // `wake_fd` (`worker_set`; Connection::ParkForWorker says why).
   int fd = -1;
   // An eventfd that wakes the waiter: a client caller's is lent by the
   // reactor until it unparks (whoever finishes the call on another thread
-  // writes it); a worker's is its own (its service queue writes it).
+  // writes it); a worker's is the connection's (its service queue writes
+  // it, and Shutdown).
   int wake_fd = -1;
   bool lent = false;
+  bool worker_set = false;
   explicit operator bool() const { return conn != nullptr; }
 };
 
@@ -145,11 +150,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
 
   // A worker that answered the last call in flight of `conn`
   // (Connection::NoteAnsweredConnections), after its handler returned: parks
-  // the connection for the worker if it is still so. `wake_fd`: the
-  // worker's own eventfd.
-  ParkedConnection ParkForWorker(const std::shared_ptr<Connection>& conn, int wake_fd);
-  // That worker, holding no lock: sleeps in poll on the socket and on
-  // `parked.wake_fd` (which its service queue writes when another call
+  // the connection for the worker if it is still so.
+  ParkedConnection ParkForWorker(const std::shared_ptr<Connection>& conn);
+  // That worker, holding no lock: sleeps until the socket is readable or
+  // `parked.wake_fd` is written (its service queue writes it when another call
   // needs it), calls `woke()`, then reads the socket in the reactor's
   // place if it is readable (the request goes to the service queue, where
   // the worker takes it next), and unparks.
@@ -195,6 +199,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
 
   Status AddFd(int fd, uint32_t events, EventHandler* handler);
   Status ModifyFd(int fd, uint32_t events, EventHandler* handler);
+  // Removes and adds `fd` again: how a registration with EPOLLEXCLUSIVE,
+  // which epoll_ctl cannot modify, changes, and how it goes behind another
+  // epoll set's in the socket's wait queue.
+  Status ReplaceFd(int fd, uint32_t events, EventHandler* handler);
   void RemoveFd(int fd);
 
   TimerId ScheduleTimer(MonoTime when, std::function<void()> fn);

@@ -45,6 +45,11 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       "Times a thread waiting on a socket itself (a sync caller or a worker) was woken by its "
       "eventfd instead: its call finished on another thread, a call for the worker, a deadline, "
       "a cancel or shutdown, or a wake left by the eventfd's last borrower.");
+  epoll_changes = MakeCounter(
+      r, "osprey_epoll_changes_total",
+      "Changes a reactor made to what its epoll set watches for a registered socket (one "
+      "system call or two each): a connection that began or stopped waiting to write, or "
+      "that a sync caller stopped or resumed leaving to the reactor.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =

@@ -62,6 +62,9 @@ class TransportMetrics {
   // Times such a thread's poll ended on its eventfd rather than its socket
   // (Reactor::PollParked).
   Counter* parked_wakeups;
+  // Changes to what a reactor's epoll set watches for a registered socket
+  // (Reactor::ModifyFd, ReplaceFd): a system call each.
+  Counter* epoll_changes;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;
