@@ -43,13 +43,8 @@ double WorkerReads(const std::shared_ptr<Messenger>& m) {
 double EpollChanges(const std::shared_ptr<Messenger>& m) {
   return Counter(m, "osprey_epoll_changes_total");
 }
-// Loop iterations of all of `m`'s reactors: how often they woke.
-double ReactorLoops(const std::shared_ptr<Messenger>& m) {
-  double n = 0;
-  for (const MetricValue& v : m->metrics()->Snapshot()) {
-    if (v.name == "osprey_reactor_loop_lag_seconds") n += static_cast<double>(v.histogram.count);
-  }
-  return n;
+double WorkerReadRequests(const std::shared_ptr<Messenger>& m) {
+  return Counter(m, "osprey_worker_read_requests_total");
 }
 
 Status SyncSleep(CalculatorServiceProxy& proxy, int64_t micros, RpcController* ctl) {
@@ -80,6 +75,7 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
   CalculatorServiceProxy proxy(client_, server_.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());  // connects and negotiates
   const double before = CallerReads(client_);
+  const double wakeups_before = ParkedWakeups(client_);
   constexpr int kCalls = 200;
   for (int i = 0; i < kCalls; ++i) {
     Status s = CheckedAdd(proxy, i, 2 * i);
@@ -89,6 +85,9 @@ TEST_F(CallerReadsTest, SyncCallsReadTheirOwnAnswers) {
   // and waited on the socket; on a busy machine a few may have found the
   // reactor awake and waited as any other.
   EXPECT_GE(CallerReads(client_) - before, kCalls / 2);
+  // A caller that read its own answer did not signal itself: its eventfd,
+  // lent to the next caller, does not wake that one for nothing.
+  EXPECT_LT(ParkedWakeups(client_) - wakeups_before, kCalls / 10);
   // The connection went back to its reactor after each: async calls work.
   AddRequestPB req;
   req.set_x(20);
@@ -347,25 +346,23 @@ TEST_F(WorkerReadsTest, AWaitingWorkerChangesNothingInTheReactorsEpollSet) {
   constexpr int kCalls = 200;
   double best_reads = 0;
   double changes_then = -1;
-  double loops_then = -1;
-  for (int round = 0; round < 10 && best_reads < kCalls * 0.9; ++round) {
-    const double reads_before = WorkerReads(server_.messenger);
+  for (int round = 0; round < 10 && best_reads < kCalls / 2; ++round) {
+    const double reads_before = WorkerReadRequests(server_.messenger);
     const double changes_before = EpollChanges(server_.messenger);
-    const double loops_before = ReactorLoops(server_.messenger);
     for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, i).ok());
-    const double reads = WorkerReads(server_.messenger) - reads_before;
+    const double reads = WorkerReadRequests(server_.messenger) - reads_before;
     if (reads > best_reads) {
       best_reads = reads;
       changes_then = EpollChanges(server_.messenger) - changes_before;
-      loops_then = ReactorLoops(server_.messenger) - loops_before;
     }
   }
-  ASSERT_GE(best_reads, kCalls / 2) << "of " << kCalls << " in the best of 10 rounds";
+  // A request that comes before the worker sleeps wakes the reactor, which
+  // reads it: a loaded machine (CI's) makes that more common. Were the
+  // reactor first in the socket's wait queue, it would read them all.
+  EXPECT_GE(best_reads, kCalls / 2)
+      << "requests the worker read itself, of " << kCalls << ", in the best of 10 rounds";
   EXPECT_GE(changes_then, 0);
   EXPECT_LT(changes_then, 10) << "epoll changes for " << best_reads << " calls a worker read";
-  EXPECT_LT(loops_then, kCalls - best_reads + 20)
-      << "the server's reactor woke for calls its worker waited for (" << best_reads << " of "
-      << kCalls << ")";
   client->Shutdown();
 }
 

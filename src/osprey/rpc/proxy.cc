@@ -1,5 +1,6 @@
 #include "osprey/rpc/proxy.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -167,6 +168,7 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
     std::atomic<bool> finished{false};
     std::atomic<bool> polling{false};  // the caller sleeps in poll, not on `done`
     int wake_fd = -1;
+    pthread_t caller = pthread_self();
   } w;
   transport::ParkedConnection parked;
   StartCall(
@@ -175,13 +177,11 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         w.finished.store(true);
         // Seen with `polling` in the order both were stored (sequentially
         // consistent): a caller about to poll sees `finished`, or we see
-        // `polling` and wake it. Also when the callback runs on the caller's
-        // own thread (it read its own answer): the eventfd's next borrower is
-        // then woken once for nothing, yet skipping the write made d sync
-        // (two caller threads, each on a connection of its own) fall into a
-        // slow mode in half its runs (docs/performance.md, "fbd38f7
-        // measured, and undone").
-        if (w.polling.load()) {
+        // `polling` and wake it. Not when the callback runs on the caller's
+        // own thread (it read its own answer, Reactor::WaitAsReader): no one
+        // sleeps then, and the write would wake the eventfd's next borrower
+        // for nothing (docs/performance.md, "The self-wake, again").
+        if (w.polling.load() && !pthread_equal(w.caller, pthread_self())) {
           uint64_t one = 1;
           ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
           (void)n;

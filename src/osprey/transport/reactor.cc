@@ -98,7 +98,15 @@ Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
 
 void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) {
   Connection* conn = parked.conn.get();
-  if (readable && conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
+  if (readable && conn->parked() && !conn->is_shut_down()) {
+    const size_t before = conn->calls_in_flight();
+    conn->HandleEvents(EPOLLIN);
+    TransportMetrics* m = options_.metrics.get();
+    if (m != nullptr && parked.worker_set && !conn->is_shut_down() &&
+        conn->calls_in_flight() > before) {
+      m->worker_read_requests->Increment(static_cast<int64_t>(conn->calls_in_flight() - before));
+    }
+  }
   conn->Unpark();
   if (parked.lent) GiveBackWakeFd(parked.wake_fd);
 }

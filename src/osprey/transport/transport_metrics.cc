@@ -40,11 +40,15 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       r, "osprey_worker_reads_total",
       "Times a service worker, having answered a connection's last call in flight, waited for "
       "its next request on the socket itself instead of in its queue.");
+  worker_read_requests = MakeCounter(
+      r, "osprey_worker_read_requests_total",
+      "Requests a service worker waiting on a connection read from its socket itself, with no "
+      "reactor woken for them.");
   parked_wakeups = MakeCounter(
       r, "osprey_parked_wakeups_total",
       "Times a thread waiting on a socket itself (a sync caller or a worker) was woken by its "
       "eventfd instead: its call finished on another thread, a call for the worker, a deadline, "
-      "a cancel or shutdown, or a wake left by the eventfd's last borrower.");
+      "a cancel or shutdown. A caller that reads its own answer is not woken.");
   epoll_changes = MakeCounter(
       r, "osprey_epoll_changes_total",
       "Changes a reactor made to what its epoll set watches for a registered socket (one "

@@ -59,6 +59,10 @@ class TransportMetrics {
   // Times a service worker waited for a connection's next request on the
   // socket itself (Reactor::ParkForWorker) instead of in its queue.
   Counter* worker_reads;
+  // Requests such a worker read from the socket itself; a wait ends
+  // without one when its queue's eventfd woke it, or when the reactor read
+  // first (a request that came before the worker slept).
+  Counter* worker_read_requests;
   // Times such a thread's poll ended on its eventfd rather than its socket
   // (Reactor::PollParked).
   Counter* parked_wakeups;
