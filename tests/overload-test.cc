@@ -75,7 +75,9 @@ std::vector<std::unique_ptr<CalculatorServiceProxy>> MakeProxies(
 
 TEST(ConnectionFloodTest, TwoThousandConcurrentConnectionsEachMakeACall) {
   constexpr int kConns = 2000;
-  if (!RaiseFdLimit(4500, 16384)) GTEST_SKIP() << "hard RLIMIT_NOFILE below 4500";
+  // 4,000 sockets, and worker sets (two descriptors per server connection,
+  // up to an eighth of the limit) for as many as the limit allows.
+  if (!RaiseFdLimit(6000, 16384)) GTEST_SKIP() << "hard RLIMIT_NOFILE below 6000";
   TestServer server;
   ServicePoolOptions pool;
   pool.queue_length = kConns;
@@ -98,6 +100,46 @@ TEST(ConnectionFloodTest, TwoThousandConcurrentConnectionsEachMakeACall) {
     client->Shutdown();
   }
   // The server lets go of every connection the client closed.
+  EXPECT_LE(WaitForFdCountAtMost(baseline, MonoDelta::FromSeconds(20)), baseline);
+}
+
+// A server connection's worker set (Connection::ParkForWorker) costs two
+// descriptors; a process keeps at most an eighth of RLIMIT_NOFILE of them,
+// so that they cannot starve its sockets. Past that, connections open
+// without one and are served as any other.
+TEST(ConnectionFloodTest, WorkerSetsStopAtAnEighthOfTheDescriptorLimit) {
+  rlimit saved{};
+  ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &saved));
+  constexpr rlim_t kLimit = 320;  // room for 40 worker sets
+  constexpr int kConns = 60;
+  if (saved.rlim_cur < kLimit) GTEST_SKIP() << "soft RLIMIT_NOFILE below " << kLimit;
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.queue_length = 1000;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  const int baseline = CountOpenFds();
+  struct Restore {
+    rlimit limit;
+    ~Restore() { setrlimit(RLIMIT_NOFILE, &limit); }
+  } restore{saved};
+  rlimit low = saved;
+  low.rlim_cur = kLimit;
+  ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &low));
+  {
+    auto proxies = MakeProxies(client, server.address, kConns);
+    std::string err;
+    EXPECT_EQ(kConns, CallEach(proxies, 0, kConns, &err)) << err;
+    // Both ends of each connection, and 40 worker sets of two.
+    EXPECT_TRUE(WaitUntil([&] { return CountOpenFds() == baseline + 2 * kConns + 2 * 40; },
+                          MonoDelta::FromSeconds(10)))
+        << CountOpenFds() << " descriptors, " << baseline << " before";
+    // Every one still works, the ones without a set included.
+    EXPECT_EQ(kConns, CallEach(proxies, 0, kConns, &err)) << err;
+    client->Shutdown();
+  }
+  // The server let go of every socket and set (the client's own
+  // descriptors went with it).
   EXPECT_LE(WaitForFdCountAtMost(baseline, MonoDelta::FromSeconds(20)), baseline);
 }
 

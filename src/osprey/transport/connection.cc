@@ -5,8 +5,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <functional>
 
@@ -31,6 +33,18 @@ constexpr int32_t kConnectionErrorCallId = -1;
 // the others on this reactor.
 constexpr int kMaxReadsPerEvent = 16;
 constexpr size_t kMaxFramesPerWritev = 128;
+
+// Worker sets (Connection::ParkForWorker) open in this process: two
+// descriptors each, so at most an eighth of RLIMIT_NOFILE of them (a
+// quarter of the descriptors), lest they starve the sockets. Connections
+// past that have none, and their workers wait in their queues.
+std::atomic<int64_t> worker_sets_open{0};
+int64_t WorkerSetLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur == RLIM_INFINITY) return int64_t{1} << 20;
+  return static_cast<int64_t>(rl.rlim_cur / 8);
+}
 
 // The frame decoder of one role, as TLS sees it.
 template <class Decoder>
@@ -70,8 +84,11 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
 Connection::~Connection() {
   if (open_counter_) open_counter_->fetch_sub(1);
   // No worker waits on them: a waiter holds a reference to this connection.
-  if (worker_set_fd_ >= 0) ::close(worker_set_fd_);
-  if (worker_wake_fd_ >= 0) ::close(worker_wake_fd_);
+  if (worker_set_fd_ >= 0) {
+    ::close(worker_set_fd_);
+    ::close(worker_wake_fd_);
+    worker_sets_open.fetch_sub(1);
+  }
 }
 
 void Connection::CountIn(std::shared_ptr<std::atomic<int64_t>> counter) {
@@ -262,13 +279,19 @@ bool Connection::ParkForWorker() {
 Status Connection::MakeWorkerSet() {
   // Made when the connection opens rather than when a worker first waits,
   // so that an open server connection always holds the same descriptors.
+  if (worker_sets_open.fetch_add(1) >= WorkerSetLimit()) {
+    worker_sets_open.fetch_sub(1);
+    VLOG(1) << ToString() << ": worker sets at their limit; workers wait in their queues";
+    return Status::OK();
+  }
   int set = ::epoll_create1(EPOLL_CLOEXEC);
   int wake = set < 0 ? -1 : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
     // Out of descriptors, most likely: workers wait in their queues.
-    LOG(WARNING) << ToString() << ": no worker can wait on this connection: "
-                 << (set < 0 ? "epoll_create1: " : "eventfd: ") << strerror(errno);
+    LOG_EVERY_N(WARNING, 100) << ToString() << ": no worker can wait on this connection: "
+                              << (set < 0 ? "epoll_create1: " : "eventfd: ") << strerror(errno);
     if (set >= 0) ::close(set);
+    worker_sets_open.fetch_sub(1);
     return Status::OK();
   }
   epoll_event ev{};
@@ -280,10 +303,12 @@ Status Connection::MakeWorkerSet() {
   ev.data.fd = wake;
   if (err == 0 && ::epoll_ctl(set, EPOLL_CTL_ADD, wake, &ev) != 0) err = errno;
   if (err != 0) {
-    LOG(WARNING) << ToString()
-                 << ": no worker can wait on this connection: epoll_ctl: " << strerror(err);
+    LOG_EVERY_N(WARNING, 100) << ToString()
+                              << ": no worker can wait on this connection: epoll_ctl: "
+                              << strerror(err);
     ::close(set);
     ::close(wake);
+    worker_sets_open.fetch_sub(1);
     return Status::OK();
   }
   worker_set_fd_ = set;
@@ -294,9 +319,11 @@ Status Connection::MakeWorkerSet() {
 }
 
 void Connection::CloseWorkerSet() {
-  if (worker_set_fd_ >= 0) ::close(worker_set_fd_);
-  if (worker_wake_fd_ >= 0) ::close(worker_wake_fd_);
+  if (worker_set_fd_ < 0) return;
+  ::close(worker_set_fd_);
+  ::close(worker_wake_fd_);
   worker_set_fd_ = worker_wake_fd_ = -1;
+  worker_sets_open.fetch_sub(1);
 }
 
 Status Connection::ReadConnectionHeader() {

@@ -133,7 +133,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Server: Park for a worker, which waits in epoll_wait on a set of this
   // connection's own (worker_set_fd()) holding the socket and an eventfd
   // (worker_wake_fd()), both made when the connection opens (so an open
-  // server connection holds three descriptors) and closed with it. The
+  // server connection holds three descriptors; at most an eighth of
+  // RLIMIT_NOFILE such sets in a process, past which a connection has none
+  // and its workers wait in their queues) and closed with it. The
   // socket stays in the reactor's set with EPOLLIN: both sets hold it with
   // EPOLLEXCLUSIVE, the worker's first in the socket's wait queue, so a
   // request wakes the waiting worker alone, and the reactor when no worker
