@@ -288,40 +288,35 @@ void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {
   });
 }
 
-Status Reactor::AddFd(int fd, uint32_t events, EventHandler* handler) {
-  AssertCurrentThread();
+namespace {
+Status EpollControl(int epoll_fd, int op, int fd, uint32_t events, EventHandler* handler,
+                    const char* what) {
   epoll_event ev{};
   ev.events = events;
   ev.data.ptr = handler;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    return Status::NetworkError("epoll_ctl(ADD)", errno);
-  }
+  if (::epoll_ctl(epoll_fd, op, fd, &ev) != 0) return Status::NetworkError(what, errno);
   return Status::OK();
+}
+}  // namespace
+
+Status Reactor::AddFd(int fd, uint32_t events, EventHandler* handler) {
+  AssertCurrentThread();
+  return EpollControl(epoll_fd_, EPOLL_CTL_ADD, fd, events, handler, "epoll_ctl(ADD)");
 }
 
 Status Reactor::ModifyFd(int fd, uint32_t events, EventHandler* handler) {
   AssertCurrentThread();
   if (TransportMetrics* m = options_.metrics.get()) m->epoll_changes->Increment();
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = handler;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
-    return Status::NetworkError("epoll_ctl(MOD)", errno);
-  }
-  return Status::OK();
+  return EpollControl(epoll_fd_, EPOLL_CTL_MOD, fd, events, handler, "epoll_ctl(MOD)");
 }
 
 Status Reactor::ReplaceFd(int fd, uint32_t events, EventHandler* handler) {
   AssertCurrentThread();
   if (TransportMetrics* m = options_.metrics.get()) m->epoll_changes->Increment();
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = handler;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) != 0 ||
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) != 0) {
     return Status::NetworkError("epoll_ctl(DEL, ADD)", errno);
   }
-  return Status::OK();
+  return EpollControl(epoll_fd_, EPOLL_CTL_ADD, fd, events, handler, "epoll_ctl(DEL, ADD)");
 }
 
 void Reactor::RemoveFd(int fd) {
