@@ -18,6 +18,7 @@
 
 #include "contract_test_util.h"
 #include "osprey/base/countdown_latch.h"
+#include "osprey/base/cpu_load.h"
 #include "osprey/transport/reactor.h"
 #include "recording_proxy.h"
 #include "rpc_test_util.h"
@@ -45,6 +46,9 @@ double EpollChanges(const std::shared_ptr<Messenger>& m) {
 }
 double WorkerReadRequests(const std::shared_ptr<Messenger>& m) {
   return Counter(m, "osprey_worker_read_requests_total");
+}
+double Spins(const std::shared_ptr<Messenger>& m) {
+  return Counter(m, "osprey_spins_found_total") + Counter(m, "osprey_spins_missed_total");
 }
 
 Status SyncSleep(CalculatorServiceProxy& proxy, int64_t micros, RpcController* ctl) {
@@ -454,6 +458,79 @@ TEST_F(WorkerReadsTest, ClosedConnectionsAndShutdownWakeAWaitingWorker) {
   Status s = CheckedAdd(to_b, 1, 1, MonoDelta::FromSeconds(5));
   EXPECT_FALSE(s.ok());
   b->Shutdown();
+}
+
+// Threads about to sleep for the network poll first
+// (MessengerBuilder::set_spin_before_sleep), where the machine has a CPU to
+// spare (CpuLoad::RoomToSpin). Off, none does.
+TEST(SpinBeforeSleepTest, OffNoThreadSpins) {
+  Watchdog dog(std::chrono::seconds(60));
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(
+      server.Start(1, pool, MessengerBuilder("server").set_spin_before_sleep(MonoDelta())).ok());
+  auto client = MakeClient(1, MessengerBuilder("client").set_spin_before_sleep(MonoDelta()));
+  CalculatorServiceProxy proxy(client, server.address);
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, 1).ok());
+  EXPECT_EQ(0, Spins(client));
+  EXPECT_EQ(0, Spins(server.messenger));
+  client->Shutdown();
+}
+
+// On, with a window of 1 ms: the sync caller, the waiting worker and the
+// reactors spin, and every call still ends as it should: answered, or
+// timed out while its caller spins, or cancelled.
+TEST(SpinBeforeSleepTest, OnThreadsSpinAndCallsEndAsWithout) {
+  Watchdog dog(std::chrono::seconds(60));
+  const MonoDelta window = MonoDelta::FromMilliseconds(1);
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool, MessengerBuilder("server").set_spin_before_sleep(window)).ok());
+  auto client = MakeClient(1, MessengerBuilder("client").set_spin_before_sleep(window));
+  CalculatorServiceProxy proxy(client, server.address);
+  // Spinning waits for a CPU to spare: on a busy machine (CI's, running
+  // tests side by side), up to 20 rounds of calls.
+  bool room_seen = false;
+  for (int round = 0; round < 20 && (Spins(client) <= 0 || Spins(server.messenger) <= 0); ++round) {
+    room_seen |= CpuLoad::RoomToSpin();
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, round).ok());
+    room_seen |= CpuLoad::RoomToSpin();
+  }
+  const bool spun = Spins(client) > 0 && Spins(server.messenger) > 0;
+  if (!spun && !room_seen) {
+    GTEST_SKIP() << "more threads runnable than CPUs throughout: no room to spin";
+  }
+  EXPECT_TRUE(spun) << "spins: client " << Spins(client) << ", server " << Spins(server.messenger);
+  // A deadline shorter than the handler: the caller's wait (spinning or
+  // asleep) ends with it.
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(20));
+  Status s = SyncSleep(proxy, 300'000, &ctl);
+  EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
+  // Cancelled from another thread while it waits.
+  RpcController cancelled;
+  cancelled.set_timeout(MonoDelta::FromSeconds(10));
+  const int sleeps_before = server.service->sleeps_started.load();
+  std::thread canceller([&] {
+    EXPECT_TRUE(server.service->WaitForSleepsStarted(sleeps_before + 1));
+    cancelled.Cancel();
+  });
+  s = SyncSleep(proxy, 300'000, &cancelled);
+  canceller.join();
+  EXPECT_TRUE(s.IsAborted()) << s.ToString();
+  ASSERT_TRUE(CheckedAdd(proxy, 2, 3).ok());
+  client->Shutdown();
+}
+
+TEST(SpinBeforeSleepTest, AWindowOutsideZeroToOneMillisecondIsRefused) {
+  for (MonoDelta bad : {MonoDelta::FromMicroseconds(-1), MonoDelta::FromMicroseconds(1001)}) {
+    std::shared_ptr<Messenger> m;
+    Status s = MessengerBuilder("m").set_spin_before_sleep(bad).Build(&m);
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(std::string::npos, s.ToString().find("spin before sleep")) << s.ToString();
+  }
 }
 
 }  // namespace

@@ -274,7 +274,8 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-enable_encryption -norpc_encrypt_loopback_connections" \
            "-http_listen=127.0.0.1:0" "-server_only -http_listen=notanaddress" \
            "--rpc_service_queue_length=-1" "--rpc_service_queue_length=2000000" \
-           "-server_address=127.0.0.1:9 --rpc_service_queue_length=5"; do
+           "-server_address=127.0.0.1:9 --rpc_service_queue_length=5" \
+           "-spin_before_sleep_us=-1" "-spin_before_sleep_us=1001"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.

@@ -55,6 +55,9 @@ DEFINE_string(http_listen, "",
               "-server_only: serve the HTTP endpoints on this address alone (HOST:PORT or "
               "unix:PATH), not on the RPC port; empty: on the RPC port");
 DEFINE_string(output, "text", "report format: text or json");
+DEFINE_int32(spin_before_sleep_us, 50,
+             "microseconds a thread about to sleep for the network polls first "
+             "(MessengerBuilder::set_spin_before_sleep), 0 to 1000; 0: never");
 DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
 DEFINE_double(target_rate, 0,
               "open loop: calls per second over all threads or loops; 0: "
@@ -82,7 +85,8 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_rpc_authentication(g_authentication)
       .set_keytab_file(FLAGS_keytab_file)
       .set_principal(FLAGS_principal)
-      .set_sasl_protocol_name(FLAGS_sasl_protocol_name);
+      .set_sasl_protocol_name(FLAGS_sasl_protocol_name)
+      .set_spin_before_sleep(MonoDelta::FromMicroseconds(FLAGS_spin_before_sleep_us));
   return b;
 }
 
@@ -147,6 +151,10 @@ void ValidateFlags() {
   }
   if (!(FLAGS_run_seconds > 0) || FLAGS_run_seconds > 86400) {
     BadFlag("-run_seconds must be above 0 and at most 86400, got " + Num(FLAGS_run_seconds));
+  }
+  if (FLAGS_spin_before_sleep_us < 0 || FLAGS_spin_before_sleep_us > 1000) {
+    BadFlag("-spin_before_sleep_us must be from 0 to 1000, got " +
+            std::to_string(FLAGS_spin_before_sleep_us));
   }
   if (!(FLAGS_warmup_seconds >= 0) || FLAGS_warmup_seconds > 86400) {
     BadFlag("-warmup_seconds must be from 0 to 86400, got " + Num(FLAGS_warmup_seconds));

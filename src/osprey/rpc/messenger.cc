@@ -53,6 +53,10 @@ MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
   MutableOptions().idle_timeout = timeout;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_spin_before_sleep(MonoDelta window) {
+  MutableOptions().spin_before_sleep = window;
+  return *this;
+}
 MessengerBuilder& MessengerBuilder::set_max_server_connections(size_t n) {
   MutableOptions().max_server_connections = n;
   return *this;
@@ -159,6 +163,9 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   if (o.idle_timeout <= MonoDelta()) {
     return Status::InvalidArgument("idle timeout must be positive");
+  }
+  if (o.spin_before_sleep < MonoDelta() || o.spin_before_sleep > MonoDelta::FromMilliseconds(1)) {
+    return Status::InvalidArgument("spin before sleep must be from 0 to 1 ms");
   }
   if (o.max_server_connections < 1) {
     return Status::InvalidArgument("max server connections must be at least 1");

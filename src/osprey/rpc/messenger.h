@@ -88,6 +88,12 @@ class MessengerBuilder {
   MessengerBuilder& set_max_frame_size(size_t bytes);
   MessengerBuilder& set_negotiation_timeout(MonoDelta timeout);
   MessengerBuilder& set_idle_timeout(MonoDelta timeout);
+  // How long a thread about to sleep waiting for the network polls first
+  // (ConnectionOptions::spin_before_sleep; default 50 µs, at most 1 ms).
+  // Spinning costs a CPU while it lasts, and pays where waking up costs
+  // more, as on virtual machines; threads whose waits are longer soon stop
+  // spinning by themselves. Zero turns it off.
+  MessengerBuilder& set_spin_before_sleep(MonoDelta window);
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
   MessengerBuilder& set_max_server_connections(size_t n);
   // TCP keepalive and user timeout on every TCP connection, client and

@@ -35,6 +35,11 @@ struct ConnectionOptions {
   size_t max_server_connections = 50000;
   // Set on every TCP connection, both roles.
   TcpKeepalive tcp_keepalive;
+  // A thread about to sleep on a socket (a blocking caller, a waiting
+  // worker) or a reactor about to sleep in epoll_wait first polls without
+  // blocking for up to this long, where recent waits were that short
+  // (AdaptiveSpin). Zero: never.
+  MonoDelta spin_before_sleep = MonoDelta::FromMicroseconds(50);
 
   RpcEncryption encryption = RpcEncryption::kDisabled;
   // As Kudu: on a loopback connection both sides offer

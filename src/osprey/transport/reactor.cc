@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "osprey/base/cpu_load.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/http_connection.h"
@@ -72,17 +73,34 @@ ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn)
   return parked;
 }
 
+bool Reactor::SpinBeforeSleep(AdaptiveSpin& spin, const std::function<bool()>& poll) const {
+  if (options_.spin_before_sleep <= MonoDelta() || !CpuLoad::RoomToSpin()) return false;
+  CpuLoad::SpinSlot slot;
+  if (!slot.taken()) return false;
+  AdaptiveSpin::Result r = spin.Spin(options_.spin_before_sleep, poll);
+  if (r == AdaptiveSpin::Result::kSkipped) return false;
+  if (TransportMetrics* m = options_.metrics.get()) {
+    (r == AdaptiveSpin::Result::kFound ? m->spins_found : m->spins_missed)->Increment();
+  }
+  return r == AdaptiveSpin::Result::kFound;
+}
+
 Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
+  // Each waiting thread learns for itself whether its waits are short.
+  thread_local AdaptiveSpin spin;
   bool readable = false;
   bool woken = false;
+  int n = 0;
   if (parked.worker_set) {
     epoll_event events[2];
-    int n = ::epoll_wait(parked.fd, events, 2, -1);
+    auto wait = [&](int timeout) { return n = ::epoll_wait(parked.fd, events, 2, timeout); };
+    if (!SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(-1);
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
     for (int i = 0; i < n; ++i) (events[i].data.fd == parked.wake_fd ? woken : readable) = true;
   } else {
     pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
-    int n = ::poll(fds, 2, -1);
+    auto wait = [&](int timeout) { return n = ::poll(fds, 2, timeout); };
+    if (!SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(-1);
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
     woken = (fds[1].revents & POLLIN) != 0;
     readable = fds[0].revents != 0;
@@ -404,6 +422,7 @@ void Reactor::Loop() {
   thread_id_.store(std::this_thread::get_id());
   tls_reactor = this;
   std::vector<epoll_event> events(256);
+  AdaptiveSpin spin;  // this thread's, touched without the loop lock
   loop_mu_.Lock();
   // Two clock reads per iteration: when it starts (loop_time_) and when it
   // ends, which also times the next wait.
@@ -421,7 +440,13 @@ void Reactor::Loop() {
     if (shutdown) break;
     planned_wake_ = now + MonoDelta::FromMilliseconds(timeout);
     loop_mu_.Unlock();
-    int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
+    int n = 0;
+    auto wait = [&](int ms) {
+      return n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), ms);
+    };
+    // Not when a timer or a task is due within the millisecond: the loop
+    // must not be late for it.
+    if (timeout == 0 || !SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(timeout);
     sleeping_.store(false);
     loop_mu_.Lock();
     loop_time_ = MonoTime::Now();

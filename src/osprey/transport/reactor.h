@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "osprey/base/adaptive_spin.h"
 #include "osprey/base/connection_types.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
@@ -264,6 +265,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // (drained if written). kWoken: the eventfd or a signal woke it.
   // Any thread, holding no lock: options_ does not change once the reactor runs.
   ParkedPoll PollParked(const ParkedConnection& parked);
+  // spin.Spin() with options_.spin_before_sleep, counted in the metrics:
+  // true if `poll` found what the thread was about to sleep for.
+  bool SpinBeforeSleep(AdaptiveSpin& spin, const std::function<bool()>& poll) const;
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
   // The destructor's, without the loop lock: the thread is joined, and no
   // connection is left to borrow the loop (each keeps its reactor alive).

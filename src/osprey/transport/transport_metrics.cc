@@ -54,6 +54,14 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
       "Changes a reactor made to what its epoll set watches for a registered socket (one "
       "system call or two each): a connection that began or stopped waiting to write, or "
       "that a sync caller stopped or resumed leaving to the reactor.");
+  spins_found = MakeCounter(
+      r, "osprey_spins_found_total",
+      "Waits for the network (a reactor's, a sync caller's, a waiting worker's) that polled "
+      "before sleeping and found their event within the window: no sleep and no wake-up.");
+  spins_missed = MakeCounter(
+      r, "osprey_spins_missed_total",
+      "Waits that polled before sleeping for the whole window and then slept; each makes its "
+      "thread's next waits skip polling, more of them the more such spins in a row.");
   const char* reasons[] = {"timeout", "refused", "tls", "protocol", "network", "kerberos"};
   for (int i = 0; i < static_cast<int>(NegotiationFailure::kCount); ++i) {
     negotiation_failures_[i] =

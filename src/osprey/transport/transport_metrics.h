@@ -69,6 +69,10 @@ class TransportMetrics {
   // Changes to what a reactor's epoll set watches for a registered socket
   // (Reactor::ModifyFd, ReplaceFd): a system call each.
   Counter* epoll_changes;
+  // Waits that polled before sleeping (ConnectionOptions::spin_before_sleep),
+  // by whether the event came within the window (no sleep) or not.
+  Counter* spins_found;
+  Counter* spins_missed;
   // Open connections by direction, kept by the connections themselves.
   const std::shared_ptr<std::atomic<int64_t>> open_inbound;
   const std::shared_ptr<std::atomic<int64_t>> open_outbound;

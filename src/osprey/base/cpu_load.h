@@ -1,0 +1,42 @@
+// Whether this machine has a CPU to spare for a thread that would spin
+// instead of sleeping (AdaptiveSpin): the kernel's count of runnable
+// threads (/proc/loadavg's fourth field, the whole machine's, the asking
+// thread included) against the CPUs this process may run on. Spinning
+// where threads already wait for a CPU would only take it from them.
+// Thread-safe: the count is read at most once per millisecond per process,
+// and shared.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace osprey {
+
+class CpuLoad {
+ public:
+  // True if, a millisecond ago at most, no more threads were runnable than
+  // there are CPUs for this process. False where /proc/loadavg cannot be
+  // read: without the count, no spinning.
+  static bool RoomToSpin();
+
+  // A place among the threads of this process that spin at once, of which
+  // there are one fewer than CPUs for it, so that one CPU is always left
+  // for threads with work to do.
+  class SpinSlot {
+   public:
+    SpinSlot();
+    ~SpinSlot();
+    SpinSlot(const SpinSlot&) = delete;
+    SpinSlot& operator=(const SpinSlot&) = delete;
+    bool taken() const { return taken_; }
+
+   private:
+    bool taken_;
+  };
+
+  // The runnable threads in a /proc/loadavg line ("0.52 0.58 0.59 3/421
+  // 12345"), or nothing if it is not one.
+  static std::optional<int> ParseRunnable(std::string_view loadavg);
+};
+
+}  // namespace osprey
