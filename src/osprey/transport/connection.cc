@@ -484,6 +484,7 @@ void Connection::DecodeFrames(size_t n) {
         return;
       }
     }
+    reactor_->NoteFramesRead(got);
     n = 0;
     if (tls_switch_pending_) {
       // The handshake just ended: what follows it in the buffer is records.

@@ -439,6 +439,8 @@ void Reactor::Loop() {
     }
     if (shutdown) break;
     planned_wake_ = now + MonoDelta::FromMilliseconds(timeout);
+    const bool one_call_at_a_time = frames_read_ <= 1;
+    frames_read_ = 0;
     loop_mu_.Unlock();
     int n = 0;
     auto wait = [&](int ms) {
@@ -446,7 +448,10 @@ void Reactor::Loop() {
     };
     // Not when a timer or a task is due within the millisecond: the loop
     // must not be late for it.
-    if (timeout == 0 || !SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(timeout);
+    if (timeout == 0 || !one_call_at_a_time ||
+        !SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) {
+      wait(timeout);
+    }
     sleeping_.store(false);
     loop_mu_.Lock();
     loop_time_ = MonoTime::Now();
