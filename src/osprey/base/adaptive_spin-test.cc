@@ -100,11 +100,48 @@ TEST(CpuLoadTest, ParsesTheRunnableThreadsOfALoadavgLine) {
   EXPECT_FALSE(CpuLoad::ParseRunnable("0.52 0.58 0.59 99999999999999/421 1"));
 }
 
+// A container's CPUs are its CFS quota's, rounded up, where one is set.
+TEST(CpuLoadTest, ParsesCfsQuotasOfBothCgroupVersions) {
+  EXPECT_EQ(2, CpuLoad::ParseCpuMax("200000 100000\n"));
+  EXPECT_EQ(2, CpuLoad::ParseCpuMax("150000 100000"));
+  EXPECT_EQ(1, CpuLoad::ParseCpuMax("5000 100000"));
+  EXPECT_FALSE(CpuLoad::ParseCpuMax("max 100000\n"));
+  EXPECT_FALSE(CpuLoad::ParseCpuMax(""));
+  EXPECT_FALSE(CpuLoad::ParseCpuMax("200000"));
+  EXPECT_FALSE(CpuLoad::ParseCpuMax("200000 0"));
+  EXPECT_EQ(3, CpuLoad::ParseCfsQuota("300000\n", "100000\n"));
+  EXPECT_FALSE(CpuLoad::ParseCfsQuota("-1\n", "100000\n"));
+  EXPECT_FALSE(CpuLoad::ParseCfsQuota("", ""));
+  EXPECT_FALSE(CpuLoad::ParseCfsQuota("abc", "100000"));
+}
+
+TEST(CpuLoadTest, FindsTheCpuControllersCgroup) {
+  bool v2 = true;
+  // cgroup v2 alone.
+  EXPECT_EQ("/system.slice/x.service", CpuLoad::CpuCgroupPath("0::/system.slice/x.service\n", &v2));
+  EXPECT_TRUE(v2);
+  EXPECT_EQ("", CpuLoad::CpuCgroupPath("0::/\n", &v2));
+  EXPECT_TRUE(v2);
+  // v1, and a hybrid hierarchy whose cpu controller is in v1.
+  const char* hybrid =
+      "9:name=systemd:/\n4:memory:/m\n2:cpu,cpuacct:/docker/abc\n1:cpuset:/\n0::/\n";
+  EXPECT_EQ("/docker/abc", CpuLoad::CpuCgroupPath(hybrid, &v2));
+  EXPECT_FALSE(v2);
+  EXPECT_EQ("", CpuLoad::CpuCgroupPath("1:cpu:/\n2:cpuacct:/x\n", &v2));
+  EXPECT_FALSE(v2);
+  // Nothing that names the cpu controller.
+  EXPECT_FALSE(CpuLoad::CpuCgroupPath("4:memory:/m\n", &v2));
+  EXPECT_FALSE(CpuLoad::CpuCgroupPath("garbage", &v2));
+  EXPECT_FALSE(CpuLoad::CpuCgroupPath("", &v2));
+}
+
 // However many threads ask, at most one fewer than the CPUs spin at once.
 TEST(CpuLoadTest, SpinSlotsAreOneFewerThanTheCpus) {
   cpu_set_t set;
   ASSERT_EQ(0, sched_getaffinity(0, sizeof(set), &set));
-  const int cpus = CPU_COUNT(&set);
+  const int cpus = CpuLoad::CPUs();
+  EXPECT_GE(cpus, 1);
+  EXPECT_LE(cpus, CPU_COUNT(&set));
   std::vector<std::unique_ptr<CpuLoad::SpinSlot>> slots;
   int taken = 0;
   for (int i = 0; i < cpus + 8; ++i) {

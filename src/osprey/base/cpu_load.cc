@@ -4,8 +4,11 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <fstream>
+#include <sstream>
 
 #include "osprey/base/monotime.h"
 
@@ -13,11 +16,51 @@ namespace osprey {
 
 namespace {
 
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::optional<int64_t> ParseInt(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<int> QuotaToCpus(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return std::nullopt;
+  return static_cast<int>(std::max<int64_t>(1, (quota + period - 1) / period));
+}
+
 int CpusForThisProcess() {
+  int cpus = 1;
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    cpus = CPU_COUNT(&set);
+  } else {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n > 0) cpus = static_cast<int>(n);
+  }
+  bool v2 = false;
+  std::optional<std::string> path = CpuLoad::CpuCgroupPath(ReadSmallFile("/proc/self/cgroup"), &v2);
+  std::optional<int> quota;
+  // The process's own cgroup, then the root of what this mount namespace
+  // shows (a container's own cgroup, where the path names the host's).
+  for (const std::string& p : {path.value_or(""), std::string()}) {
+    if (quota || !path) break;
+    if (v2) {
+      quota = CpuLoad::ParseCpuMax(ReadSmallFile("/sys/fs/cgroup" + p + "/cpu.max"));
+    } else {
+      const std::string dir = "/sys/fs/cgroup/cpu" + p;
+      quota = CpuLoad::ParseCfsQuota(ReadSmallFile(dir + "/cpu.cfs_quota_us"),
+                                     ReadSmallFile(dir + "/cpu.cfs_period_us"));
+    }
+  }
+  return quota ? std::min(cpus, *quota) : cpus;
 }
 
 // -1: unknown.
@@ -31,7 +74,7 @@ int ReadRunnable() {
   return runnable ? *runnable : -1;
 }
 
-const int kCpus = CpusForThisProcess();
+const int kCpus = CpuLoad::CPUs();
 std::atomic<int> spinning{0};
 
 constexpr int64_t kRefreshNanos = 1'000'000;
@@ -39,6 +82,59 @@ std::atomic<int64_t> next_refresh_ns{0};
 std::atomic<bool> room{false};
 
 }  // namespace
+
+int CpuLoad::CPUs() {
+  static const int cpus = CpusForThisProcess();
+  return cpus;
+}
+
+std::optional<int> CpuLoad::ParseCpuMax(std::string_view cpu_max) {
+  size_t space = cpu_max.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  std::optional<int64_t> quota = ParseInt(cpu_max.substr(0, space));
+  std::optional<int64_t> period = ParseInt(cpu_max.substr(space + 1));
+  if (!quota || !period) return std::nullopt;  // "max": no quota
+  return QuotaToCpus(*quota, *period);
+}
+
+std::optional<int> CpuLoad::ParseCfsQuota(std::string_view quota_us, std::string_view period_us) {
+  std::optional<int64_t> quota = ParseInt(quota_us);
+  std::optional<int64_t> period = ParseInt(period_us);
+  if (!quota || !period) return std::nullopt;
+  return QuotaToCpus(*quota, *period);
+}
+
+std::optional<std::string> CpuLoad::CpuCgroupPath(std::string_view text, bool* v2) {
+  std::optional<std::string> v1_path, v2_path;
+  while (!text.empty()) {
+    size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    size_t first = line.find(':');
+    size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second == std::string_view::npos) continue;
+    std::string_view controllers = line.substr(first + 1, second - first - 1);
+    std::string path(line.substr(second + 1));
+    if (path.empty() || path[0] != '/') continue;
+    if (path == "/") path.clear();
+    if (line.substr(0, first) == "0" && controllers.empty()) {
+      v2_path = path;
+      continue;
+    }
+    size_t pos = 0;
+    while (pos <= controllers.size()) {
+      size_t comma = controllers.find(',', pos);
+      std::string_view c =
+          controllers.substr(pos, comma == std::string_view::npos ? comma : comma - pos);
+      if (c == "cpu") v1_path = path;
+      if (comma == std::string_view::npos) break;
+      pos = comma + 1;
+    }
+  }
+  // A hybrid hierarchy lists "0::" too, with the cpu controller in v1.
+  *v2 = !v1_path.has_value() && v2_path.has_value();
+  return v1_path ? v1_path : v2_path;
+}
 
 std::optional<int> CpuLoad::ParseRunnable(std::string_view loadavg) {
   // Three load averages, then "runnable/total".

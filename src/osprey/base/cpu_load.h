@@ -1,13 +1,15 @@
 // Whether this machine has a CPU to spare for a thread that would spin
 // instead of sleeping (AdaptiveSpin): the kernel's count of runnable
 // threads (/proc/loadavg's fourth field, the whole machine's, the asking
-// thread included) against the CPUs this process may run on. Spinning
+// thread included) against the CPUs this process may run on (its affinity
+// mask, and its cgroup's CFS quota, v2 or v1, where one is set). Spinning
 // where threads already wait for a CPU would only take it from them.
 // Thread-safe: the count is read at most once per millisecond per process,
 // and shared.
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace osprey {
@@ -37,6 +39,19 @@ class CpuLoad {
   // The runnable threads in a /proc/loadavg line ("0.52 0.58 0.59 3/421
   // 12345"), or nothing if it is not one.
   static std::optional<int> ParseRunnable(std::string_view loadavg);
+
+  // The CPUs this process may use: CPUs() caches it. Made of the pieces below.
+  static int CPUs();
+  // The CPUs a CFS quota allows, rounded up: from cgroup v2's cpu.max
+  // ("200000 100000"; "max 100000" is no quota), or from v1's
+  // cpu.cfs_quota_us and cpu.cfs_period_us (a quota of -1 is none).
+  // Nothing if there is no quota or the text is not one.
+  static std::optional<int> ParseCpuMax(std::string_view cpu_max);
+  static std::optional<int> ParseCfsQuota(std::string_view quota_us, std::string_view period_us);
+  // The cgroup path of the cpu controller in /proc/self/cgroup's text
+  // ("" for the root): the v1 line whose controllers include "cpu", else
+  // v2's "0::/path" (*v2 set).
+  static std::optional<std::string> CpuCgroupPath(std::string_view proc_self_cgroup, bool* v2);
 };
 
 }  // namespace osprey
