@@ -241,7 +241,10 @@ void OutboundCall::Cancel() {
   RequestCancel();
   transport::Reactor* r = cancel_reactor_.load();
   if (r == nullptr) return;
-  r->AbortCall(shared_from_this(), Status::Aborted(Describe() + " cancelled"));
+  // The messenger, and with it `r`, may be gone: its last reference can go
+  // on another thread once this call finished.
+  transport::Reactor::AbortCallIfAlive(r, shared_from_this(),
+                                       Status::Aborted(Describe() + " cancelled"));
 }
 
 }  // namespace osprey

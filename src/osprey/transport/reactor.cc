@@ -18,6 +18,12 @@
 namespace osprey::transport {
 
 namespace {
+// Every Reactor that exists (Reactor::AbortCallIfAlive).
+Mutex live_reactors_mu;
+std::unordered_set<const Reactor*>& LiveReactors() {
+  static auto* live = new std::unordered_set<const Reactor*>;  // never freed: used until exit
+  return *live;
+}
 // The reactor whose loop this thread runs, if any.
 thread_local Reactor* tls_reactor = nullptr;
 thread_local const Reactor* tls_borrowed = nullptr;
@@ -211,9 +217,16 @@ MonoTime Reactor::LoopTimeOrNow() {
 
 Reactor::Reactor(std::string name, const ConnectionOptions& options, InboundCallHandler* handler,
                  int index)
-    : name_(std::move(name)), options_(options), handler_(handler), reactor_index_(index) {}
+    : name_(std::move(name)), options_(options), handler_(handler), reactor_index_(index) {
+  MutexLock l(live_reactors_mu);
+  LiveReactors().insert(this);
+}
 
 Reactor::~Reactor() {
+  {
+    MutexLock l(live_reactors_mu);
+    LiveReactors().erase(this);
+  }
   Shutdown();
   CloseSpareWakeFds();
   if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -296,6 +309,13 @@ bool Reactor::Post(F&& add) {
   // sequentially consistent).
   if (was_empty && sleeping_.load() && !IsCurrentThread()) Wake();
   return true;
+}
+
+void Reactor::AbortCallIfAlive(Reactor* reactor, std::shared_ptr<ClientCall> call,
+                               const Status& why) {
+  // Held while AbortCall schedules the abort: the reactor cannot go meanwhile.
+  MutexLock l(live_reactors_mu);
+  if (LiveReactors().count(reactor) != 0) reactor->AbortCall(std::move(call), why);
 }
 
 void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {

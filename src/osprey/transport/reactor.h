@@ -105,6 +105,15 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // it finished first. The caller has set the call's cancel flag, which
   // covers a call this reactor has not received yet.
   void AbortCall(std::shared_ptr<ClientCall> call, const Status& why);
+  // AbortCall on `reactor` if it still exists. A call handle (an
+  // RpcController's) can outlive its Messenger and so its reactors; a
+  // Cancel() racing with the last Messenger reference going must not touch
+  // a freed reactor. Every reactor is listed from its construction to the
+  // start of its destruction; a reactor made later at the same address
+  // would find the call finished (a messenger fails its calls as it goes)
+  // and do nothing.
+  static void AbortCallIfAlive(Reactor* reactor, std::shared_ptr<ClientCall> call,
+                               const Status& why);
 
   // True on any reactor thread of any Messenger: blocking there deadlocks.
   static bool OnAnyReactorThread();
