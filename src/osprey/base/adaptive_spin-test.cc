@@ -143,19 +143,17 @@ TEST(CpuLoadTest, SpinSlotsAreOneFewerThanTheCpus) {
   EXPECT_GE(cpus, 1);
   EXPECT_LE(cpus, CPU_COUNT(&set));
   std::vector<std::unique_ptr<CpuLoad::SpinSlot>> slots;
-  int taken = 0;
-  for (int i = 0; i < cpus + 8; ++i) {
-    slots.push_back(std::make_unique<CpuLoad::SpinSlot>());
-    taken += slots.back()->taken() ? 1 : 0;
-  }
-  EXPECT_EQ(cpus - 1, taken);
+  auto take_all = [&] {
+    int taken = 0;
+    for (int i = 0; i < cpus + 8; ++i) {
+      slots.push_back(std::make_unique<CpuLoad::SpinSlot>());
+      taken += slots.back()->taken() ? 1 : 0;
+    }
+    return taken;
+  };
+  EXPECT_EQ(cpus - 1, take_all());
   slots.clear();  // all given back: as many again
-  taken = 0;
-  for (int i = 0; i < cpus + 8; ++i) {
-    slots.push_back(std::make_unique<CpuLoad::SpinSlot>());
-    taken += slots.back()->taken() ? 1 : 0;
-  }
-  EXPECT_EQ(cpus - 1, taken);
+  EXPECT_EQ(cpus - 1, take_all());
 }
 
 }  // namespace

@@ -79,7 +79,8 @@ ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn)
   return parked;
 }
 
-bool Reactor::SpinBeforeSleep(AdaptiveSpin& spin, const std::function<bool()>& poll) const {
+template <class Poll>
+bool Reactor::SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const {
   if (options_.spin_before_sleep <= MonoDelta() || !CpuLoad::RoomToSpin()) return false;
   CpuLoad::SpinSlot slot;
   if (!slot.taken()) return false;

@@ -284,8 +284,13 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // Any thread, holding no lock: options_ does not change once the reactor runs.
   ParkedPoll PollParked(const ParkedConnection& parked);
   // spin.Spin() with options_.spin_before_sleep, counted in the metrics:
-  // true if `poll` found what the thread was about to sleep for.
-  bool SpinBeforeSleep(AdaptiveSpin& spin, const std::function<bool()>& poll) const;
+  // true if `poll` found what the thread was about to sleep for. The
+  // machine-wide checks come first, before the thread's own back-off
+  // counts the wait: checked after it, b sync was 0.92x (12 ABBA runs).
+  // A template (defined in reactor.cc, its only user): no std::function
+  // made per wait.
+  template <class Poll>
+  bool SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const;
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
   // The destructor's, without the loop lock: the thread is joined, and no
   // connection is left to borrow the loop (each keeps its reactor alive).
