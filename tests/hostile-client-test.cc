@@ -4,7 +4,9 @@
 // releases its file descriptor, and keeps serving everyone else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -108,6 +110,74 @@ TEST_F(HostileClientTest, TruncatedConnectionHeaderThenClose) {
   ASSERT_TRUE(c.Send("hrp").ok());
   c.ShutdownWrite();
   ExpectClosedAndServerHealthy(&c);
+}
+
+// --- Issue 40, finding 2: memory before authentication ---
+
+// Peak resident memory of this process in KiB since the last
+// ResetPeakRss(), or -1 where the kernel does not tell.
+int64_t PeakRssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+// Right after the connection header, one request frame whose header lists
+// `offsets` zero sidecar offsets (1 byte each) and whose body is empty:
+// valid but for the count. Streamed from one small buffer, so that the
+// test's own memory does not hide the server's; the server may close
+// before it is all sent.
+void SendZeroOffsetsFrame(RawConn* c, uint32_t offsets) {
+  std::string header_start = std::string("\x18\x01", 2)                         // call_id 1
+                             + std::string("\x82\x01", 2) + Varint32(offsets);  // field 16, packed
+  uint32_t header_len = static_cast<uint32_t>(header_start.size()) + offsets;
+  std::string head = Varint32(header_len) + header_start;
+  uint32_t total = static_cast<uint32_t>(head.size()) + offsets + 1;  // + body length 0
+  ASSERT_TRUE(c->SendConnectionHeader().ok());
+  if (!c->Send(BigEndian32(total) + head).ok()) return;
+  const std::string zeros(64 * 1024, '\0');
+  for (uint32_t sent = 0; sent < offsets;) {
+    uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(zeros.size()), offsets - sent);
+    if (!c->Send(zeros.substr(0, n)).ok()) return;  // refused and closed: fine
+    sent += n;
+  }
+  (void)c->Send(std::string(1, '\0'));
+}
+
+class PreAuthMemoryTest : public HostileClientTest {
+ protected:
+  void SetUp() override {}  // each test starts its own server
+  void SendAndCheckPeak(uint32_t offsets, int64_t max_growth_kib, const std::string& why) {
+    ASSERT_TRUE(ResetPeakRss()) << "this kernel cannot reset the peak RSS";
+    int64_t before = PeakRssKiB();
+    ASSERT_GT(before, 0);
+    RawConn c;
+    Connect(&c);
+    ASSERT_NO_FATAL_FAILURE(SendZeroOffsetsFrame(&c, offsets));
+    ExpectFatal(&c, kConnectionErrorCallId, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, why);
+    ExpectClosedAndServerHealthy(&c);
+    int64_t growth = PeakRssKiB() - before;
+    EXPECT_LT(growth, max_growth_kib) << "peak RSS grew by " << growth << " KiB";
+  }
+};
+
+// At the defaults, a frame before authentication may be 1 MiB: 4 million
+// offsets are refused by their frame's length, before one is stored.
+TEST_F(PreAuthMemoryTest, FourMillionZeroSidecarOffsetsBeforeAuthenticationAreRefused) {
+  StartServer(MessengerBuilder("server"));
+  SendAndCheckPeak(4'000'000, 1024, "exceeds the maximum frame size of 1048576");
+}
+
+// With negotiation frames as large as any (a setting), the header parser
+// still stops at the 10,001st sidecar: the frame's own bytes are buffered
+// (4 MB), but not 20 bytes of heap per offset (80 MB before the limit).
+TEST_F(PreAuthMemoryTest, TheHeaderParserStopsAtTenThousandSidecars) {
+  StartServer(MessengerBuilder("server").set_max_negotiation_frame_size(50 * 1024 * 1024));
+  SendAndCheckPeak(4'000'000, 8 * 1024, "more than 10000 sidecars");
 }
 
 // --- Frames after negotiation ---

@@ -37,7 +37,7 @@ class HttpClient {
   }
   Status Get(const std::string& path, HttpReply* reply, const std::string& extra_headers = "") {
     OSPREY_RETURN_NOT_OK(
-        SendRaw("GET " + path + " HTTP/1.1\r\nHost: test\r\n" + extra_headers + "\r\n"));
+        SendRaw("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + extra_headers + "\r\n"));
     return Read(reply);
   }
   // Reads one response, waiting at most `timeout` for it.

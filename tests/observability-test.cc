@@ -483,7 +483,7 @@ TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
        "GET /metrics HTTP/1.1\r\nContent-Length: 70000\r\n\r\n" + std::string(70000, 'b'), 413},
       {"POST", "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405},
       {"an upgrade", "GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400},
-      {"a request never finished", "GET /metrics HTTP/1.1\r\nHost: x\r\n", 408},
+      {"a request never finished", "GET /metrics HTTP/1.1\r\nHost: localhost\r\n", 408},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -507,8 +507,8 @@ TEST(HttpEndpointsTest, HostileRequestsCloseOnlyTheirOwnConnection) {
   HttpClient pipelined;
   ASSERT_TRUE(pipelined.Connect(hs.server.address).ok());
   ASSERT_TRUE(pipelined
-                  .SendRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-                           "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+                  .SendRaw("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                           "GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
                   .ok());
   HttpReply first, second;
   ASSERT_TRUE(pipelined.Read(&first).ok());
@@ -541,7 +541,7 @@ TEST(HttpEndpointsTest, APipeliningPeerThatNeverReadsIsBoundedAndDropped) {
   ASSERT_TRUE(hog.Connect(hs.server.address).ok());
   ASSERT_TRUE(hog.SetNonBlocking(true).ok());
   std::string requests;
-  for (int i = 0; i < 100; ++i) requests += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 100; ++i) requests += "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
   size_t written = 0;
   bool dropped = false;
   const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(20);
@@ -578,8 +578,8 @@ TEST(HttpEndpointsTest, ThousandsOfPipelinedRequestsAreAnsweredInOrder) {
   constexpr int kRequests = 2000;  // 66 KB: within what a peer may send ahead
   std::string burst;
   for (int i = 0; i < kRequests; ++i) {
-    burst += i % 2 == 0 ? "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-                        : "GET /nope12 HTTP/1.1\r\nHost: x\r\n\r\n";
+    burst += i % 2 == 0 ? "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                        : "GET /nope12 HTTP/1.1\r\nHost: localhost\r\n\r\n";
   }
   ASSERT_TRUE(h.SendRaw(burst).ok());
   for (int i = 0; i < kRequests; ++i) {
@@ -658,7 +658,7 @@ TEST(HttpEndpointsTest, HttpBytesAreCountedWithTheRpcBytes) {
   Messenger* m = hs.server.messenger.get();
   HttpClient http;
   ASSERT_TRUE(http.Connect(hs.server.address).ok());
-  const std::string request = "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
   ASSERT_TRUE(http.SendRaw(request).ok());
   HttpReply r;
   ASSERT_TRUE(http.Read(&r).ok());
@@ -714,7 +714,7 @@ TEST(HttpEndpointsTest, ASeparateHttpAddressServesTheEndpointsAndTheRpcPortOnlyR
   // answer.
   HttpClient on_rpc_port;
   ASSERT_TRUE(on_rpc_port.Connect(hs.server.address).ok());
-  ASSERT_TRUE(on_rpc_port.SendRaw("GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").ok());
+  ASSERT_TRUE(on_rpc_port.SendRaw("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").ok());
   HttpReply none;
   Status read = on_rpc_port.Read(&none, MonoDelta::FromSeconds(5));
   EXPECT_TRUE(read.IsNetworkError()) << read.ToString() << "; status " << none.status;
@@ -775,7 +775,7 @@ TEST(HttpEndpointsTest, AnHttpOnlyListenerOnAUnixSocketCountsItsBytesAndGoesAtSh
   ASSERT_EQ(0, access(where.unix_path().c_str(), F_OK));
   HttpClient http;
   ASSERT_TRUE(http.Connect(bound).ok());
-  const std::string request = "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
   ASSERT_TRUE(http.SendRaw(request).ok());
   HttpReply r;
   ASSERT_TRUE(http.Read(&r).ok());
@@ -791,7 +791,10 @@ TEST(HttpEndpointsTest, AnHttpOnlyListenerOnAUnixSocketCountsItsBytesAndGoesAtSh
 
 TEST(HttpEndpointsTest, HttpOnlyConnectionsHaveALimitApartFromRpcs) {
   SeparateHttpServer hs;
-  ASSERT_TRUE(hs.Start(MessengerBuilder("observed").set_max_server_connections(1)).ok());
+  ASSERT_TRUE(hs.Start(MessengerBuilder("observed")
+                           .set_max_server_connections(1)
+                           .set_http_connection_limits(1, MonoDelta::FromSeconds(30)))
+                  .ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, hs.server.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 1).ok());  // the one RPC connection allowed
@@ -806,6 +809,105 @@ TEST(HttpEndpointsTest, HttpOnlyConnectionsHaveALimitApartFromRpcs) {
   HttpClient second;
   ASSERT_TRUE(second.Connect(hs.http_address).ok());
   EXPECT_TRUE(second.ClosedWithin(MonoDelta::FromSeconds(5)));
+}
+
+// Issue 40, finding 3: with rpc_encryption required, the pages (every
+// client's user and address, every call) are not served in the clear on
+// the RPC port, unless the operator says so; ListenHttp serves them.
+TEST(HttpEndpointsTest, ASecuredServerServesNoPagesOnItsRpcPortUnlessToldTo) {
+  for (int opt_in = 0; opt_in < 2; ++opt_in) {
+    SCOPED_TRACE(opt_in ? "set_http_on_rpc_port(true)" : "unset");
+    TestServer server;
+    MessengerBuilder b("secured");
+    b.set_rpc_encryption(RpcEncryption::kRequired)
+        .set_rpc_encrypt_loopback(true)
+        .set_http_endpoints(true);
+    if (opt_in) b.set_http_on_rpc_port(true);
+    ASSERT_TRUE(server.Start(1, ServicePoolOptions(), b).ok());
+    HttpClient on_rpc_port;
+    ASSERT_TRUE(on_rpc_port.Connect(server.address).ok());
+    ASSERT_TRUE(on_rpc_port.SendRaw("GET /connections HTTP/1.1\r\nHost: localhost\r\n\r\n").ok());
+    HttpReply r;
+    Status read = on_rpc_port.Read(&r, MonoDelta::FromSeconds(5));
+    if (opt_in) {
+      ASSERT_TRUE(read.ok()) << read.ToString();
+      EXPECT_EQ(200, r.status);
+    } else {
+      EXPECT_TRUE(read.IsNetworkError()) << read.ToString() << "; status " << r.status;
+      Sockaddr http_address;
+      ASSERT_TRUE(server.messenger->ListenHttp(Sockaddr::Loopback(0), &http_address).ok());
+      EXPECT_EQ("200", HealthzOn(http_address));
+    }
+  }
+}
+
+// HTTP on the RPC port has its own count and idle timeout: scrapers never
+// hold an RPC client's slot, and go when idle long before RPC clients do.
+TEST(HttpEndpointsTest, HttpOnTheRpcPortHasItsOwnLimitAndIdleTimeout) {
+  HttpServer hs;
+  ASSERT_TRUE(hs.server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("observed")
+                             .set_http_endpoints(true)
+                             .set_max_server_connections(2)
+                             .set_http_connection_limits(2, MonoDelta::FromMilliseconds(300)))
+                  .ok());
+  std::vector<std::unique_ptr<HttpClient>> scrapers;
+  for (int i = 0; i < 2; ++i) {
+    scrapers.push_back(std::make_unique<HttpClient>());
+    ASSERT_TRUE(scrapers.back()->Connect(hs.server.address).ok());
+    HttpReply r;
+    ASSERT_TRUE(scrapers.back()->Get("/healthz", &r).ok());
+    EXPECT_EQ(200, r.status);
+  }
+  // A third: 503, and closed.
+  HttpClient third;
+  ASSERT_TRUE(third.Connect(hs.server.address).ok());
+  HttpReply busy;
+  ASSERT_TRUE(third.Get("/healthz", &busy).ok());
+  EXPECT_EQ(503, busy.status);
+  EXPECT_EQ("too many HTTP connections\n", busy.body);
+  // Two RPC clients still get in: the scrapers hold no RPC slot.
+  auto a = MakeClient(1), b = MakeClient(1);
+  CalculatorServiceProxy pa(a, hs.server.address), pb(b, hs.server.address);
+  ASSERT_TRUE(CheckedAdd(pa, 1, 1).ok());
+  ASSERT_TRUE(CheckedAdd(pb, 2, 2).ok());
+  // The scrapers go when idle for 300 ms; the RPC connections stay.
+  for (auto& s : scrapers) EXPECT_TRUE(s->ClosedWithin(MonoDelta::FromSeconds(10)));
+  EXPECT_EQ(
+      2, Value(hs.server.messenger.get(), "osprey_connections_open", {{"direction", "inbound"}}));
+  ASSERT_TRUE(CheckedAdd(pa, 3, 3).ok());
+}
+
+// Against DNS rebinding: a Host the server does not answer to gets 403.
+TEST(HttpEndpointsTest, ARequestForAnotherHostIsRefused) {
+  for (int allowed = 0; allowed < 2; ++allowed) {
+    TestServer server;
+    MessengerBuilder b("observed");
+    b.set_http_endpoints(true);
+    if (allowed) b.set_http_allowed_hosts({"metrics.example.com"});
+    ASSERT_TRUE(server.Start(1, ServicePoolOptions(), b).ok());
+    HttpClient http;
+    ASSERT_TRUE(http.Connect(server.address).ok());
+    ASSERT_TRUE(
+        http.SendRaw("GET /connections HTTP/1.1\r\nHost: metrics.example.com:80\r\n\r\n").ok());
+    HttpReply r;
+    ASSERT_TRUE(http.Read(&r).ok());
+    if (allowed) {
+      EXPECT_EQ(200, r.status) << r.body;
+    } else {
+      EXPECT_EQ(403, r.status);
+      EXPECT_NE(std::string::npos, r.body.find("set_http_allowed_hosts")) << r.body;
+    }
+    // The server's own address passes.
+    HttpClient direct;
+    ASSERT_TRUE(direct.Connect(server.address).ok());
+    ASSERT_TRUE(
+        direct.SendRaw("GET /healthz HTTP/1.1\r\nHost: " + server.address.ToString() + "\r\n\r\n")
+            .ok());
+    ASSERT_TRUE(direct.Read(&r).ok());
+    EXPECT_EQ(200, r.status);
+  }
 }
 
 TEST(HttpEndpointsTest, ListenHttpWhileCallsFlowThroughTheSameReactor) {

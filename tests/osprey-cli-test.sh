@@ -252,6 +252,20 @@ section_sidecars() {
   expect_rc 0
   expect_err "the response has 1 sidecar; --save_sidecars DIR writes them to files"
 
+  CHECK="--save_sidecars never writes through a link or over a file (issue 40)"
+  mkdir "$TMP/trap"
+  printf 'precious' >"$TMP/victim"
+  ln -s "$TMP/victim" "$TMP/trap/sidecar-0"
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' --sidecar "$TMP/side1" \
+    --save_sidecars "$TMP/trap"
+  expect_rc 1
+  expect_err "cannot create $TMP/trap/sidecar-0"
+  [[ "$(cat "$TMP/victim")" == precious ]] || fail "the file behind the link was written"
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' --sidecar "$TMP/side1" \
+    --save_sidecars "$TMP/got"
+  expect_rc 1
+  expect_err "(it exists: sidecars are never written over a file, or through a link)"
+
   CHECK="a sidecar file that does not exist: exit 2"
   osp call "$a" "$CALC.Echo" '{"data": ""}' --sidecar "$TMP/nothing"
   expect_rc 2
@@ -313,6 +327,19 @@ section_errors() {
   osp call "$a" "$CALC.Fail" '{"message": "the disk is on fire"}'
   expect_rc 1
   expect_err "the server answered ERROR_APPLICATION: Invalid argument: the disk is on fire"
+  CHECK="a server's text reaches a terminal escaped, a pipe exactly (issue 40)"
+  set +e
+  timeout "$CALL_LIMIT" script -qec "$(printf '%q ' "$OSPREY" call "$a" "$CALC.Fail" \
+    '{"message": "\u001b]0;pwned\u0007\u001b[2J\u00c2\u009b"}')" /dev/null >"$TMP/tty" 2>&1
+  set -e
+  grep -qF 'Invalid argument: \x1b]0;pwned\x07\x1b[2J' "$TMP/tty" ||
+    fail "the error on a terminal is not escaped: $(od -c "$TMP/tty" | head -20)"
+  ! grep -q $'\x1b' "$TMP/tty" || fail "an escape byte reached the terminal"
+  ! grep -q $'\xc2\x9b' "$TMP/tty" || fail "a C1 control reached the terminal"
+  osp call "$a" "$CALC.Fail" '{"message": "\u001b[2J"}'
+  expect_rc 1
+  grep -q $'\x1b\[2J' <<<"$ERR" || fail "a pipe did not get the exact bytes: $ERR"
+
   CHECK="an application error: its code, message and detail, decoded when a .proto declares it"
   osp call "$a" "$CALC.AppError" '{"message": "no such account"}'
   expect_rc 1
@@ -453,6 +480,12 @@ section_tls() {
     --rpc_encrypt_loopback_connections --tls_ca_file "$d/other.pem"
   expect_rc 1
   expect_err "certificate"
+
+  CHECK="--tls_ca_file with --rpc_encryption optional: refused, exit 2 (issue 40)"
+  osp call "$a" "$CALC.Add" '{"x": 5, "y": 5}' --rpc_encryption optional \
+    --rpc_encrypt_loopback_connections --tls_ca_file "$d/ca.pem"
+  expect_rc 2
+  expect_err "--tls_ca_file verifies the server only if TLS is required"
 
   CHECK="a CA file that is not a CA bundle: exit 2"
   osp call "$a" "$CALC.Add" '{"x": 5, "y": 5}' --rpc_encryption required --tls_ca_file "$d/san.ext"

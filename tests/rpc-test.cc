@@ -625,6 +625,19 @@ TEST(RpcBuilderTest, BadSettingsAreRejected) {
   EXPECT_TRUE(MessengerBuilder("x").set_tcp_keepalive(negative).Build(&m).IsInvalidArgument());
   EXPECT_TRUE(MessengerBuilder("x").set_num_reactors(0).Build(&m).IsInvalidArgument());
   EXPECT_TRUE(MessengerBuilder("x").set_max_frame_size(1).Build(&m).IsInvalidArgument());
+  // Issue 40, finding 6: Kudu's cap, so that no frame or header length
+  // turns negative in an int.
+  Status big = MessengerBuilder("x").set_max_frame_size(size_t{INT32_MAX} + 1).Build(&m);
+  EXPECT_TRUE(big.IsInvalidArgument()) << big.ToString();
+  EXPECT_NE(std::string::npos, big.message().find("INT32_MAX")) << big.ToString();
+  EXPECT_TRUE(
+      MessengerBuilder("x").set_max_negotiation_frame_size(10).Build(&m).IsInvalidArgument());
+  ASSERT_TRUE(MessengerBuilder("x")
+                  .set_max_frame_size(INT32_MAX)
+                  .set_max_outbound_queue_bytes(INT32_MAX)
+                  .Build(&m)
+                  .ok());
+  m->Shutdown();
   EXPECT_TRUE(MessengerBuilder("x")
                   .set_negotiation_timeout(MonoDelta::FromSeconds(0))
                   .Build(&m)

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "forging_relay.h"
 #include "hostile_test_util.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/transport/negotiation.h"
@@ -223,12 +224,13 @@ TEST_P(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
   EXPECT_EQ(wire::NegotiatePB::TLS_HANDSHAKE, second.step());
   EXPECT_FALSE(second.tls_handshake().empty());
   EXPECT_TRUE(Contains(c2s, "visible-on-loopback"));
-  // Both sides have certificates their peer's CA signed: the client's
-  // certificate authenticates it, and no SASL follows (as Kudu).
+  // Both sides have certificates their peer's CA signed, but certificate
+  // authentication is off unless set (issue 40): SASL PLAIN follows, here
+  // in the clear.
   bool certificate_offered = false;
   for (const auto& t : first.authn_types()) certificate_offered |= t.has_certificate();
-  EXPECT_TRUE(certificate_offered);
-  EXPECT_FALSE(Contains(c2s, "PLAIN"));
+  EXPECT_FALSE(certificate_offered);
+  EXPECT_TRUE(Contains(c2s, "PLAIN"));
 }
 
 TEST_P(TlsRpcTest, OptionalEncryptionWithASelfSignedServerCertificate) {
@@ -291,10 +293,19 @@ TEST_P(TlsRpcTest, WrongCaFailsVerification) {
 // certificate is its proof, as in Kudu: the server takes the user from the
 // subject's UID (else its CN) and the principal from Kudu's extension.
 TEST_P(TlsRpcTest, ACertificateSignedByTheServersCaAuthenticatesTheClient) {
-  StartServer(RpcEncryption::kRequired);
+  ServicePoolOptions pool;
+  ASSERT_TRUE(server_
+                  .Start(1, pool,
+                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, &ca_bundle_)
+                             .set_tls_client_cert_authentication(true),
+                         ListenAddressFor(GetParam()))
+                  .ok());
   WhoAmIResponsePB who;
   {
-    CalculatorServiceProxy proxy(TlsClient(), server_.address);
+    CalculatorServiceProxy proxy(
+        MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &client_id_, &ca_bundle_)
+                          .set_tls_client_cert_authentication(true)),
+        server_.address);
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
     Status s = proxy.WhoAmI(WhoAmIRequestPB(), &who, &ctl);
@@ -320,11 +331,13 @@ TEST_P(TlsRpcTest, ACertificateSignedByTheServersCaAuthenticatesTheClient) {
   TestServer other;
   ASSERT_TRUE(other
                   .Start(1, ServicePoolOptions(),
-                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, &bundle),
+                         TlsBuilder("server", RpcEncryption::kRequired, &server_id_, &bundle)
+                             .set_tls_client_cert_authentication(true),
                          ListenAddressFor(GetParam()))
                   .ok());
   CertFiles kudu_style{cert, key};
-  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &kudu_style, &bundle));
+  auto client = MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &kudu_style, &bundle)
+                                  .set_tls_client_cert_authentication(true));
   CalculatorServiceProxy proxy(client, other.address);
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(10));
@@ -333,6 +346,48 @@ TEST_P(TlsRpcTest, ACertificateSignedByTheServersCaAuthenticatesTheClient) {
   EXPECT_EQ("CERTIFICATE", who.authentication());
   EXPECT_EQ("alice", who.user());
   EXPECT_EQ("alice@EXAMPLE.COM", who.principal());
+}
+
+// Issue 40, finding 4: a certificate and a CA on both sides do not by
+// themselves make certificate authentication: without
+// set_tls_client_cert_authentication on both, the client is named by SASL,
+// not by its certificate's CN, which any holder of a certificate from the
+// bundle could otherwise choose.
+TEST_P(TlsRpcTest, CertificateAuthenticationIsOffUnlessBothSidesEnableIt) {
+  for (bool server_on : {false, true}) {
+    for (bool client_on : {false, true}) {
+      if (server_on && client_on) continue;  // the test above
+      SCOPED_TRACE(std::string("server ") + (server_on ? "on" : "off") + ", client " +
+                   (client_on ? "on" : "off"));
+      TestServer server;
+      ASSERT_TRUE(
+          server
+              .Start(1, ServicePoolOptions(),
+                     TlsBuilder("server", RpcEncryption::kRequired, &server_id_, &ca_bundle_)
+                         .set_tls_client_cert_authentication(server_on),
+                     ListenAddressFor(GetParam()))
+              .ok());
+      auto client =
+          MakeClient(1, TlsBuilder("client", RpcEncryption::kRequired, &client_id_, &ca_bundle_)
+                            .set_tls_client_cert_authentication(client_on));
+      CalculatorServiceProxy proxy(client, server.address);
+      WhoAmIResponsePB who;
+      RpcController ctl;
+      ctl.set_timeout(MonoDelta::FromSeconds(10));
+      Status s = proxy.WhoAmI(WhoAmIRequestPB(), &who, &ctl);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ("PLAIN", who.authentication());
+      EXPECT_NE("client", who.user()) << "named by the certificate's CN";
+    }
+  }
+  std::shared_ptr<Messenger> m;
+  Status s = MessengerBuilder("no-ca")
+                 .set_rpc_encryption(RpcEncryption::kRequired)
+                 .set_tls_certificate_files(client_id_.cert, client_id_.key)
+                 .set_tls_client_cert_authentication(true)
+                 .Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("set_tls_ca_file")) << s.ToString();
 }
 
 // A certificate the CA signed for another host does not pass as this
@@ -937,6 +992,81 @@ TEST_F(TlsHandServerTest, ClearErrorFrameInPiecesAfterTheHandshake) {
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "server rejected negotiation: your certificate is not welcome"))
       << s.ToString();
+}
+
+// Issue 40, finding 1: a man in the middle relays the clear negotiation and
+// the TLS handshake untouched, so the client verifies the real server, then
+// answers the client with clear frames of its own: a SASL_SUCCESS and a
+// result for every call id the client may have used. No forged frame may
+// open the connection or finish a call.
+class ForgedAnswerTest : public TlsRpcTest {
+ protected:
+  // Calls Add(1, 2) through a relay that injects `forged`; the call's status
+  // and what it returned.
+  Status AddThroughRelay(const std::string& forged, uint32_t* result) {
+    StartServer(RpcEncryption::kRequired);
+    ForgingRelay relay(server_.address, forged);
+    Sockaddr addr;
+    OSPREY_RETURN_NOT_OK(relay.Start(&addr));
+    std::shared_ptr<Messenger> client = TlsClient();
+    CalculatorServiceProxy proxy(client, addr);
+    AddRequestPB req;
+    req.set_x(1);
+    req.set_y(2);
+    AddResponsePB resp;
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    Status s = proxy.Add(req, &resp, &ctl);
+    EXPECT_TRUE(relay.injected()) << "the relay never saw the server switch to records";
+    EXPECT_GE(relay.frames_relayed(), 2) << "NEGOTIATE and a handshake token at least";
+    *result = resp.has_result() ? resp.result() : 0;
+    client->Shutdown();
+    return s;
+  }
+  static std::string ForgedResults() {
+    std::string out;
+    AddResponsePB forged;
+    forged.set_result(1337);
+    for (int32_t id = 0; id < 4; ++id) out += ForgedFrame(id, forged);
+    return out;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, ForgedAnswerTest,
+                         ::testing::Values(TestTransport::kTcp4, TestTransport::kTcp6),
+                         TransportName);
+
+TEST_P(ForgedAnswerTest, AClearSaslSuccessAfterTheHandshakeIsRefused) {
+  wire::NegotiatePB success;
+  success.set_step(wire::NegotiatePB::SASL_SUCCESS);
+  uint32_t result = 0;
+  Status s = AddThroughRelay(ForgedFrame(-33, success) + ForgedResults(), &result);
+  EXPECT_FALSE(s.ok()) << "a forged answer was taken: result " << result;
+  EXPECT_NE(1337u, result);
+  EXPECT_TRUE(Contains(s.message(), "clear bytes after the TLS handshake")) << s.ToString();
+}
+
+// The one clear frame a client accepts after its switch is a server's
+// error; it fails negotiation, and nothing after it is read.
+TEST_P(ForgedAnswerTest, AClearErrorFrameFailsNegotiationAndNothingAfterItIsRead) {
+  wire::ErrorStatusPB err;
+  err.set_code(wire::ErrorStatusPB::FATAL_UNAUTHORIZED);
+  err.set_message("forged refusal");
+  uint32_t result = 0;
+  Status s = AddThroughRelay(ForgedFrame(-33, err, /*is_error=*/true) + ForgedResults(), &result);
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_NE(1337u, result);
+  EXPECT_TRUE(Contains(s.message(), "server rejected negotiation: forged refusal")) << s.ToString();
+}
+
+// A clear frame that is not an error (here a call's answer, with no
+// negotiation frame before it) is refused too.
+TEST_P(ForgedAnswerTest, AClearCallAnswerAfterTheHandshakeIsRefused) {
+  uint32_t result = 0;
+  Status s = AddThroughRelay(ForgedResults(), &result);
+  EXPECT_FALSE(s.ok()) << "a forged answer was taken: result " << result;
+  EXPECT_NE(1337u, result);
+  EXPECT_TRUE(Contains(s.message(), "clear bytes after the TLS handshake")) << s.ToString();
 }
 
 // A model of Apache Kudu's server with full TLS: it reads SASL steps and the

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "forging_relay.h"
 #include "osprey/rpc/kudu_token_verifier.h"
 #include "osprey/transport/negotiator.h"
 #include "osprey/transport/tls_context.h"
@@ -171,7 +172,8 @@ class TokenAuthTest : public ::testing::Test {
         .set_tls_certificate_files(cert_, key_file_)
         .set_tls_ca_file(cert_)
         .set_token_verifier(verifier_);
-    ASSERT_TRUE(server_.Start(1, ServicePoolOptions(), b).ok());
+    Status started = server_.Start(1, ServicePoolOptions(), b);
+    ASSERT_TRUE(started.ok()) << started.ToString();
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
@@ -182,13 +184,18 @@ class TokenAuthTest : public ::testing::Test {
   }
 
   Status WhoAmI(const std::string& token, WhoAmIResponsePB* who) {
+    return WhoAmIAt(server_.address, token, who);
+  }
+  Status WhoAmIAt(const Sockaddr& addr, const std::string& token, WhoAmIResponsePB* who,
+                  bool encrypt_loopback = false) {
     std::shared_ptr<Messenger> client;
     OSPREY_RETURN_NOT_OK(MessengerBuilder("token-client")
                              .set_rpc_encryption(RpcEncryption::kRequired)
+                             .set_rpc_encrypt_loopback(encrypt_loopback)
                              .set_tls_ca_file(cert_)
                              .set_authn_token(token)
                              .Build(&client));
-    CalculatorServiceProxy proxy(client, server_.address);
+    CalculatorServiceProxy proxy(client, addr);
     RpcController ctl;
     ctl.set_timeout(MonoDelta::FromSeconds(10));
     Status s = proxy.WhoAmI(WhoAmIRequestPB(), who, &ctl);
@@ -219,6 +226,42 @@ TEST_F(TokenAuthTest, AnExpiredTokenIsRefusedAndTheServerServesOthers) {
   s = WhoAmI(MakeToken(signing_, 5, "carol", kNow + 60), &who);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ("carol", who.user());
+}
+
+// Issue 40, finding 1 for tokens: a man in the middle relays the handshake
+// (the client verifies the real server, so it sends its token), then forges
+// the server's TOKEN_EXCHANGE answer and a WhoAmI result in the clear. The
+// client must refuse them.
+TEST_F(TokenAuthTest, AForgedClearTokenExchangeAfterTheHandshakeIsRefused) {
+  wire::NegotiatePB exchange;
+  exchange.set_step(wire::NegotiatePB::TOKEN_EXCHANGE);
+  std::string forged = rpc_test::ForgedFrame(-33, exchange);
+  WhoAmIResponsePB root;
+  root.set_user("root");
+  root.set_address("forged");
+  for (int32_t id = 0; id < 4; ++id) forged += rpc_test::ForgedFrame(id, root);
+  // Encrypted on loopback too: authentication-only TLS leaves the calls in
+  // the clear by design, for anyone on the host to read and write.
+  TestServer encrypted;
+  ASSERT_TRUE(encrypted
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("token-server")
+                             .set_rpc_encryption(RpcEncryption::kRequired)
+                             .set_rpc_encrypt_loopback(true)
+                             .set_tls_certificate_files(cert_, key_file_)
+                             .set_tls_ca_file(cert_)
+                             .set_token_verifier(verifier_))
+                  .ok());
+  rpc_test::ForgingRelay relay(encrypted.address, forged);
+  Sockaddr addr;
+  ASSERT_TRUE(relay.Start(&addr).ok());
+  WhoAmIResponsePB who;
+  Status s = WhoAmIAt(addr, MakeToken(signing_, 5, "bob", kNow + 60), &who,
+                      /*encrypt_loopback=*/true);
+  EXPECT_TRUE(relay.injected());
+  EXPECT_FALSE(s.ok()) << "a forged answer was taken: user " << who.user();
+  EXPECT_NE("root", who.user());
+  EXPECT_TRUE(Contains(s.message(), "clear bytes after the TLS handshake")) << s.ToString();
 }
 
 // Tokens Apache Kudu's own TokenSigner issued (the class a Kudu master

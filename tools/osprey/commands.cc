@@ -1,8 +1,10 @@
 #include "commands.h"
 
+#include <fcntl.h>
 #include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/proxy.h"
 #include "osprey/rpc/rpc_controller.h"
+#include "terminal_text.h"
 
 namespace osprey::cli {
 
@@ -25,8 +28,9 @@ namespace {
 
 const char kReflectionService[] = "osprey.reflection.ServerReflection";
 
+// Every message goes through here: it may hold text the server chose.
 int Fail(int code, const std::string& why) {
-  std::cerr << "osprey: " << why << "\n";
+  std::cerr << "osprey: " << ForOutput(STDERR_FILENO, why) << "\n";
   return code;
 }
 
@@ -50,6 +54,16 @@ class Session {
   Status Open(const ConnectionFlags& flags, const std::string& address) {
     flags_ = flags;
     address_ = address;
+    if (!flags.tls_ca_file.empty() && flags.rpc_encryption != "required") {
+      // With optional encryption an active attacker answers without TLS,
+      // and the CA is never asked: the user would believe in a check that
+      // did not happen.
+      return Status::InvalidArgument(
+          "--tls_ca_file verifies the server only if TLS is required: add --rpc_encryption "
+          "required (with " +
+          flags.rpc_encryption +
+          ", a man in the middle can turn TLS off and the CA is never used)");
+    }
     MessengerBuilder b("osprey");
     b.set_num_reactors(1).set_metrics(false);
     if (flags.rpc_encryption == "optional") {
@@ -200,11 +214,29 @@ Status SaveSidecars(const RpcController& ctl, const std::string& dir) {
     Slice data;
     OSPREY_RETURN_NOT_OK(ctl.GetInboundSidecar(i, &data));
     const std::string path = dir + "/sidecar-" + std::to_string(i);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data.data()),
-              static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) return Status::IOError("cannot write " + path);
+    // A new file only: never through a symbolic link someone left there,
+    // never over a file that exists.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int err = errno;
+      return Status::IOError("cannot create " + path +
+                                 (err == EEXIST ? " (it exists: sidecars are never written over "
+                                                  "a file, or through a link)"
+                                                : ""),
+                             err);
+    }
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = errno;
+        ::close(fd);
+        return Status::IOError("cannot write " + path, err);
+      }
+      off += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0) return Status::IOError("cannot write " + path, errno);
     std::cerr << "osprey: sidecar " << i << " (" << data.size() << " bytes) written to " << path
               << "\n";
   }
@@ -295,7 +327,7 @@ int RunCall(const ConnectionFlags& connection, const SourceFlags& source_flags,
       return Fail(kExitFailed, why);
     }
     if (i + 1 == flags.repeat) {
-      std::cout << PrintMessage(format, *response) << std::flush;
+      std::cout << ForOutput(STDOUT_FILENO, PrintMessage(format, *response)) << std::flush;
       s = SaveSidecars(ctl, flags.save_sidecars);
       if (!s.ok()) return Fail(kExitFailed, s.ToString());
     }
@@ -320,7 +352,7 @@ int RunList(const ConnectionFlags& connection, const SourceFlags& source_flags,
                         : "the server registers no service")
               << "\n";
   }
-  std::cout << FormatServiceList(services) << std::flush;
+  std::cout << ForOutput(STDOUT_FILENO, FormatServiceList(services)) << std::flush;
   return kExitOk;
 }
 
@@ -339,7 +371,7 @@ int RunDescribe(const ConnectionFlags& connection, const SourceFlags& source_fla
     if (source->ListServices(&services).ok()) {
       for (const ServiceSummary& service : services) {
         if (service.name == symbol) {
-          std::cout << FormatServiceList({service}) << std::flush;
+          std::cout << ForOutput(STDOUT_FILENO, FormatServiceList({service})) << std::flush;
           return kExitOk;
         }
       }
@@ -348,7 +380,7 @@ int RunDescribe(const ConnectionFlags& connection, const SourceFlags& source_fla
   if (!s.ok()) {
     return Fail(local ? kExitUsage : kExitFailed, Explain(s));
   }
-  std::cout << text << std::flush;
+  std::cout << ForOutput(STDOUT_FILENO, text) << std::flush;
   return kExitOk;
 }
 

@@ -27,6 +27,10 @@ void InboundCall::set_method(const ServiceMethod* m, ServerMethodMetrics* metric
 size_t InboundCall::memory_bytes() const {
   size_t n = sizeof(*this) + frame_.main_message.size() + 128;
   for (const Slice& s : frame_.sidecars) n += s.size();
+  // The sidecar table: a Slice and, in the header, an offset per sidecar.
+  n += frame_.sidecars.capacity() * sizeof(Slice) +
+       frame_.header.sidecar_offsets().capacity() * sizeof(uint32_t) +
+       frame_.header.required_feature_flags().capacity() * sizeof(uint32_t);
   return n;
 }
 

@@ -1,6 +1,7 @@
 #include "osprey/rpc/messenger.h"
 
 #include <glog/logging.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_options.h"
+#include "osprey/transport/http_host_check.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/sasl_gssapi.h"
 #include "osprey/transport/tls_context.h"
@@ -49,6 +51,11 @@ MessengerBuilder& MessengerBuilder::set_negotiation_timeout(MonoDelta timeout) {
   MutableOptions().negotiation_timeout = timeout;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_max_negotiation_frame_size(size_t bytes) {
+  MutableOptions().max_negotiation_frame_size = bytes;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
   MutableOptions().idle_timeout = timeout;
   return *this;
@@ -108,6 +115,11 @@ MessengerBuilder& MessengerBuilder::set_authn_token(std::string token) {
   MutableOptions().authn_token = std::move(token);
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_tls_client_cert_authentication(bool enabled) {
+  MutableOptions().tls_client_cert_authentication = enabled;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_token_verifier(
     std::shared_ptr<const TokenVerifier> verifier) {
   MutableOptions().token_verifier = std::move(verifier);
@@ -125,6 +137,18 @@ MessengerBuilder& MessengerBuilder::set_http_endpoints(bool enabled) {
   http_endpoints_ = enabled;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_http_connection_limits(size_t max_connections,
+                                                               MonoDelta idle_timeout) {
+  MutableOptions().max_http_connections = max_connections;
+  MutableOptions().http_idle_timeout = idle_timeout;
+  return *this;
+}
+
+MessengerBuilder& MessengerBuilder::set_http_allowed_hosts(std::vector<std::string> hosts) {
+  http_allowed_hosts_ = std::move(hosts);
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_http_on_rpc_port(bool enabled) {
   http_on_rpc_port_ = enabled;
   return *this;
@@ -150,13 +174,23 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     return Status::InvalidArgument("number of reactors must be from 1 to 1024, got " +
                                    std::to_string(num_reactors_));
   }
-  if (o.max_frame_size < 64 || o.max_frame_size > UINT32_MAX) {
-    return Status::InvalidArgument("max frame size must be from 64 bytes to 4 GiB");
+  if (o.max_frame_size < 64 || o.max_frame_size > wire::kMaxMaxFrameSize) {
+    return Status::InvalidArgument(
+        "max frame size must be from 64 bytes to 2147483647 (INT32_MAX, Kudu's cap), got " +
+        std::to_string(o.max_frame_size));
+  }
+  if (o.max_negotiation_frame_size < 64) {
+    return Status::InvalidArgument("max negotiation frame size must be at least 64 bytes, got " +
+                                   std::to_string(o.max_negotiation_frame_size));
   }
   if (o.negotiation_timeout <= MonoDelta()) {
     return Status::InvalidArgument("negotiation timeout must be positive");
   }
-  if (!http_on_rpc_port_ && !http_endpoints_) {
+  if (o.max_http_connections < 1 || o.http_idle_timeout <= MonoDelta()) {
+    return Status::InvalidArgument(
+        "HTTP connection limits need at least one connection and a positive idle timeout");
+  }
+  if (http_on_rpc_port_ == false && !http_endpoints_) {
     return Status::InvalidArgument(
         "set_http_on_rpc_port(false) moves the HTTP endpoints off the RPC port, but they are "
         "off: add set_http_endpoints(true)");
@@ -187,8 +221,19 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     return Status::InvalidArgument(
         "remembered results need positive times to live and a positive byte bound");
   }
+  if (remembered_.max_bytes_per_user > remembered_.max_bytes) {
+    return Status::InvalidArgument(
+        "remembered results: a user's share (max_bytes_per_user) cannot exceed max_bytes");
+  }
   if (slow_call_threshold_ < MonoDelta()) {
     return Status::InvalidArgument("slow call threshold must not be negative");
+  }
+  if (o.tls_client_cert_authentication && (o.encryption == RpcEncryption::kDisabled ||
+                                           tls_cert_file_.empty() || tls_ca_file_.empty())) {
+    return Status::InvalidArgument(
+        "certificate authentication (set_tls_client_cert_authentication) needs rpc_encryption, "
+        "a certificate of this side's own (set_tls_certificate_files) and a CA file "
+        "(set_tls_ca_file)");
   }
   transport::ConnectionOptions options = o;
   bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
@@ -229,7 +274,17 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   Messenger::Settings obs;
   obs.metrics = metrics_;
   obs.http_endpoints = http_endpoints_;
-  obs.http_on_rpc_port = http_on_rpc_port_;
+  const bool secured =
+      o.authentication == RpcAuthentication::kRequired || o.encryption == RpcEncryption::kRequired;
+  obs.http_on_rpc_port = http_on_rpc_port_.value_or(!secured);
+  if (http_endpoints_ && secured && http_on_rpc_port_ == true) {
+    LOG(WARNING) << "messenger " << name_
+                 << ": HTTP endpoints are served on the RPC port (set_http_on_rpc_port(true)) "
+                    "although rpc_authentication or rpc_encryption is required: anyone who "
+                    "reaches the port reads every client's user, address and calls, in the "
+                    "clear. Serve them with ListenHttp on an address of their own instead.";
+  }
+  obs.http_allowed_hosts = http_allowed_hosts_;
   obs.slow_call_threshold = slow_call_threshold_;
   obs.remembered = remembered_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
@@ -298,6 +353,7 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
           ResultTracker::Options{.response_ttl = obs.remembered.response_ttl,
                                  .client_ttl = obs.remembered.client_ttl,
                                  .max_bytes = obs.remembered.max_bytes,
+                                 .max_bytes_per_user = obs.remembered.max_bytes_per_user,
                                  .clock = obs.remembered.clock})) {
   options.metrics = metrics_->transport();
   if (metrics_->counting()) {
@@ -342,10 +398,15 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
     CHECK(s.ok()) << s.ToString();  // fixed, valid names
   }
   options.keepalive = metrics_;
+  options.http_connections = open_http_connections_;
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);
     options.http_handler = http_.get();
     options.http_on_rpc_port = obs.http_on_rpc_port;
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    options.http_host_check =
+        std::make_shared<transport::HttpHostCheck>(obs.http_allowed_hosts, host);
     options.track_calls = true;
   }
   for (int i = 0; i < num_reactors; ++i) {

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +77,13 @@ struct RememberedResults {
   // refused as stale; when the records alone fill it, new exactly-once
   // calls are refused ERROR_SERVER_TOO_BUSY (retryable) until room frees.
   size_t max_bytes = 64 * 1024 * 1024;
+  // What one user (who authenticated the calls) may hold of max_bytes: past
+  // it, that user's own oldest answers go, and then its new calls are
+  // refused; and when max_bytes is full, the user holding the most gives
+  // first. So one user cannot make another's retries stale, or have its
+  // calls refused. 0: half of max_bytes; a server whose clients are all one
+  // user (a service principal) may set it to max_bytes.
+  size_t max_bytes_per_user = 0;
   // Where its time comes from; null: the monotonic clock. For tests.
   std::function<MonoTime()> clock;
 };
@@ -85,7 +93,14 @@ class MessengerBuilder {
   explicit MessengerBuilder(std::string name);
 
   MessengerBuilder& set_num_reactors(int n);
+  // Longest frame either side accepts once a connection is open: from 64
+  // bytes to INT32_MAX (Kudu's cap on rpc_max_message_size); 50 MiB by
+  // default.
   MessengerBuilder& set_max_frame_size(size_t bytes);
+  // Longest frame accepted before a connection is open (negotiation and
+  // the connection context): 1 MiB by default, at least 64 bytes; the max
+  // frame size where that is less.
+  MessengerBuilder& set_max_negotiation_frame_size(size_t bytes);
   MessengerBuilder& set_negotiation_timeout(MonoDelta timeout);
   MessengerBuilder& set_idle_timeout(MonoDelta timeout);
   // How long a thread about to sleep waiting for the network polls first
@@ -119,6 +134,13 @@ class MessengerBuilder {
   // signed, for any host, passes as the server's: whoever holds one can
   // impersonate every server.
   MessengerBuilder& set_tls_verify_server_host(bool verify);
+  // Certificate authentication, off by default: a server then names a
+  // client by its certificate instead of SASL (the subject's UID, else its
+  // CN; under rpc_authentication=required the UID or nothing), and a client
+  // offers its certificate for it. Both need certificate files and a CA
+  // file. As Kudu (KUDU-1965): on, every certificate the CA bundle ever
+  // signed is a login, so give it only a CA that issues user certificates.
+  MessengerBuilder& set_tls_client_cert_authentication(bool enabled);
 
   // Kerberos, as Kudu's --rpc_authentication: disabled (the default: SASL
   // PLAIN, a name the client chose), optional (Kerberos when both sides
@@ -157,9 +179,23 @@ class MessengerBuilder {
   MessengerBuilder& set_http_endpoints(bool enabled);
   // With HTTP endpoints on: false serves them only on the addresses given
   // to Messenger::ListenHttp, and refuses HTTP on the RPC port (as a bad
-  // connection header). True by default; false without
-  // set_http_endpoints(true) is InvalidArgument.
+  // connection header); false without set_http_endpoints(true) is
+  // InvalidArgument. Unset, they are on the RPC port unless
+  // rpc_authentication or rpc_encryption is required: the pages name every
+  // client, its user and its calls, and HTTP on the RPC port neither
+  // authenticates nor encrypts. A secured server serves them with
+  // ListenHttp on an address of their own (a loopback or management
+  // network); true serves them on its RPC port anyway, with a WARNING.
   MessengerBuilder& set_http_on_rpc_port(bool enabled);
+  // HTTP connections (RPC port and HTTP listeners together): at most
+  // `max_connections` at once (64 by default), apart from RPC connections,
+  // each closed when idle for `idle_timeout` (30 s by default).
+  MessengerBuilder& set_http_connection_limits(size_t max_connections, MonoDelta idle_timeout);
+  // Host names an HTTP request may name in its Host header besides this
+  // server's address, "localhost" on loopback and this machine's host name
+  // (against DNS rebinding: see transport/http_host_check.h); "*" allows
+  // any. Others are answered 403.
+  MessengerBuilder& set_http_allowed_hosts(std::vector<std::string> hosts);
   // Calls that take at least this long are kept for /rpcz, the last 20 per
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
@@ -193,7 +229,8 @@ class MessengerBuilder {
   std::string principal_ = "kudu/_HOST";
   bool metrics_ = true;
   bool http_endpoints_ = false;
-  bool http_on_rpc_port_ = true;
+  std::optional<bool> http_on_rpc_port_;  // unset: see set_http_on_rpc_port
+  std::vector<std::string> http_allowed_hosts_;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;
   bool reflection_ = false;
@@ -251,6 +288,7 @@ class Messenger {
     bool metrics = true;
     bool http_endpoints = false;
     bool http_on_rpc_port = true;
+    std::vector<std::string> http_allowed_hosts;
     MonoDelta slow_call_threshold;
     // What the server remembers of exactly-once answers.
     RememberedResults remembered;

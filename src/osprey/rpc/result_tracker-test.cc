@@ -160,7 +160,9 @@ TEST(ResultTrackerTest, ResidentMemoryStaysFlatOverHalfAMillionAcknowledgedCalls
 
 TEST(ResultTrackerTest, EvictionNeverRefusesARequestThatDidNotRun) {
   FakeClock clock;
-  ResultTracker t(Small(&clock, 64 * 1024));
+  ResultTracker::Options o = Small(&clock, 64 * 1024);
+  o.max_bytes_per_user = o.max_bytes;  // one user, the whole bound
+  ResultTracker t(o);
   // Sequence numbers 2..200 answered with 1 KiB each, never acknowledged:
   // most are evicted. Sequence number 1 never arrived.
   for (int64_t seq = 2; seq <= 200; ++seq) {
@@ -283,6 +285,64 @@ TEST(ResultTrackerTest, AClientWithARequestRunningIsNotForgotten) {
   EXPECT_EQ(1u, t.clients());
   t.Record({"u", "c", 1}, Body(3), true);
   EXPECT_EQ(Decision::kAnswered, Attempt(&t, "u", Id("c", 1, 1)));
+}
+
+// Issue 40, finding 5: one authorized user fills the tracker with answers
+// it never acknowledges (each evicted answer leaves a record behind) until
+// its own calls are refused. Another user's stored answer is still
+// answered, not STALE, and its new calls still run.
+TEST(ResultTrackerTest, OneUserFillingTheTrackerNeitherEvictsNorRefusesAnother) {
+  FakeClock clock;
+  const size_t bound = 256 * 1024;
+  ResultTracker t(Small(&clock, bound));
+  ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "bob", Id("b", 1, 1), Body(1000, 'B')));
+  std::shared_ptr<Answered> out;
+  int64_t seq = 1;
+  for (;; ++seq) {
+    Decision d = Attempt(&t, "mallory", Id("m", seq, 1), &out);
+    if (d == Decision::kRefused) break;
+    ASSERT_EQ(Decision::kRun, d);
+    t.Record({"mallory", "m", seq}, Body(900), true);
+    ASSERT_LE(t.memory_bytes(), bound);
+    ASSERT_LT(seq, 100000) << "never refused";
+  }
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, out->code);
+  EXPECT_NE(std::string::npos, out->message.find("full for this user")) << out->message;
+  EXPECT_GT(t.evicted_records(), 100u);  // mallory's own answers went
+  EXPECT_LE(t.user_bytes("mallory"), bound / 2);
+
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "bob", Id("b", 1, 1), &out));
+  EXPECT_EQ(std::string(1000, 'B'), out->answer.body);
+  EXPECT_EQ(Decision::kRun, Attempt(&t, "bob", Id("b", 2, 1), &out)) << out->message;
+  t.Record({"bob", "b", 2}, Body(1000, 'b'), true);
+  // A third user, and many clients of bob's, still fit.
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        RunAndRecord(&t, "carol", Id("c" + std::to_string(i), 1, 1), Body(100)));
+  }
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "bob", Id("b", 1, 1)));
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "bob", Id("b", 2, 1)));
+  // Mallory is still refused, and nothing went past the bound.
+  EXPECT_EQ(Decision::kRefused, Attempt(&t, "mallory", Id("m", seq, 1)));
+  EXPECT_LE(t.memory_bytes(), bound);
+}
+
+// When the whole bound is full with shares below it, the user holding the
+// most gives its oldest answers first.
+TEST(ResultTrackerTest, AtTheWholeBoundTheUserHoldingTheMostGivesFirst) {
+  FakeClock clock;
+  const size_t bound = 256 * 1024;
+  ResultTracker::Options o = Small(&clock, bound);
+  o.max_bytes_per_user = bound;  // one user may hold it all
+  ResultTracker t(o);
+  ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "bob", Id("b", 1, 1), Body(1000, 'B')));
+  for (int64_t seq = 1; seq <= 1000; ++seq) {
+    ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "mallory", Id("m", seq, 1), Body(900)));
+    ASSERT_LE(t.memory_bytes(), bound);
+  }
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "bob", Id("b", 1, 1)));
+  EXPECT_EQ(Decision::kStale, Attempt(&t, "mallory", Id("m", 1, 1)));
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "mallory", Id("m", 1000, 1)));
 }
 
 // One new request answered and recorded, `n` times, never acknowledged.

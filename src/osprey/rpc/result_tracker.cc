@@ -2,6 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <string>
+
 namespace osprey {
 
 namespace {
@@ -12,7 +15,23 @@ size_t SizeOf(const StoredAnswer& a) {
 }
 }  // namespace
 
-ResultTracker::ResultTracker(Options options) : options_(std::move(options)) {}
+ResultTracker::ResultTracker(Options options)
+    : options_(std::move(options)),
+      max_bytes_per_user_(options_.max_bytes_per_user != 0
+                              ? std::min(options_.max_bytes_per_user, options_.max_bytes)
+                              : options_.max_bytes / 2) {}
+
+void ResultTracker::Charge(User* user, size_t bytes) {
+  user->bytes += bytes;
+  bytes_ += bytes;
+  DCHECK_LE(bytes_, options_.max_bytes);
+}
+
+void ResultTracker::Uncharge(User* user, size_t bytes) {
+  DCHECK_GE(user->bytes, bytes);
+  user->bytes -= bytes;
+  bytes_ -= bytes;
+}
 
 MonoTime ResultTracker::Now() const {
   return options_.clock ? options_.clock() : MonoTime::NowCoarse();
@@ -32,19 +51,37 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
     const MonoTime now = Now();
     SweepLocked(now);
     std::string key = ClientKey(user, id.client_id());
+    User* u = &users_[user];
+    u->name = user;
+    pinned_ = u;
+    // However Track ends, a user left without clients goes.
+    struct Unpin {
+      ResultTracker* t;
+      User* u;
+      ~Unpin() NO_THREAD_SAFETY_ANALYSIS {
+        t->pinned_ = nullptr;
+        if (u->clients == 0) {
+          DCHECK_EQ(u->bytes, 0u);
+          std::string name = u->name;  // not a reference into what is erased
+          t->users_.erase(name);
+        }
+      }
+    } unpin{this, u};
     auto c = clients_.find(key);
     if (c == clients_.end()) {
       // A request the client itself calls finished makes no state.
       if (id.seq_no() < id.first_incomplete_seq_no()) {
         reply = Reply::kStale;
-      } else if (!MakeRoom(kClientOverhead + 2 * key.size())) {
+      } else if (!MakeRoom(u, kClientOverhead + 2 * key.size())) {
         reply = Reply::kFull;
       } else {
         c = clients_.emplace(key, Client()).first;
         Client& fresh = c->second;
+        fresh.user = u;
         fresh.key = key;
         fresh.by_time = clients_by_time_.insert(clients_by_time_.end(), &fresh);
-        bytes_ += kClientOverhead + 2 * key.size();
+        ++u->clients;
+        Charge(u, kClientOverhead + 2 * key.size());
         UpdateEmpty(&fresh);
       }
     }
@@ -69,10 +106,10 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
           reply = Reply::kTooManyWaiting;
         } else {
           const size_t cost = (*call)->memory_bytes();
-          if (!MakeRoom(cost)) {
+          if (!MakeRoom(u, cost, &client)) {
             reply = Reply::kFull;
           } else {
-            bytes_ += cost;
+            Charge(u, cost);
             e.waiting_bytes += cost;
             e.waiting.push_back(std::move(*call));
             return Decision::kWaiting;
@@ -80,11 +117,11 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
         }
       } else if (id.seq_no() < client.first_incomplete || id.seq_no() < client.expired_below) {
         reply = Reply::kStale;
-      } else if (!MakeRoom(kRequestOverhead, &client)) {
+      } else if (!MakeRoom(u, kRequestOverhead, &client)) {
         reply = Reply::kFull;
       } else {
         client.entries.emplace(id.seq_no(), Entry());
-        bytes_ += kRequestOverhead;
+        Charge(u, kRequestOverhead);
         ++client.running;
         UpdateEmpty(&client);
         return Decision::kRun;
@@ -108,12 +145,15 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
                                " is stale: its answer was already acknowledged or forgotten"));
       return Decision::kStale;
     case Reply::kFull:
-      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full ("
-                                 << options_.max_bytes << " bytes); refusing new ones until "
-                                 << "clients acknowledge answers or they expire";
+      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full for user " << user
+                                 << " (its share " << max_bytes_per_user_ << " of "
+                                 << options_.max_bytes << " bytes); refusing its new ones until "
+                                 << "its clients acknowledge answers or they expire";
       (*call)->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
                               Status::ServiceUnavailable(
-                                  "the server's memory of exactly-once requests is full (" +
+                                  "the server's memory of exactly-once requests is full for "
+                                  "this user (a share of " +
+                                  std::to_string(max_bytes_per_user_) + " of " +
                                   std::to_string(options_.max_bytes) + " bytes); try again later"));
       return Decision::kRefused;
     case Reply::kTooManyWaiting:
@@ -141,9 +181,10 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
     auto it = client.entries.find(key.seq_no);
     if (it == client.entries.end() || it->second.state != State::kRunning) return;
     Entry& e = it->second;
+    User* u = client.user;
     waiting.swap(e.waiting);
     counts_.after_waiting += waiting.size();
-    bytes_ -= e.waiting_bytes;
+    Uncharge(u, e.waiting_bytes);
     e.waiting_bytes = 0;
     --client.running;
     if (!store || key.seq_no < client.first_incomplete) {
@@ -153,12 +194,13 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
       const size_t n = SizeOf(answer);
       // Room for it at the price of older answers; an answer that cannot
       // fit at all is not kept, but its record is: its retry is stale.
-      if (n <= options_.max_bytes && MakeRoom(n)) {
+      if (n <= max_bytes_per_user_ && MakeRoom(u, n, &client)) {
         e.state = State::kDone;
         e.answer = answer;
         e.answer_bytes = n;
-        bytes_ += n;
+        Charge(u, n);
         e.order = done_.insert(done_.end(), {now, &client, key.seq_no});
+        e.user_order = u->done.insert(u->done.end(), {now, &client, key.seq_no});
       } else {
         e.state = State::kEvicted;
         e.order = evicted_.insert(evicted_.end(), {now, &client, key.seq_no});
@@ -171,13 +213,15 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
 
 void ResultTracker::Erase(Client* client, std::map<int64_t, Entry>::iterator it) {
   Entry& e = it->second;
+  User* u = client->user;
   if (e.state == State::kDone) {
-    bytes_ -= e.answer_bytes;
+    Uncharge(u, e.answer_bytes);
     done_.erase(e.order);
+    u->done.erase(e.user_order);
   } else if (e.state == State::kEvicted) {
     evicted_.erase(e.order);
   }
-  bytes_ -= kRequestOverhead;
+  Uncharge(u, kRequestOverhead + e.waiting_bytes);
   client->entries.erase(it);
   UpdateEmpty(client);
 }
@@ -185,20 +229,27 @@ void ResultTracker::Erase(Client* client, std::map<int64_t, Entry>::iterator it)
 void ResultTracker::UpdateEmpty(Client* client) {
   const bool empty = client->entries.empty();
   if (empty == client->listed_empty) return;
+  ClientList& list = client->user->empty_clients;
   if (empty) {
-    client->empty_it = empty_clients_.insert(empty_clients_.end(), client);
+    client->empty_it = list.insert(list.end(), client);
   } else {
-    empty_clients_.erase(client->empty_it);
+    list.erase(client->empty_it);
   }
   client->listed_empty = empty;
 }
 
 void ResultTracker::EraseClient(Client* client) {
   while (!client->entries.empty()) Erase(client, client->entries.begin());
-  if (client->listed_empty) empty_clients_.erase(client->empty_it);
+  User* u = client->user;
+  if (client->listed_empty) u->empty_clients.erase(client->empty_it);
   clients_by_time_.erase(client->by_time);
-  bytes_ -= kClientOverhead + 2 * client->key.size();
+  Uncharge(u, kClientOverhead + 2 * client->key.size());
   clients_.erase(client->key);  // frees *client
+  if (--u->clients == 0 && u != pinned_) {
+    DCHECK_EQ(u->bytes, 0u);
+    std::string name = u->name;  // not a reference into what is erased
+    users_.erase(name);          // frees *u
+  }
 }
 
 void ResultTracker::ForgetAcknowledged(Client* client) {
@@ -210,32 +261,55 @@ void ResultTracker::ForgetAcknowledged(Client* client) {
   }
 }
 
-bool ResultTracker::MakeRoom(size_t need, const Client* keep) {
+bool ResultTracker::CanEvict(const User& user, const Client* keep) {
+  const ClientList& empty = user.empty_clients;
+  return !user.done.empty() || empty.size() > 1 || (empty.size() == 1 && empty.front() != keep);
+}
+
+bool ResultTracker::EvictOne(User* user, const Client* keep) {
+  if (!user->done.empty()) {
+    // The oldest answer goes; its record stays, so its retry is refused.
+    OrderNode n = user->done.front();
+    Entry& e = n.client->entries.at(n.seq_no);
+    user->done.pop_front();
+    done_.erase(e.order);
+    Uncharge(user, e.answer_bytes);
+    e.answer = Answer();
+    e.answer_bytes = 0;
+    e.state = State::kEvicted;
+    e.order = evicted_.insert(evicted_.end(), {n.at, n.client, n.seq_no});
+    LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers of user " << user->name
+                               << " (its share " << max_bytes_per_user_ << " of "
+                               << options_.max_bytes
+                               << " bytes); their retries will be refused as stale";
+    return true;
+  }
+  // A client with nothing remembered: what it sends later is new.
+  ClientList& empty = user->empty_clients;
+  if (empty.empty() || (empty.size() == 1 && empty.front() == keep)) return false;
+  Client* oldest = empty.front();
+  if (oldest == keep) {
+    empty.splice(empty.end(), empty, keep->empty_it);
+    oldest = empty.front();
+  }
+  EraseClient(oldest);
+  return true;
+}
+
+bool ResultTracker::MakeRoom(User* user, size_t need, const Client* keep) {
+  DCHECK(user == pinned_ || user->clients > 0);  // not freed by an eviction below
+  while (user->bytes + need > max_bytes_per_user_) {
+    if (!EvictOne(user, keep)) return false;
+  }
   while (bytes_ + need > options_.max_bytes) {
-    if (!done_.empty()) {
-      // The oldest answer goes; its record stays, so its retry is refused.
-      OrderNode n = done_.front();
-      done_.pop_front();
-      Entry& e = n.client->entries.at(n.seq_no);
-      bytes_ -= e.answer_bytes;
-      e.answer = Answer();
-      e.answer_bytes = 0;
-      e.state = State::kEvicted;
-      e.order = evicted_.insert(evicted_.end(), {n.at, n.client, n.seq_no});
-      LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers beyond " << options_.max_bytes
-                                 << " bytes; their retries will be refused as stale";
-    } else if (!empty_clients_.empty() &&
-               !(empty_clients_.size() == 1 && empty_clients_.front() == keep)) {
-      // A client with nothing remembered: what it sends later is new.
-      Client* oldest = empty_clients_.front();
-      if (oldest == keep) {
-        empty_clients_.splice(empty_clients_.end(), empty_clients_, keep->empty_it);
-        continue;
-      }
-      EraseClient(oldest);
-    } else {
-      return false;
+    // The user holding the most that has anything to give. A scan: users
+    // are few next to calls, and this runs only with the whole bound full.
+    User* biggest = nullptr;
+    for (auto& [name, u] : users_) {
+      if (CanEvict(u, keep) && (biggest == nullptr || u.bytes > biggest->bytes)) biggest = &u;
     }
+    if (biggest == nullptr) return false;
+    EvictOne(biggest, keep);
   }
   return true;
 }
@@ -286,6 +360,12 @@ size_t ResultTracker::clients() const {
 ResultTracker::DuplicateCounts ResultTracker::duplicate_counts() const {
   MutexLock l(mu_);
   return counts_;
+}
+
+size_t ResultTracker::user_bytes(const std::string& user) const {
+  MutexLock l(mu_);
+  auto it = users_.find(user);
+  return it == users_.end() ? 0 : it->second.bytes;
 }
 
 size_t ResultTracker::evicted_records() const {

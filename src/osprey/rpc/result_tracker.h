@@ -24,13 +24,20 @@
 //  - An answer is dropped when the client says it has it
 //    (first_incomplete_seq_no passes it): at once, in time proportional to
 //    what is dropped.
-//  - Beyond `max_bytes`, the oldest answers are evicted first. An evicted
-//    answer leaves a small record behind, so that a retry of exactly that
-//    request is refused as stale and never runs twice; no other sequence
-//    number is affected (one that never ran still runs).
-//  - When the records alone fill `max_bytes`, a new request is refused
-//    ERROR_SERVER_TOO_BUSY (retryable) until acknowledgements or time free
-//    room: the bound is never passed, and nothing runs twice.
+//  - Each user (who authenticated the calls) may hold at most its share,
+//    `max_bytes_per_user`: beyond it, that user's own oldest answers are
+//    evicted, then its clients that hold nothing. An evicted answer leaves
+//    a small record behind, so that a retry of exactly that request is
+//    refused as stale and never runs twice; no other sequence number is
+//    affected (one that never ran still runs).
+//  - Beyond `max_bytes` in all, the user holding the most gives first, in
+//    the same order. So one user, however busy, can neither evict another
+//    user's answers while it holds more than they do, nor take the room
+//    the others' shares leave.
+//  - When a user's records alone fill its share, its new requests are
+//    refused ERROR_SERVER_TOO_BUSY (retryable) until acknowledgements or
+//    time free room; other users are not. The bound is never passed, and
+//    nothing runs twice.
 //  - After `response_ttl` an answer or record is forgotten, and the
 //    client's requests up to it become stale (Kudu's remember_responses_ttl:
 //    the client has long given up on them).
@@ -92,6 +99,8 @@ class ResultTracker {
     MonoDelta client_ttl = MonoDelta::FromSeconds(3600);
     // Everything the tracker keeps, at most.
     size_t max_bytes = 64 * 1024 * 1024;
+    // What one user may hold of it; 0: half of max_bytes.
+    size_t max_bytes_per_user = 0;
     // Duplicates that may wait for one running request.
     size_t max_waiting_per_request = 16;
     // Where time comes from; null: MonoTime::NowCoarse.
@@ -141,6 +150,8 @@ class ResultTracker {
   // Every byte counted against max_bytes.
   size_t memory_bytes() const EXCLUDES(mu_);
   size_t clients() const EXCLUDES(mu_);
+  // What `user` holds, counted against its share.
+  size_t user_bytes(const std::string& user) const EXCLUDES(mu_);
   // Requests whose answers were evicted, kept so that their retries are
   // refused.
   size_t evicted_records() const EXCLUDES(mu_);
@@ -155,6 +166,7 @@ class ResultTracker {
 
  private:
   struct Client;
+  struct User;
   enum class State { kRunning, kDone, kEvicted };
   // In the order of their answers (or eviction), oldest first.
   struct OrderNode {
@@ -169,10 +181,21 @@ class ResultTracker {
     size_t answer_bytes = 0;
     std::vector<std::unique_ptr<TrackedCall>> waiting;
     size_t waiting_bytes = 0;
-    OrderList::iterator order;  // in done_ (kDone) or evicted_ (kEvicted)
+    OrderList::iterator order;       // in done_ (kDone) or evicted_ (kEvicted)
+    OrderList::iterator user_order;  // in its user's done (kDone)
   };
   using ClientList = std::list<Client*>;
+  // One user's part: what it holds, and what of it can be evicted. Exists
+  // while the user has a client; its cost is within kClientOverhead.
+  struct User {
+    std::string name;
+    size_t bytes = 0;
+    size_t clients = 0;
+    OrderList done;            // its stored answers, oldest first
+    ClientList empty_clients;  // its clients with no entries, oldest first
+  };
   struct Client {
+    User* user = nullptr;
     std::string key;  // user and client id, as clients_ holds it
     std::map<int64_t, Entry> entries;
     int64_t first_incomplete = 0;  // the highest the client has told
@@ -191,20 +214,32 @@ class ResultTracker {
   void Erase(Client* client, std::map<int64_t, Entry>::iterator it) REQUIRES(mu_);
   // Expired answers, records and clients.
   void SweepLocked(MonoTime now) REQUIRES(mu_);
-  // Evicts answers, oldest first, and clients with nothing remembered,
-  // least recently heard first, until `need` more bytes fit. False if
-  // they cannot.
-  // `keep` (may be null) is not evicted.
-  bool MakeRoom(size_t need, const Client* keep = nullptr) REQUIRES(mu_);
+  // Makes room for `need` more bytes of `user`: within its share, by
+  // evicting its own answers, oldest first, then its clients with nothing
+  // remembered, least recently heard first; within max_bytes, by evicting
+  // so from the user holding the most. False if they cannot: only `user`
+  // is then refused. `keep` (may be null) is not evicted.
+  bool MakeRoom(User* user, size_t need, const Client* keep = nullptr) REQUIRES(mu_);
+  // One eviction from `user`, as above. False if it has nothing to give.
+  bool EvictOne(User* user, const Client* keep) REQUIRES(mu_);
+  static bool CanEvict(const User& user, const Client* keep);
+  // Every byte the tracker keeps is added and taken here, to its user's
+  // count and the total.
+  void Charge(User* user, size_t bytes) REQUIRES(mu_);
+  void Uncharge(User* user, size_t bytes) REQUIRES(mu_);
   void EraseClient(Client* client) REQUIRES(mu_);
   // Keeps empty_clients_ true of `client` after its entries changed.
   void UpdateEmpty(Client* client) REQUIRES(mu_);
 
   const Options options_;
+  const size_t max_bytes_per_user_;
   mutable Mutex mu_;
   std::unordered_map<std::string, Client> clients_ GUARDED_BY(mu_);
+  // Node-based: Client::user points into it. A user goes with its last
+  // client, unless it is `pinned_` (the user a Track serves).
+  std::unordered_map<std::string, User> users_ GUARDED_BY(mu_);
+  User* pinned_ GUARDED_BY(mu_) = nullptr;
   ClientList clients_by_time_ GUARDED_BY(mu_);  // least recently heard first
-  ClientList empty_clients_ GUARDED_BY(mu_);    // with no entries, oldest first
   OrderList done_ GUARDED_BY(mu_);              // stored answers
   OrderList evicted_ GUARDED_BY(mu_);           // records of evicted answers
   size_t bytes_ GUARDED_BY(mu_) = 0;

@@ -5,6 +5,7 @@
 
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/message_pool.h"
+#include "osprey/wire/frame.h"
 
 namespace osprey {
 
@@ -102,6 +103,11 @@ void RpcContext::RespondApplicationError(int error_ext_id, const std::string& me
 }
 
 Status RpcContext::AddOutboundSidecar(std::string data, int* idx) {
+  if (outbound_sidecars_.size() >= wire::kMaxSidecars) {
+    return Status::InvalidArgument("a response may carry at most " +
+                                   std::to_string(wire::kMaxSidecars) +
+                                   " sidecars (Kudu's limit; a peer refuses more)");
+  }
   outbound_sidecars_.push_back(std::move(data));
   if (idx) *idx = static_cast<int>(outbound_sidecars_.size()) - 1;
   return Status::OK();

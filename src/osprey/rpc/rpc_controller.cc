@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include "osprey/rpc/outbound_call.h"
+#include "osprey/wire/frame.h"
 
 namespace osprey {
 
@@ -29,6 +30,11 @@ MonoDelta RpcController::timeout() const {
 Status RpcController::AddOutboundSidecar(std::string data, int* idx) {
   MutexLock l(mu_);
   if (call_) return Status::IllegalState("cannot add a sidecar while a call is in flight");
+  if (outbound_sidecars_.size() >= wire::kMaxSidecars) {
+    return Status::InvalidArgument("a call may carry at most " +
+                                   std::to_string(wire::kMaxSidecars) +
+                                   " sidecars (Kudu's limit; a peer refuses more)");
+  }
   outbound_sidecars_.push_back(std::move(data));
   if (idx) *idx = static_cast<int>(outbound_sidecars_.size()) - 1;
   return Status::OK();

@@ -105,12 +105,15 @@ void Acceptor::HandleEvents(uint32_t) {
       });
       return;
     }
-    int64_t limit = static_cast<int64_t>(reactor_->options().max_server_connections);
+    int64_t limit =
+        static_cast<int64_t>(serves_ == Serves::kHttp ? reactor_->options().max_http_connections
+                                                      : reactor_->options().max_server_connections);
     if (open_connections_->load() >= limit) {
       MonoTime now = MonoTime::Now();
       if (now - last_refusal_log_ > MonoDelta::FromSeconds(1)) {
         LOG(WARNING) << "refusing connection from " << remote.ToString() << ": " << limit
-                     << " server connections are open (the configured maximum)";
+                     << (serves_ == Serves::kHttp ? " HTTP" : " server")
+                     << " connections are open (the configured maximum)";
         last_refusal_log_ = now;
       }
       continue;  // `conn` closes here

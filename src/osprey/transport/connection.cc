@@ -8,10 +8,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <functional>
 
+#include "osprey/base/log_rate_limiter.h"
 #include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
@@ -73,7 +75,9 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
       identity_{std::move(user), "", AuthenticationMethod::kPlain},
       state_(role == Role::kClient ? State::kConnecting : State::kAwaitingConnectionHeader),
       last_activity_(MonoTime::Now()) {
-  size_t max = reactor->options().max_frame_size;
+  // Raised to max_frame_size when the connection opens (OpenFrameLimit).
+  size_t max =
+      std::min(reactor->options().max_negotiation_frame_size, reactor->options().max_frame_size);
   if (role == Role::kClient) {
     response_decoder_ = std::make_unique<wire::ResponseDecoder>(max);
   } else {
@@ -89,6 +93,13 @@ Connection::~Connection() {
     ::close(worker_wake_fd_);
     worker_sets_open.fetch_sub(1);
   }
+}
+
+void Connection::RaiseFrameLimit() {
+  DCHECK(state_ == State::kOpen);
+  size_t max = reactor_->options().max_frame_size;
+  if (response_decoder_) response_decoder_->set_max_frame_size(max);
+  if (request_decoder_) request_decoder_->set_max_frame_size(max);
 }
 
 void Connection::CountIn(std::shared_ptr<std::atomic<int64_t>> counter) {
@@ -120,11 +131,23 @@ Status Connection::Start(bool connect_in_progress) {
   return Status::OK();
 }
 
+namespace {
+// What a peer causes at will (a bad header, a refused negotiation, a
+// silent or unreading peer) is logged through one limiter, a count per
+// interval: no peer can fill the server's log.
+void LogBadPeer(const std::string& line) {
+  std::string suffix;
+  if (LogRateLimiter::BadPeers()->Allow(MonoTime::Now(), &suffix)) {
+    LOG(WARNING) << line << suffix;
+  }
+}
+}  // namespace
+
 void Connection::OnNegotiationTimeout() {
   if (state_ == State::kOpen || state_ == State::kClosed) return;
   Status s = Status::TimedOut(ToString() + ": negotiation did not finish within " +
                               reactor_->options().negotiation_timeout.ToString());
-  LOG(WARNING) << s.ToString();
+  LogBadPeer(s.ToString());
   Shutdown(s);
 }
 
@@ -142,7 +165,8 @@ void Connection::OnConnected() {
   auth.service_name = o.sasl_proto_name;
   auth.host = host_;
   auth.certificate = o.encryption != RpcEncryption::kDisabled && o.tls_client != nullptr &&
-                     o.tls_client->authenticates_by_certificate();
+                     o.tls_client->authenticates_by_certificate() &&
+                     o.tls_client_cert_authentication;
   auth.token = o.authn_token;
   auth.verifies_server = o.tls_client != nullptr && o.tls_client->verifies_peer();
   client_negotiator_ = std::make_unique<ClientNegotiator>(identity_.user, ClientTlsOffer(),
@@ -345,7 +369,8 @@ Status Connection::ReadConnectionHeader() {
   ServerAuthPolicy auth;
   auth.mode = o.authentication;
   auth.kerberos = o.kerberos_server;
-  auth.certificate = policy.available && o.tls_server->authenticates_by_certificate();
+  auth.verifiable_certificate = policy.available && o.tls_server->authenticates_by_certificate();
+  auth.certificate = auth.verifiable_certificate && o.tls_client_cert_authentication;
   auth.token_verifier = o.token_verifier;
   server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get(), auth);
   state_ = State::kNegotiating;
@@ -369,10 +394,24 @@ void Connection::BecomeHttp() {
   // The socket and what was read go to an HttpConnection on this reactor;
   // this connection closes quietly.
   std::string first(reinterpret_cast<const char*>(conn_header_), conn_header_got_);
+  const ConnectionOptions& o = reactor_->options();
+  // Counted as HTTP, not in the RPC connections' slots (this connection's
+  // own count goes when it does, below).
+  if (o.http_connections != nullptr &&
+      o.http_connections->load() >= static_cast<int64_t>(o.max_http_connections)) {
+    static const char kBusy[] =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: "
+        "26\r\nConnection: close\r\n\r\ntoo many HTTP connections\n";
+    iovec busy{const_cast<char*>(kBusy), sizeof(kBusy) - 1};
+    size_t ignored;
+    (void)socket_.Writev(&busy, 1, &ignored);  // best effort: the socket is new and empty
+    Shutdown(Status::ServiceUnavailable("too many HTTP connections"));
+    return;
+  }
   reactor_->RemoveFd(socket_.fd());
   auto http =
       std::make_shared<HttpConnection>(reactor_, std::move(socket_), remote_, std::move(first),
-                                       reactor_->http_handler(), open_counter_);
+                                       reactor_->http_handler(), o.http_connections);
   Shutdown(Status::Aborted("served as HTTP"));
   reactor_->AdoptHttpConnection(std::move(http));
 }
@@ -390,7 +429,7 @@ void Connection::ReadAvailable() {
         return;
       }
       if (!s.ok()) {
-        if (s.IsCorruption()) LOG(WARNING) << ToString() << ": " << s.ToString();
+        if (s.IsCorruption()) LogBadPeer(ToString() + ": " + s.ToString());
         Shutdown(s);
         return;
       }
@@ -440,14 +479,21 @@ void Connection::DecodeFrames(size_t n) {
   while (true) {
     if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
     // One frame at a time while negotiating: the TLS handshake may end at
-    // any frame, and the bytes after it are records, not frames.
-    size_t max_frames = state_ == State::kOpen || tls_reading_ ? SIZE_MAX : 1;
+    // any frame, and the bytes after it are records, not frames; and the
+    // frame that opens the connection raises the frame limit for the next.
+    size_t max_frames = state_ == State::kOpen ? SIZE_MAX : 1;
     size_t got;
     if (role_ == Role::kClient) {
       auto& frames = response_frames_;  // reused: its capacity stays
       frames.clear();
+      if (clear_after_tls_) max_frames = 1;
       Status ds = response_decoder_->Consume(n, &frames, max_frames);
       got = frames.size();
+      if (clear_after_tls_ && got > 0) {
+        const wire::InboundResponse& f = frames.front();
+        Shutdown(ClientClearFrameAfterTls(f.header.call_id(), f.header.is_error(), f.main_message));
+        return;
+      }
       for (auto& f : frames) {
         Status fs = HandleResponseFrame(std::move(f));
         if (!fs.ok()) {
@@ -457,7 +503,7 @@ void Connection::DecodeFrames(size_t n) {
         if (state_ == State::kClosed) return;
       }
       if (!ds.ok()) {
-        LOG(WARNING) << ToString() << ": bad frame from server: " << ds.ToString();
+        LogBadPeer(ToString() + ": bad frame from server: " + ds.ToString());
         Shutdown(Status::NetworkError("bad frame from server: " + ds.message()));
         return;
       }
@@ -539,12 +585,14 @@ void Connection::DecryptAndDecode(Slice records) {
       return;
     }
   }
-  LOG(WARNING) << ToString() << ": " << ts.ToString();
+  LogBadPeer(ToString() + ": " + ts.ToString());
   Shutdown(ts);
 }
 
 void Connection::DecodeClearErrorFrame(const std::string& raw) {
+  DCHECK(role_ == Role::kClient);
   tls_reading_ = false;
+  clear_after_tls_ = true;
   Slice rest(raw);
   while (!rest.empty() && state_ != State::kClosed) {
     size_t space;
@@ -664,6 +712,7 @@ Status Connection::ApplyClientSteps(const NegotiationSteps& steps) {
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, context);
     state_ = State::kOpen;
+    RaiseFrameLimit();
     if (tls_ != nullptr) tls_->set_keep_raw_input(false);
     if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
     negotiation_timer_ = {};
@@ -795,6 +844,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         return s;
       }
       state_ = State::kOpen;
+      RaiseFrameLimit();
       OSPREY_RETURN_NOT_OK(MakeWorkerSet());
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
       negotiation_timer_ = {};
@@ -894,8 +944,8 @@ void Connection::DeliverResponse(Connection* conn, int32_t call_id,
 void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB code,
                                 const Status& why) {
   if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
-  LOG(WARNING) << ToString() << ": closing after " << ErrorStatusPB::RpcErrorCodePB_Name(code)
-               << ": " << why.ToString();
+  LogBadPeer(ToString() + ": closing after " + ErrorStatusPB::RpcErrorCodePB_Name(code) + ": " +
+             why.ToString());
   ResponseHeader header;
   header.set_call_id(call_id);
   header.set_is_error(true);
@@ -946,7 +996,7 @@ void Connection::QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) {
                                     std::to_string(outbound_bytes_) +
                                     " bytes queued exceed the limit of " +
                                     std::to_string(reactor_->options().max_outbound_queue_bytes));
-    LOG(WARNING) << s.ToString();
+    LogBadPeer(s.ToString());
     Shutdown(s);
     return;
   }

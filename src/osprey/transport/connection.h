@@ -188,6 +188,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Tells the messenger's metrics how many bytes wait for this peer.
   void PublishQueuedBytes() REQUIRES(reactor_->loop_mu_);
   void ReadAvailable() REQUIRES(reactor_->loop_mu_);
+  // Once open: frames may be max_frame_size long, no longer only
+  // max_negotiation_frame_size.
+  void RaiseFrameLimit() REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
   void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
   // Decrypts TLS records and decodes the frames they complete.
@@ -204,9 +207,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
                              std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
   // From here on, bytes queued go out as TLS records of `session`.
   void StartTlsRecords(std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
-  // A client that switched to records gets a clear error frame instead:
-  // reads it, and the rest, as clear frames.
+  // A client that switched to records got clear bytes instead: reads one
+  // clear frame from them, and no more (ClientClearFrameAfterTls).
   void DecodeClearErrorFrame(const std::string& raw) REQUIRES(reactor_->loop_mu_);
+
   void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
   void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
   void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
@@ -314,6 +318,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // The handshake ended while frames were being decoded: the rest of the
   // decoder's buffer is records.
   bool tls_switch_pending_ GUARDED_BY(reactor_->loop_mu_) = false;
+  // A client that switched to records and then got clear bytes: it reads
+  // one frame of them, and closes.
+  bool clear_after_tls_ GUARDED_BY(reactor_->loop_mu_) = false;
 
   TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;

@@ -1,7 +1,9 @@
 // Settings every connection of a Messenger shares. A plain value.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,7 @@
 namespace osprey::transport {
 
 class HttpHandler;
+class HttpHostCheck;
 class BlockingWorker;
 class KerberosCredentials;
 }  // namespace osprey::transport
@@ -24,6 +27,10 @@ class TransportMetrics;
 
 struct ConnectionOptions {
   size_t max_frame_size = wire::kDefaultMaxFrameSize;
+  // Until a connection is open (negotiated, and on a server given its
+  // context), its frames may be at most this long: a peer that has not
+  // authenticated cannot make the reactor buffer max_frame_size bytes.
+  size_t max_negotiation_frame_size = 1024 * 1024;
   MonoDelta negotiation_timeout = MonoDelta::FromSeconds(3);
   // Connections with no call in flight and no traffic for this long close.
   MonoDelta idle_timeout = MonoDelta::FromSeconds(65);
@@ -50,6 +57,11 @@ struct ConnectionOptions {
   // Immutable, shared by every connection of the Messenger.
   std::shared_ptr<const TlsContext> tls_server;
   std::shared_ptr<const TlsContext> tls_client;
+
+  // Certificate authentication (Kudu's authn_types.certificate): a server
+  // names a client by its certificate, a client offers its own. Off unless
+  // set (MessengerBuilder::set_tls_client_cert_authentication).
+  bool tls_client_cert_authentication = false;
 
   RpcAuthentication authentication = RpcAuthentication::kDisabled;
   // Set by MessengerBuilder::Build from a keytab: the server's principal,
@@ -78,6 +90,15 @@ struct ConnectionOptions {
   // False: HTTP is served only on the messenger's HTTP listeners
   // (Messenger::ListenHttp), and a request on the RPC port is refused.
   bool http_on_rpc_port = true;
+  // HTTP connections, on the RPC port and on HTTP listeners together: at
+  // most this many at once, counted in `http_connections` (apart from RPC
+  // connections, whose slots they never hold), each closed when idle for
+  // http_idle_timeout.
+  size_t max_http_connections = 64;
+  MonoDelta http_idle_timeout = MonoDelta::FromSeconds(30);
+  std::shared_ptr<std::atomic<int64_t>> http_connections;
+  // Which Host headers name this server; null: not checked.
+  std::shared_ptr<const HttpHostCheck> http_host_check;
   // Server calls in flight are traced for /rpcz.
   bool track_calls = false;
 };

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <sys/epoll.h>
 
+#include "osprey/transport/http_host_check.h"
 #include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
@@ -15,6 +16,8 @@ const char* Reason(int status) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -81,7 +84,7 @@ void HttpConnection::UpdateTimer() {
   MonoTime next;
   // Only asked when to look; what is due is acted on in OnTimer.
   (void)CheckHttpTimeout(timer_state_, MonoTime::Min(), reactor_->options().negotiation_timeout,
-                         reactor_->options().idle_timeout, &next);
+                         reactor_->options().http_idle_timeout, &next);
   if (next == timer_at_ && (timer_ || next.IsMax())) return;
   if (timer_) reactor_->CancelTimer(timer_);
   timer_ = {};
@@ -104,7 +107,7 @@ void HttpConnection::OnTimer() {
   timer_state_.output_pending = !out_.empty();
   MonoTime next;
   switch (CheckHttpTimeout(timer_state_, MonoTime::Now(), reactor_->options().negotiation_timeout,
-                           reactor_->options().idle_timeout, &next)) {
+                           reactor_->options().http_idle_timeout, &next)) {
     case HttpTimeout::kNone:
       break;
     case HttpTimeout::kIdle:
@@ -184,6 +187,16 @@ void HttpConnection::Dispatch() {
   if (req.method != "GET" && !head_request_) {
     SendError(405, "only GET and HEAD are served");
     return;
+  }
+  if (const HttpHostCheck* check = reactor_->options().http_host_check.get()) {
+    Sockaddr local;
+    Status hs = socket_.GetLocalAddress(&local);
+    if (hs.ok()) hs = check->Check(req.has_host, req.host, local);
+    if (!hs.ok()) {
+      close_after_send_ = true;
+      SendError(403, hs.message());
+      return;
+    }
   }
   awaiting_answer_ = true;
   UpdateTimer();

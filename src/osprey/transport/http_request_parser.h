@@ -20,6 +20,8 @@ struct HttpRequest {
   std::string path;    // "/metrics"
   std::string query;   // after '?', without it
   std::string accept;  // the Accept header, if any
+  std::string host;    // the Host header, if any
+  bool has_host = false;
   bool keep_alive = true;
 };
 

@@ -140,5 +140,43 @@ TEST(NegotiationTest, RequiredClientRefusesAServerWithoutTls) {
   EXPECT_NE(std::string::npos, s.message().find("server does not support TLS")) << s.ToString();
 }
 
+// Issue 40, finding 1, cell by cell: a clear frame after the client's
+// switch to records ends the connection, whatever it is; only a server's
+// error frame is reported as its refusal.
+TEST(NegotiationTest, AClearFrameAfterTheTlsSwitchIsNeverAccepted) {
+  wire::ErrorStatusPB err;
+  err.set_code(wire::ErrorStatusPB::FATAL_UNAUTHORIZED);
+  err.set_message("bad certificate");
+  const std::string error_body = err.SerializeAsString();
+  NegotiatePB success;
+  success.set_step(NegotiatePB::SASL_SUCCESS);
+  const std::string success_body = success.SerializeAsString();
+  struct Cell {
+    int32_t id;
+    bool is_error;
+    std::string body;
+    bool refusal;  // reported as the server's refusal
+  };
+  for (const Cell& c : std::vector<Cell>{
+           {-33, true, error_body, true},
+           {-1, true, error_body, true},
+           {-33, false, success_body, false},
+           {-33, true, "\xff\xff not a protobuf", false},
+           {0, false, "\x08\x01", false},
+           {0, true, error_body, false},
+           {-3, true, error_body, false},
+       }) {
+    Status s = ClientClearFrameAfterTls(c.id, c.is_error, Slice(c.body));
+    ASSERT_FALSE(s.ok()) << c.id;
+    if (c.refusal) {
+      EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+      EXPECT_EQ("server rejected negotiation: bad certificate", s.message());
+    } else {
+      EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
+      EXPECT_NE(std::string::npos, s.message().find("clear bytes after the TLS handshake"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace osprey::transport

@@ -45,6 +45,18 @@ NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer, OtherAuthn others) 
   return pb;
 }
 
+Status ClientClearFrameAfterTls(int32_t call_id, bool is_error, Slice body) {
+  wire::ErrorStatusPB err;
+  if (is_error && (call_id == -33 || call_id == -1) &&
+      err.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    return Status::NotAuthorized("server rejected negotiation: " + err.message());
+  }
+  return Status::NetworkError(
+      "server sent clear bytes after the TLS handshake (a frame with call id " +
+      std::to_string(call_id) +
+      "): refused, as only a man in the middle sends those where records must be");
+}
+
 Status ClientCheckNegotiate(const NegotiatePB& server, const TlsFeatures& offered,
                             bool tls_required, TlsFeatures* agreed, OtherAuthn offered_others,
                             AuthnType* chosen) {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "osprey/base/slice.h"
 #include "osprey/base/status.h"
 #include "osprey/wire/rpc_header.pb.h"
 
@@ -59,6 +60,15 @@ SaslMechanisms ListedMechanisms(const wire::NegotiatePB& pb);
 Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const TlsFeatures& offered,
                             bool tls_required, TlsFeatures* agreed, OtherAuthn offered_others = {},
                             AuthnType* chosen = nullptr);
+
+// A client that switched to TLS records got clear bytes instead, and this
+// frame is the first of them: why its connection ends. The server's
+// refusal (NotAuthorized, with its message) if the frame is an error of
+// negotiation (call id -33) or of the connection (-1), else NetworkError
+// refusing clear bytes. Never OK: the frame reaches neither the negotiator
+// nor the call table, and nothing after it is read, since anyone on the
+// path can write clear bytes (issue 40).
+Status ClientClearFrameAfterTls(int32_t call_id, bool is_error, Slice body);
 
 // Client: SASL_INITIATE with PLAIN for `user`.
 wire::NegotiatePB ClientSaslInitiate(const std::string& user);

@@ -293,7 +293,7 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
     case Step::kNegotiate: {
       NegotiatePB answer;
       OtherAuthn acceptable{auth_.certificate,
-                            auth_.certificate && auth_.token_verifier != nullptr};
+                            auth_.verifiable_certificate && auth_.token_verifier != nullptr};
       OSPREY_RETURN_NOT_OK(ServerAnswerNegotiate(client, policy_, &answer, &agreed_, Offered(),
                                                  acceptable, &chosen_));
       if (agreed_.tls) {
@@ -328,8 +328,8 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
         step_ = Step::kSasl;
         if (chosen_ == AuthnType::kToken) step_ = Step::kToken;
         if (chosen_ == AuthnType::kCertificate) {
-          OSPREY_RETURN_NOT_OK(
-              tls_->PeerCertificateIdentity(&identity_.user, &identity_.principal));
+          OSPREY_RETURN_NOT_OK(tls_->PeerCertificateIdentity(
+              &identity_.user, &identity_.principal, auth_.mode == RpcAuthentication::kRequired));
           identity_.method = AuthenticationMethod::kCertificate;
           step_ = Step::kDone;
           steps->done = true;

@@ -52,7 +52,7 @@ struct ClientAuthPolicy {
   // certificate must name.
   std::string host;
   // Offer certificate authentication: this side's TLS context presents a
-  // certificate from files and trusts a CA.
+  // certificate from files and trusts a CA, and the operator turned it on.
   bool certificate = false;
   // A token to present (Kudu's SignedTokenPB bytes); offered only when the
   // client verifies the server's certificate, as Kudu requires.
@@ -65,10 +65,16 @@ struct ServerAuthPolicy {
   RpcAuthentication mode = RpcAuthentication::kDisabled;
   // Null: no Kerberos (no keytab).
   std::shared_ptr<const KerberosCredentials> kerberos;
-  // Accept certificate authentication (as `ClientAuthPolicy::certificate`).
+  // Accept certificate authentication: this side presents a certificate
+  // from files, trusts a CA, and the operator turned it on
+  // (MessengerBuilder::set_tls_client_cert_authentication). Under
+  // mode == kRequired the certificate must carry a UID.
   bool certificate = false;
+  // This side presents a certificate from files and trusts a CA: clients
+  // can verify it.
+  bool verifiable_certificate = false;
   // Accept tokens, checked by this; offered only with a certificate
-  // clients can verify (`certificate` true), as Kudu requires.
+  // clients can verify (`verifiable_certificate`), as Kudu requires.
   std::shared_ptr<const TokenVerifier> token_verifier;
 };
 

@@ -117,6 +117,34 @@ TEST(TlsContextTest, ClientVerifiesServerAgainstItsCa) {
   EXPECT_NE(std::string::npos, p.client->PeerSubject().find("server.test"));
 }
 
+// Issue 40, finding 4: under rpc_authentication=required a certificate
+// names its user by its UID only; a certificate with just a CN names none.
+TEST(TlsContextTest, ACertificateWithoutUidNamesNoUserWhenTheUidIsRequired) {
+  std::string server_cert, server_key, client_cert, client_key;
+  ASSERT_TRUE(TlsContext::MakeSelfSigned("server.test", &server_cert, &server_key).ok());
+  ASSERT_TRUE(TlsContext::MakeSelfSigned("client.test", &client_cert, &client_key).ok());
+  TempFile sc(server_cert), sk(server_key), cc(client_cert), ck(client_key);
+  TlsOptions server_opts;
+  server_opts.cert_file = sc.path();
+  server_opts.key_file = sk.path();
+  server_opts.ca_file = cc.path();
+  TlsOptions client_opts;
+  client_opts.cert_file = cc.path();
+  client_opts.key_file = ck.path();
+  client_opts.ca_file = sc.path();
+  client_opts.verify_server_host = false;
+  Pair p = MakePair(server_opts, client_opts);
+  ASSERT_TRUE(Handshake(p.client.get(), p.server.get()).ok());
+  std::string user, principal;
+  ASSERT_TRUE(p.server->PeerCertificateIdentity(&user, &principal, false).ok());
+  EXPECT_EQ("client.test", user);
+  user.clear();
+  Status s = p.server->PeerCertificateIdentity(&user, &principal, true);
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("no user id (UID)")) << s.ToString();
+  EXPECT_EQ("", user);
+}
+
 TEST(TlsContextTest, WrongCaFailsWithAClearError) {
   std::string cert, key, other_ca, other_key;
   ASSERT_TRUE(TlsContext::MakeSelfSigned("server.test", &cert, &key).ok());

@@ -369,7 +369,8 @@ void TlsSession::DoNotRequirePeerCertificate() {
   if (SSL_get_verify_mode(ssl_) & SSL_VERIFY_PEER) SSL_set_verify(ssl_, SSL_VERIFY_PEER, nullptr);
 }
 
-Status TlsSession::PeerCertificateIdentity(std::string* user, std::string* principal) const {
+Status TlsSession::PeerCertificateIdentity(std::string* user, std::string* principal,
+                                           bool require_user_id) const {
   X509* cert = SSL_get0_peer_certificate(ssl_);
   if (cert == nullptr || SSL_get_verify_result(ssl_) != X509_V_OK) {
     return Status::NotAuthorized("certificate authentication: no verified peer certificate");
@@ -377,6 +378,12 @@ Status TlsSession::PeerCertificateIdentity(std::string* user, std::string* princ
   X509_NAME* subject = X509_get_subject_name(cert);
   char buf[1024];
   int n = X509_NAME_get_text_by_NID(subject, NID_userId, buf, sizeof(buf));
+  if (n < 0 && require_user_id) {
+    return Status::NotAuthorized(
+        "certificate authentication: the client certificate has no user id (UID) attribute, "
+        "which rpc_authentication=required takes as the only name of the user (no CN "
+        "fallback)");
+  }
   if (n < 0) n = X509_NAME_get_text_by_NID(subject, NID_commonName, buf, sizeof(buf));
   if (n <= 0) {
     return Status::NotAuthorized(

@@ -113,10 +113,14 @@ class TlsSession {
   // is still verified.
   void DoNotRequirePeerCertificate();
   // Who the verified peer certificate names, as a Kudu server reads it:
-  // the subject's userId (UID), else its CN, and the Kerberos principal of
-  // Kudu's extension (OID 2.25.243346677289068076843480765133256509912),
-  // if any. NotAuthorized without a peer certificate or a name in it.
-  Status PeerCertificateIdentity(std::string* user, std::string* principal) const;
+  // the subject's userId (UID), else (unless `require_user_id`) its CN,
+  // and the Kerberos principal of Kudu's extension (OID
+  // 2.25.243346677289068076843480765133256509912), if any. NotAuthorized
+  // without a peer certificate or a name in it. Kudu's internal CA always
+  // writes the UID; a CN is only a host name in most certificates, and
+  // whoever has any certificate of the CA could log in as it.
+  Status PeerCertificateIdentity(std::string* user, std::string* principal,
+                                 bool require_user_id) const;
   // RFC 5929's tls-server-end-point channel bindings (the hash of the
   // server's certificate), which a Kerberos server sends wrapped so that a
   // client can tell that no one in the middle terminated its TLS.

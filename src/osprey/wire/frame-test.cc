@@ -166,8 +166,7 @@ TEST(FrameEncoderTest, FastRequestHeaderWithRequestIdMatchesProtobuf) {
 
   std::string header_bytes = h.SerializeAsString();
   RequestHeaderView view;
-  ASSERT_TRUE(
-      view.ParsePartialFromArray(header_bytes.data(), static_cast<int>(header_bytes.size())));
+  ASSERT_TRUE(view.ParsePartialFromArray(header_bytes.data(), header_bytes.size()));
   ASSERT_TRUE(view.has_request_id());
   EXPECT_EQ(id_pb, std::string(view.request_id_pb()));
 }

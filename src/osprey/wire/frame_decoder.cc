@@ -18,6 +18,27 @@ const char* HeaderTypeName(const ResponseHeader&) { return "ResponseHeader"; }
 const char* HeaderTypeName(const RequestHeaderView&) { return RequestHeaderView::TypeName(); }
 const char* HeaderTypeName(const ResponseHeaderView&) { return ResponseHeaderView::TypeName(); }
 
+// Why a header view stopped parsing, if a count limit stopped it; the
+// protobuf classes (tests and tools only) have no such limit while parsing
+// and are checked after.
+std::string LimitExceeded(const RequestHeaderView& h) { return h.limit_exceeded(); }
+std::string LimitExceeded(const ResponseHeaderView& h) { return h.limit_exceeded(); }
+std::string LimitExceeded(const RequestHeader&) { return {}; }
+std::string LimitExceeded(const ResponseHeader&) { return {}; }
+
+// The header views take a size_t; protobuf's classes an int, which a
+// header_len under kMaxMaxFrameSize always fits.
+bool ParseHeader(RequestHeaderView* h, const uint8_t* p, size_t n) {
+  return h->ParsePartialFromArray(p, n);
+}
+bool ParseHeader(ResponseHeaderView* h, const uint8_t* p, size_t n) {
+  return h->ParsePartialFromArray(p, n);
+}
+template <class Pb>
+bool ParseHeader(Pb* h, const uint8_t* p, size_t n) {
+  return n <= kMaxMaxFrameSize && h->ParsePartialFromArray(p, static_cast<int>(n));
+}
+
 uint32_t ReadBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
@@ -177,7 +198,12 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
     return Status::Corruption("header length " + std::to_string(header_len) + " exceeds the " +
                               std::to_string(in.size()) + " bytes left in the frame");
   }
-  if (!out->header.ParsePartialFromArray(in.data(), static_cast<int>(header_len))) {
+  if (!ParseHeader(&out->header, in.data(), header_len)) {
+    std::string limit = LimitExceeded(out->header);
+    if (!limit.empty()) {
+      return Status::Corruption(std::string("frame header (") + HeaderTypeName(out->header) +
+                                ") lists " + limit);
+    }
     return Status::Corruption(std::string("frame header does not parse as ") +
                               HeaderTypeName(out->header));
   }
@@ -194,6 +220,10 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
                               " but " + std::to_string(in.size()) + " bytes remain in the frame");
   }
   const auto& offsets = out->header.sidecar_offsets();
+  if (offsets.size() > kMaxSidecars) {
+    return Status::Corruption(std::string("frame header (") + HeaderTypeName(out->header) +
+                              ") lists more than " + std::to_string(kMaxSidecars) + " sidecars");
+  }
   if (offsets.empty()) {
     out->main_message = in;
     return Status::OK();

@@ -47,11 +47,14 @@ class FrameDecoder {
   // Bytes received that do not yet make a whole frame.
   size_t buffered_bytes() const { return end_ - start_; }
   size_t max_frame_size() const { return max_frame_size_; }
+  // Frames whose length is read from now on are checked against `bytes`
+  // (a connection raises it once negotiation is over).
+  void set_max_frame_size(size_t bytes) { max_frame_size_ = bytes; }
 
  private:
   Status ParseFrame(const uint8_t* frame, size_t len, InboundFrame<Header>* out) const;
 
-  const size_t max_frame_size_;
+  size_t max_frame_size_;
   const size_t chunk_size_;
   std::shared_ptr<uint8_t[]> buf_;
   size_t cap_ = 0;

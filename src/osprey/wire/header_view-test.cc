@@ -6,6 +6,8 @@
 #include <random>
 #include <string>
 
+#include "osprey/wire/frame.h"
+#include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/rpc_header.pb.h"
 
 namespace osprey::wire {
@@ -99,6 +101,84 @@ TEST(HeaderViewTest, MissingRequiredFields) {
   ASSERT_TRUE(w.ParsePartialFromArray(b.data(), static_cast<int>(b.size())));
   EXPECT_FALSE(w.IsInitialized());
   EXPECT_EQ("remote_method.method_name", w.InitializationErrorString());
+}
+
+// Issue 40, finding 2: at most kMaxSidecars offsets and kMaxFeatureFlags
+// flags, packed or not, in requests and responses; one more is refused
+// with the limit named, and the parser stores no entry past it.
+TEST(HeaderViewTest, SidecarAndFeatureFlagCountsAreBounded) {
+  for (bool packed : {true, false}) {
+    SCOPED_TRACE(packed ? "packed" : "unpacked");
+    auto request = [&](size_t sidecars, size_t flags) {
+      RequestHeader pb;
+      pb.set_call_id(1);
+      for (size_t i = 0; i < sidecars; ++i) pb.add_sidecar_offsets(0);
+      for (size_t i = 0; i < flags; ++i) pb.add_required_feature_flags(1);
+      std::string bytes = pb.SerializeAsString();
+      if (!packed) return bytes;  // proto2 repeated scalars serialize unpacked
+      // Repacked by hand: tag 16/2 and 11/2 with every value in one run.
+      std::string out = "\x18\x01";
+      auto run = [&](std::string tag, size_t n, char v) {
+        if (n == 0) return;
+        std::string values(n, v);
+        std::string len;
+        for (size_t x = n;; x >>= 7) {
+          len.push_back(static_cast<char>((x & 0x7f) | (x >= 0x80 ? 0x80 : 0)));
+          if (x < 0x80) break;
+        }
+        out += tag + len + values;
+      };
+      run(std::string("\x82\x01", 2), sidecars, '\0');
+      run("\x5a", flags, '\1');
+      return out;
+    };
+    RequestHeaderView ok;
+    std::string at_limit = request(kMaxSidecars, kMaxFeatureFlags);
+    ASSERT_TRUE(ok.ParsePartialFromArray(at_limit.data(), at_limit.size()));
+    EXPECT_EQ(kMaxSidecars, ok.sidecar_offsets().size());
+    EXPECT_EQ(kMaxFeatureFlags, ok.required_feature_flags().size());
+
+    RequestHeaderView too_many_sidecars;
+    std::string bytes = request(kMaxSidecars + 1, 0);
+    EXPECT_FALSE(too_many_sidecars.ParsePartialFromArray(bytes.data(), bytes.size()));
+    EXPECT_EQ("more than 10000 sidecars", too_many_sidecars.limit_exceeded());
+    EXPECT_EQ(kMaxSidecars, too_many_sidecars.sidecar_offsets().size());
+
+    RequestHeaderView too_many_flags;
+    bytes = request(0, kMaxFeatureFlags + 1);
+    EXPECT_FALSE(too_many_flags.ParsePartialFromArray(bytes.data(), bytes.size()));
+    EXPECT_EQ("more than 64 required feature flags", too_many_flags.limit_exceeded());
+  }
+  ResponseHeader pb;
+  pb.set_call_id(1);
+  for (size_t i = 0; i <= kMaxSidecars; ++i) pb.add_sidecar_offsets(0);
+  std::string bytes = pb.SerializeAsString();
+  ResponseHeaderView v;
+  EXPECT_FALSE(v.ParsePartialFromArray(bytes.data(), bytes.size()));
+  EXPECT_EQ("more than 10000 sidecars", v.limit_exceeded());
+
+  // Through the decoders, views and protobuf classes alike.
+  std::string frame_body = std::string(1, '\0');  // empty body
+  std::string frame = bytes;
+  auto varint = [](size_t x) {
+    std::string s;
+    for (;; x >>= 7) {
+      s.push_back(static_cast<char>((x & 0x7f) | (x >= 0x80 ? 0x80 : 0)));
+      if (x < 0x80) break;
+    }
+    return s;
+  };
+  std::string rest = varint(bytes.size()) + bytes + frame_body;
+  std::string len(4, '\0');
+  for (int i = 0; i < 4; ++i) len[i] = static_cast<char>(rest.size() >> (24 - 8 * i));
+  std::vector<InboundResponse> views;
+  Status s = ResponseDecoder().Feed(len + rest, &views);
+  EXPECT_TRUE(s.IsCorruption());
+  EXPECT_NE(std::string::npos, s.message().find("lists more than 10000 sidecars")) << s.ToString();
+  std::vector<InboundResponseFrame> pbs;
+  s = ResponseFrameDecoder().Feed(len + rest, &pbs);
+  EXPECT_TRUE(s.IsCorruption());
+  EXPECT_NE(std::string::npos, s.message().find("more than 10000 sidecars")) << s.ToString();
 }
 
 TEST(HeaderViewTest, MalformedBytesAreRefused) {

@@ -1,5 +1,7 @@
 #include "osprey/wire/header_view.h"
 
+#include "osprey/wire/frame.h"
+
 namespace osprey::wire {
 namespace {
 
@@ -70,28 +72,36 @@ Reader ReaderOf(std::string_view s) {
   return Reader(p, p + s.size());
 }
 
-// A repeated uint32, unpacked (one varint) or packed (wire type 2).
-bool ReadRepeatedUint32(Reader* r, uint32_t wire_type, std::vector<uint32_t>* out) {
-  if (wire_type == 0) {
-    uint64_t v;
-    if (!r->Varint(&v)) return false;
+// A repeated uint32, unpacked (one varint) or packed (wire type 2), of at
+// most `max` entries in all: past that, false with *limit saying so, before
+// the entry is stored.
+bool ReadRepeatedUint32(Reader* r, uint32_t wire_type, std::vector<uint32_t>* out, size_t max,
+                        const char* what, std::string* limit) {
+  auto add = [&](uint64_t v) {
+    if (out->size() >= max) {
+      *limit = "more than " + std::to_string(max) + " " + what;
+      return false;
+    }
     out->push_back(static_cast<uint32_t>(v));
     return true;
+  };
+  if (wire_type == 0) {
+    uint64_t v;
+    return r->Varint(&v) && add(v);
   }
   std::string_view packed;
   if (!r->Bytes(&packed)) return false;
   Reader pr = ReaderOf(packed);
   while (!pr.done()) {
     uint64_t v;
-    if (!pr.Varint(&v)) return false;
-    out->push_back(static_cast<uint32_t>(v));
+    if (!pr.Varint(&v) || !add(v)) return false;
   }
   return true;
 }
 
 }  // namespace
 
-bool RequestHeaderView::ParsePartialFromArray(const void* data, int size) {
+bool RequestHeaderView::ParsePartialFromArray(const void* data, size_t size) {
   auto* p = static_cast<const uint8_t*>(data);
   Reader r(p, p + size);
   while (!r.done()) {
@@ -125,12 +135,18 @@ bool RequestHeaderView::ParsePartialFromArray(const void* data, int size) {
       timeout_millis_ = static_cast<uint32_t>(v);
       has_timeout_millis_ = true;
     } else if (field == 11 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &feature_flags_)) return false;
+      if (!ReadRepeatedUint32(&r, wt, &feature_flags_, kMaxFeatureFlags, "required feature flags",
+                              &limit_exceeded_)) {
+        return false;
+      }
     } else if (field == 15 && wt == 2) {
       if (!r.Bytes(&request_id_)) return false;
       has_request_id_ = true;
     } else if (field == 16 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_)) return false;
+      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, "sidecars",
+                              &limit_exceeded_)) {
+        return false;
+      }
     } else if (!r.Skip(wt)) {
       return false;
     }
@@ -155,7 +171,7 @@ std::string RequestHeaderView::InitializationErrorString() const {
   return missing;
 }
 
-bool ResponseHeaderView::ParsePartialFromArray(const void* data, int size) {
+bool ResponseHeaderView::ParsePartialFromArray(const void* data, size_t size) {
   auto* p = static_cast<const uint8_t*>(data);
   Reader r(p, p + size);
   while (!r.done()) {
@@ -171,7 +187,10 @@ bool ResponseHeaderView::ParsePartialFromArray(const void* data, int size) {
       is_error_ = v != 0;
       has_is_error_ = true;
     } else if (field == 3 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_)) return false;
+      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, "sidecars",
+                              &limit_exceeded_)) {
+        return false;
+      }
     } else if (!r.Skip(wt)) {
       return false;
     }

@@ -34,13 +34,17 @@ class RequestHeaderView {
     bool has_method_name_ = false;
   };
 
-  // False if the bytes are not a well-formed message.
-  bool ParsePartialFromArray(const void* data, int size);
+  // False if the bytes are not a well-formed message. A size_t, not
+  // protobuf's int: no length can turn negative.
+  bool ParsePartialFromArray(const void* data, size_t size);
   // True when required fields are present (call_id; in remote_method, both
   // names).
   bool IsInitialized() const;
   std::string InitializationErrorString() const;
   static const char* TypeName() { return "RequestHeader"; }
+  // After ParsePartialFromArray returned false: which count limit the
+  // header went past (frame.h), or empty if it was malformed.
+  const std::string& limit_exceeded() const { return limit_exceeded_; }
 
   int32_t call_id() const { return call_id_; }
   bool has_remote_method() const { return has_remote_method_; }
@@ -65,14 +69,16 @@ class RequestHeaderView {
   uint32_t timeout_millis_ = 0;
   std::vector<uint32_t> feature_flags_;
   std::vector<uint32_t> sidecar_offsets_;
+  std::string limit_exceeded_;
 };
 
 class ResponseHeaderView {
  public:
-  bool ParsePartialFromArray(const void* data, int size);
+  bool ParsePartialFromArray(const void* data, size_t size);
   bool IsInitialized() const { return has_call_id_; }
   std::string InitializationErrorString() const { return has_call_id_ ? "" : "call_id"; }
   static const char* TypeName() { return "ResponseHeader"; }
+  const std::string& limit_exceeded() const { return limit_exceeded_; }
 
   int32_t call_id() const { return call_id_; }
   bool has_is_error() const { return has_is_error_; }
@@ -86,6 +92,7 @@ class ResponseHeaderView {
   bool has_is_error_ = false;
   bool is_error_ = false;
   std::vector<uint32_t> sidecar_offsets_;
+  std::string limit_exceeded_;
 };
 
 }  // namespace osprey::wire
