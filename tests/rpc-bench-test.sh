@@ -367,6 +367,23 @@ fi
 CHECK="-server_only -http_listen shutdown on SIGTERM"
 stop_server
 
+# Issue 40: a server that requires encryption serves no pages on its RPC
+# port (they name every client and its user), unless -http_listen puts them
+# on an address of their own.
+CHECK="-server_only -rpc_encryption required: no pages on the RPC port"
+start_server -rpc_encryption required -rpc_encrypt_loopback_connections
+for _ in $(seq 1 50); do  # printed just after "Listening on"; up to 5 s
+  grep -q "^Metrics" "$TMP/server.out" && break
+  sleep 0.1
+done
+grep -q "^Metrics: not on the RPC port" "$TMP/server.out" ||
+  { show "$TMP/server.out"; fail "no 'Metrics: not on the RPC port' line"; }
+if curl -sS --max-time 10 "http://$ADDR/connections" >"$TMP/connections.txt" 2>/dev/null; then
+  show "$TMP/connections.txt"
+  fail "the RPC port of an encryption-required server answered /connections"
+fi
+stop_server
+
 CHECK="-server_only start again"
 start_server
 

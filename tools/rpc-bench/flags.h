@@ -18,6 +18,7 @@ DECLARE_string(mode);
 DECLARE_int32(payload_bytes);
 DECLARE_string(server_address);
 DECLARE_string(rpc_encryption);
+DECLARE_string(rpc_authentication);
 DECLARE_bool(rpc_encrypt_loopback_connections);
 DECLARE_bool(enable_encryption);
 DECLARE_bool(server_only);

@@ -42,6 +42,12 @@ size_t ServiceQueueLength() {
   return static_cast<size_t>(std::max({50, FLAGS_client_threads, FLAGS_async_call_concurrency}));
 }
 
+// Whether the flags make a server that refuses HTTP on its RPC port
+// (MessengerBuilder::set_http_on_rpc_port, unset).
+bool HttpOnRpcPortRefused() {
+  return FLAGS_rpc_encryption == "required" || FLAGS_rpc_authentication == "required";
+}
+
 // `http_bound`: where the HTTP endpoints are, with -metrics.
 std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = nullptr) {
   Sockaddr addr, http_addr;
@@ -53,13 +59,15 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
     if (!s.ok()) BadFlag("-http_listen: " + s.message());
   }
   std::shared_ptr<Messenger> server;
-  s = BenchMessengerBuilder("bench-server")
-          .set_num_reactors(FLAGS_server_reactors)
-          .set_http_endpoints(FLAGS_metrics)
-          .set_http_on_rpc_port(!http_apart)
-          // So `osprey list` and `osprey call` work without the .proto.
-          .set_reflection(FLAGS_server_only)
-          .Build(&server);
+  MessengerBuilder b = BenchMessengerBuilder("bench-server");
+  b.set_num_reactors(FLAGS_server_reactors)
+      .set_http_endpoints(FLAGS_metrics)
+      // So `osprey list` and `osprey call` work without the .proto.
+      .set_reflection(FLAGS_server_only);
+  // Unset otherwise: a server that requires encryption or authentication
+  // then serves no pages on its RPC port (they name every client).
+  if (http_apart) b.set_http_on_rpc_port(false);
+  s = b.Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
   pool.queue_length = ServiceQueueLength();
@@ -94,6 +102,10 @@ int ServeOnly() {
                 http_bound.ToString().c_str(),
                 abstract ? "--abstract-unix-socket" : "--unix-socket",
                 abstract ? path.c_str() + 1 : path.c_str());
+  } else if (FLAGS_metrics && FLAGS_http_listen.empty() && HttpOnRpcPortRefused()) {
+    std::printf(
+        "Metrics: not on the RPC port, as encryption or authentication is required; "
+        "-http_listen HOST:PORT serves them on an address of their own\n");
   } else if (FLAGS_metrics) {
     std::printf("Metrics at http://%s/metrics, calls at http://%s/rpcz\n",
                 http_bound.ToString().c_str(), http_bound.ToString().c_str());
