@@ -143,18 +143,23 @@ start_kudu_server() {
 }
 
 # start_osprey_server NAME LISTEN [HOST_PREFIX...] -- FLAGS...: rpc-bench
-# -server_only; sets srv_addr and srv_pid.
+# -server_only; sets srv_addr, srv_pid and metrics_addr (its HTTP address).
 start_osprey_server() {
   local name=$1 listen=$2
   shift 2
   split_prefix "$@"
   local prefix=("${PREFIX[@]}")
   set -- "${REST[@]}"
-  "${prefix[@]}" "$BENCH" -server_only -listen "$listen" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
+  # Its pages on an address of their own: a server that requires encryption
+  # or authentication serves none on its RPC port.
+  "${prefix[@]}" "$BENCH" -server_only -listen "$listen" -http_listen "${listen%:*}:0" "$@" \
+    > "$tmp/$name.out" 2> "$tmp/$name.err" &
   srv_pid=$!
   pids+=("$srv_pid")
   wait_for_line "$tmp/$name.out" '^Listening on ' "$name"
   srv_addr=$(awk '/^Listening on /{print $3; exit}' "$tmp/$name.out")
+  wait_for_line "$tmp/$name.out" '^Metrics at http://' "$name"
+  metrics_addr=$(sed -n 's|^Metrics at http://\([^/]*\)/metrics.*$|\1|p' "$tmp/$name.out" | head -1)
 }
 
 wait_for_line() {
@@ -176,7 +181,7 @@ stop_server() {
 # --- cells --------------------------------------------------------------------
 
 # The Osprey server's count of inbound negotiations, by what they agreed:
-# "clear auth-only encrypted", from its /metrics (HTTP on the RPC port).
+# "clear auth-only encrypted", from its /metrics (at metrics_addr).
 negotiated_counts() {
   local addr=$1
   shift
@@ -199,13 +204,13 @@ kudu_client_cell() {
   local prefix=("${PREFIX[@]}")
   set -- "${REST[@]}"
   local out=$tmp/cell.out err=$tmp/cell.err got start took rc before after
-  before=$(negotiated_counts "$addr" "${prefix[@]}")
+  before=$(negotiated_counts "$metrics_addr" "${prefix[@]}")
   start=$(date +%s.%N)
   timeout 60 "${prefix[@]}" "$KUDU/kudu-calc-client" "$addr" 20 --call_timeout_ms=10000 "$@" \
     > "$out" 2> "$err"
   rc=$?
   took=$(echo "$(date +%s.%N) - $start" | bc)
-  after=$(negotiated_counts "$addr" "${prefix[@]}")
+  after=$(negotiated_counts "$metrics_addr" "${prefix[@]}")
   # What the server agreed with this client: the one counter that grew.
   local c0 a0 e0 c1 a1 e1
   read -r c0 a0 e0 <<< "$before"
@@ -530,11 +535,11 @@ if section kerberos; then
     for cenc in disabled optional "required EL"; do
       cflags=(--rpc_encryption="${cenc% EL}")
       [[ $cenc == *EL ]] && cflags+=(--rpc_encrypt_loopback_connections)
-      before=$(inbound_gssapi "$srv_addr")
+      before=$(inbound_gssapi "$metrics_addr")
       timeout 60 "$KUDU/kudu-calc-client" "$srv_addr" 20 --call_timeout_ms=10000 \
         --rpc_authentication=required "${cflags[@]}" > "$tmp/cell.out" 2> "$tmp/cell.err"
       rc=$?
-      after=$(inbound_gssapi "$srv_addr")
+      after=$(inbound_gssapi "$metrics_addr")
       tls=$(grep -m1 -o 'tls=[^ ]*' "$tmp/cell.err")
       what="kerberos: Kudu client (ticket; $cenc) -> Osprey server (keytab, required; optional TLS)"
       if [[ $rc == 0 ]] && grep -q '^DONE calls=20 failures=0' "$tmp/cell.out" &&

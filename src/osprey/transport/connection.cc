@@ -402,6 +402,11 @@ void Connection::BecomeHttp() {
     static const char kBusy[] =
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: "
         "26\r\nConnection: close\r\n\r\ntoo many HTTP connections\n";
+    // The request's bytes are read first: closing a socket with unread
+    // input sends a reset, which may overtake the answer.
+    uint8_t drain[16 * 1024];
+    size_t got;
+    (void)socket_.Read(drain, sizeof(drain), &got);
     iovec busy{const_cast<char*>(kBusy), sizeof(kBusy) - 1};
     size_t ignored;
     (void)socket_.Writev(&busy, 1, &ignored);  // best effort: the socket is new and empty
@@ -573,6 +578,12 @@ void Connection::DecryptAndDecode(Slice records) {
   if (ts.IsAborted()) {
     VLOG(1) << ToString() << ": " << ts.ToString();
     Shutdown(Status::NetworkError("peer ended the TLS session (close_notify)"));
+    return;
+  }
+  if (role_ == Role::kClient && state_ != State::kOpen && ts.IsNotAuthorized()) {
+    // The server's TLS alert while negotiating: its refusal (say, of this
+    // client's certificate), authenticated as a record.
+    Shutdown(Status::NotAuthorized("server rejected negotiation: " + ts.message()));
     return;
   }
   if (role_ == Role::kClient && state_ != State::kOpen) {
@@ -891,6 +902,17 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   NegotiationSteps steps;
   Status s = server_negotiator_->Handle(in, &steps);
   if (!s.ok()) {
+    std::string alert = server_negotiator_->TakeAlertForRecords();
+    if (!alert.empty() && outbound_.empty()) {
+      // The client reads records by now: it gets OpenSSL's alert, a record
+      // it can authenticate, instead of a clear frame it must refuse.
+      LogBadPeer(ToString() + ": closing with a TLS alert: " + s.ToString());
+      iovec v{alert.data(), alert.size()};
+      size_t ignored;
+      (void)socket_.Writev(&v, 1, &ignored);  // a few bytes into an empty send buffer
+      CloseAfterFatalError(s);
+      return s;
+    }
     SendFatalError(kNegotiationCallId,
                    server_negotiator_->token_refused()
                        ? ErrorStatusPB::FATAL_INVALID_AUTHENTICATION_TOKEN
@@ -953,6 +975,10 @@ void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB c
   err.set_message(why.message());
   err.set_code(code);
   QueueMessage(&header, err);
+  CloseAfterFatalError(why);
+}
+
+void Connection::CloseAfterFatalError(const Status& why) {
   // A refused negotiation is a failed one: Shutdown, which counts those,
   // will see kClosingAfterFlush.
   bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||

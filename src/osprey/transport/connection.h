@@ -213,6 +213,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
 
   void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
   void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
+  // After a fatal error was sent (a frame, or a TLS alert): counts a failed
+  // negotiation, and closes once the peer had a second to read it.
+  void CloseAfterFatalError(const Status& why) REQUIRES(reactor_->loop_mu_);
   void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
   // A negotiation message, the context or a fatal error: over TLS it ends
   // its record.

@@ -1,6 +1,7 @@
 #include "osprey/transport/negotiator.h"
 
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 
 namespace osprey::transport {
 
@@ -16,10 +17,16 @@ NegotiatePB TlsHandshakeStep(std::string token) {
 }
 
 // One round of the handshake: the answer to `peer_token`, if any. *done
-// once the handshake finished.
-Status HandshakeRound(TlsSession* tls, Slice peer_token, NegotiationSteps* steps, bool* done) {
+// once the handshake finished. On failure, *alert (if given) gets the
+// alert OpenSSL made for the peer.
+Status HandshakeRound(TlsSession* tls, Slice peer_token, NegotiationSteps* steps, bool* done,
+                      std::string* alert = nullptr) {
   std::string token;
-  OSPREY_RETURN_NOT_OK(tls->Handshake(peer_token, &token, done));
+  Status s = tls->Handshake(peer_token, &token, done);
+  if (!s.ok()) {
+    if (alert != nullptr) *alert = std::move(token);
+    return s;
+  }
   if (!token.empty()) {
     steps->send.push_back(TlsHandshakeStep(std::move(token)));
   } else if (!*done) {
@@ -316,7 +323,18 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
                                      StepName(client));
       }
       bool done = false;
-      OSPREY_RETURN_NOT_OK(HandshakeRound(tls_.get(), client.tls_handshake(), steps, &done));
+      std::string alert;
+      Status hs = HandshakeRound(tls_.get(), client.tls_handshake(), steps, &done, &alert);
+      if (!hs.ok()) {
+        // With TLS 1.3 the client finished its handshake on this server's
+        // first flight, and reads records since: a clear frame would be
+        // refused (as anyone could send it), an alert is its own record.
+        if (sent_flight_ && tls_->version() == TLS1_3_VERSION) {
+          alert_for_records_ = std::move(alert);
+        }
+        return hs;
+      }
+      if (!steps->send.empty()) sent_flight_ = true;
       if (done) {
         steps->tls_handshake_done = true;
         if (Offered().gssapi)

@@ -155,6 +155,14 @@ class ServerNegotiator {
   // The last error of Handle was a token that did not verify: answer it
   // FATAL_INVALID_AUTHENTICATION_TOKEN (a Kudu client then gets a new one).
   bool token_refused() const { return token_refused_; }
+  // After Handle failed in the handshake of a client that already reads
+  // records (TLS 1.3, after this server's flight): the TLS alert to send it
+  // raw instead of a clear error frame; empty otherwise.
+  std::string TakeAlertForRecords() {
+    std::string alert;
+    alert.swap(alert_for_records_);
+    return alert;
+  }
 
  private:
   enum class Step { kNegotiate, kTlsHandshake, kSasl, kGssapi, kToken, kDone };
@@ -173,6 +181,8 @@ class ServerNegotiator {
   std::string nonce_;
   AuthnType chosen_ = AuthnType::kSasl;
   bool token_refused_ = false;
+  bool sent_flight_ = false;  // a handshake token went to the client
+  std::string alert_for_records_;
 };
 
 }  // namespace osprey::transport

@@ -297,6 +297,8 @@ Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
   return Status::NotAuthorized("TLS handshake failed: " + why);
 }
 
+int TlsSession::version() const { return SSL_version(ssl_); }
+
 Status TlsSession::Encrypt(Slice plaintext, std::string* records) {
   if (!handshake_done_) return Status::IllegalState("TLS: encrypt before the handshake finished");
   TakeOutput(records);
@@ -326,6 +328,12 @@ Status TlsSession::ReadPlaintext(uint8_t* dst, size_t cap, size_t* n) {
   if (!in_.empty()) FeedRecords(Slice());
   if (err == SSL_ERROR_WANT_READ) return Status::OK();
   if (err == SSL_ERROR_ZERO_RETURN) return Status::Aborted("TLS: peer sent close_notify");
+  // OpenSSL's reasons for an alert from the peer are the alert's code plus
+  // SSL_AD_REASON_OFFSET: a peer that refused us, not a bad record.
+  const int reason = ERR_GET_REASON(ERR_peek_last_error());
+  if (reason >= SSL_AD_REASON_OFFSET && reason < SSL_AD_REASON_OFFSET + 256) {
+    return Status::NotAuthorized("TLS alert from the peer: " + OpenSslErrors());
+  }
   return Status::NetworkError("TLS: bad record from peer: " + OpenSslErrors());
 }
 

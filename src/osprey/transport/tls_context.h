@@ -83,8 +83,11 @@ class TlsSession {
   // first step) and appends the token to send back to *out (possibly
   // empty). *done once this side has finished; a failed verification or a
   // malformed token is NotAuthorized with OpenSSL's reason.
+  // On failure *out holds what OpenSSL wrote for the peer, an alert.
   Status Handshake(Slice peer_token, std::string* out, bool* done);
   bool handshake_done() const { return handshake_done_; }
+  // The protocol version agreed so far (TLS1_3_VERSION, ...), 0 before.
+  int version() const;
 
   // After the handshake: plaintext in, TLS records appended to *records.
   Status Encrypt(Slice plaintext, std::string* records);
