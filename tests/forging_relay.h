@@ -58,8 +58,8 @@ class ForgingRelay {
     return Status::OK();
   }
 
-  // Whether the forged bytes went to the client: the server had switched
-  // to records by then.
+  // Whether the relay began to send the forged bytes to the client: the
+  // server had switched to records by then.
   bool injected() const { return injected_.load(); }
   // How many of the server's clear frames were relayed.
   int frames_relayed() const { return frames_relayed_.load(); }
@@ -107,8 +107,11 @@ class ForgingRelay {
           from_server.erase(0, 4 + len);
         }
         if (records) {
+          // Set first: the client may act on the bytes before WriteAll
+          // returns here.
+          injected_ = true;
           const auto* f = reinterpret_cast<const uint8_t*>(forged_.data());
-          injected_ = client.WriteAll(f, forged_.size()).ok();
+          if (!client.WriteAll(f, forged_.size()).ok()) return;
         }
       }
     }

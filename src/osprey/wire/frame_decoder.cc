@@ -220,7 +220,7 @@ Status FrameDecoder<Header>::ParseFrame(const uint8_t* data, size_t len,
                               " but " + std::to_string(in.size()) + " bytes remain in the frame");
   }
   const auto& offsets = out->header.sidecar_offsets();
-  if (offsets.size() > kMaxSidecars) {
+  if (static_cast<size_t>(offsets.size()) > kMaxSidecars) {
     return Status::Corruption(std::string("frame header (") + HeaderTypeName(out->header) +
                               ") lists more than " + std::to_string(kMaxSidecars) + " sidecars");
   }
