@@ -3,6 +3,7 @@
 // from kinit or a keytab login, Kudu's rpc_authentication settings, and
 // every way it can go wrong that a user can cause.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <memory>
 #include <string>
@@ -143,6 +144,38 @@ TEST_F(KerberosTest, ARequiredServerKnowsWhoCalls) {
   EXPECT_EQ(1, CounterValue(client, "osprey_connections_authenticated_total",
                             {{"direction", "outbound"}, {"method", "gssapi"}}));
   client->Shutdown();
+}
+
+// Issue 40, finding 3: a server that requires Kerberos serves its pages
+// (every client's principal and calls) to no one on its RPC port, where
+// HTTP authenticates nobody; ListenHttp serves them on an address of their
+// own.
+TEST_F(KerberosTest, ARequiredServerServesNoPagesOnItsRpcPort) {
+  TestServer server;
+  MessengerBuilder b = Server(RpcAuthentication::kRequired);
+  b.set_http_endpoints(true);
+  Status s = server.Start(1, ServicePoolOptions(), b);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  Socket http;
+  ASSERT_TRUE(http.Init(server.address).ok());
+  ASSERT_TRUE(http.Connect(server.address).ok());
+  const std::string get = "GET /connections HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  ASSERT_TRUE(http.WriteAll(reinterpret_cast<const uint8_t*>(get.data()), get.size()).ok());
+  timeval tv{5, 0};
+  setsockopt(http.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[512];
+  ssize_t n = ::recv(http.fd(), buf, sizeof(buf), 0);
+  EXPECT_LE(n, 0) << "the RPC port answered: " << std::string(buf, n > 0 ? n : 0);
+  Sockaddr pages;
+  ASSERT_TRUE(server.messenger->ListenHttp(Sockaddr::Loopback(0), &pages).ok());
+  Socket direct;
+  ASSERT_TRUE(direct.Init(pages).ok());
+  ASSERT_TRUE(direct.Connect(pages).ok());
+  ASSERT_TRUE(direct.WriteAll(reinterpret_cast<const uint8_t*>(get.data()), get.size()).ok());
+  setsockopt(direct.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  n = ::recv(direct.fd(), buf, sizeof(buf), 0);
+  ASSERT_GT(n, 12);
+  EXPECT_EQ("HTTP/1.1 200", std::string(buf, 12));
 }
 
 TEST_F(KerberosTest, OverTlsBothWaysAndAtEveryEncryptionSetting) {

@@ -345,6 +345,19 @@ TEST(ResultTrackerTest, AtTheWholeBoundTheUserHoldingTheMostGivesFirst) {
   EXPECT_EQ(Decision::kAnswered, Attempt(&t, "mallory", Id("m", 1000, 1)));
 }
 
+// A duplicate bigger than a user's whole share can never fit: it is
+// refused before anything of the user's is evicted.
+TEST(ResultTrackerTest, ACallBiggerThanTheShareEvictsNothing) {
+  FakeClock clock;
+  const size_t bound = 64 * 1024;
+  ResultTracker t(Small(&clock, bound));
+  ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "u", Id("c", 1, 1), Body(100, 'x')));
+  ASSERT_EQ(Decision::kRun, Attempt(&t, "u", Id("c", 2, 1)));
+  EXPECT_EQ(Decision::kRefused, Attempt(&t, "u", Id("c", 2, 1), nullptr, bound / 2 + 1));
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "u", Id("c", 1, 1)));
+  EXPECT_EQ(0u, t.evicted_records());
+}
+
 // One new request answered and recorded, `n` times, never acknowledged.
 double CallsPerSecond(ResultTracker* t, int64_t* seq, int n) {
   auto start = std::chrono::steady_clock::now();

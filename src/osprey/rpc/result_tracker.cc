@@ -25,12 +25,23 @@ void ResultTracker::Charge(User* user, size_t bytes) {
   user->bytes += bytes;
   bytes_ += bytes;
   DCHECK_LE(bytes_, options_.max_bytes);
+  Reindex(user);
 }
 
 void ResultTracker::Uncharge(User* user, size_t bytes) {
   DCHECK_GE(user->bytes, bytes);
   user->bytes -= bytes;
   bytes_ -= bytes;
+  Reindex(user);
+}
+
+void ResultTracker::Reindex(User* user) {
+  if (user->indexed) evictable_.erase({user->indexed_bytes, user});
+  user->indexed = CanEvict(*user, nullptr);
+  if (user->indexed) {
+    user->indexed_bytes = user->bytes;
+    evictable_.insert({user->bytes, user});
+  }
 }
 
 MonoTime ResultTracker::Now() const {
@@ -62,6 +73,7 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
         t->pinned_ = nullptr;
         if (u->clients == 0) {
           DCHECK_EQ(u->bytes, 0u);
+          DCHECK(!u->indexed);
           std::string name = u->name;  // not a reference into what is erased
           t->users_.erase(name);
         }
@@ -201,6 +213,7 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
         Charge(u, n);
         e.order = done_.insert(done_.end(), {now, &client, key.seq_no});
         e.user_order = u->done.insert(u->done.end(), {now, &client, key.seq_no});
+        Reindex(u);
       } else {
         e.state = State::kEvicted;
         e.order = evicted_.insert(evicted_.end(), {now, &client, key.seq_no});
@@ -236,6 +249,7 @@ void ResultTracker::UpdateEmpty(Client* client) {
     list.erase(client->empty_it);
   }
   client->listed_empty = empty;
+  Reindex(client->user);
 }
 
 void ResultTracker::EraseClient(Client* client) {
@@ -247,6 +261,7 @@ void ResultTracker::EraseClient(Client* client) {
   clients_.erase(client->key);  // frees *client
   if (--u->clients == 0 && u != pinned_) {
     DCHECK_EQ(u->bytes, 0u);
+    DCHECK(!u->indexed);
     std::string name = u->name;  // not a reference into what is erased
     users_.erase(name);          // frees *u
   }
@@ -298,18 +313,28 @@ bool ResultTracker::EvictOne(User* user, const Client* keep) {
 
 bool ResultTracker::MakeRoom(User* user, size_t need, const Client* keep) {
   DCHECK(user == pinned_ || user->clients > 0);  // not freed by an eviction below
+  // More than a share can never fit: refused before anything is evicted.
+  if (need > max_bytes_per_user_) return false;
   while (user->bytes + need > max_bytes_per_user_) {
     if (!EvictOne(user, keep)) return false;
   }
   while (bytes_ + need > options_.max_bytes) {
-    // The user holding the most that has anything to give. A scan: users
-    // are few next to calls, and this runs only with the whole bound full.
-    User* biggest = nullptr;
-    for (auto& [name, u] : users_) {
-      if (CanEvict(u, keep) && (biggest == nullptr || u.bytes > biggest->bytes)) biggest = &u;
+    // The user holding the most that has anything to give, from the index
+    // (users may be many: under SASL PLAIN a client names itself). Only
+    // `keep`'s user can be skipped, once.
+    User* giver = nullptr;
+    for (auto it = evictable_.rbegin(); it != evictable_.rend(); ++it) {
+      if (CanEvict(*it->second, keep)) {
+        giver = it->second;
+        break;
+      }
     }
-    if (biggest == nullptr) return false;
-    EvictOne(biggest, keep);
+    // Never at the price of a user who holds no more than `user` will:
+    // then `user` gives its own, or is refused.
+    if (giver != nullptr && giver != user && giver->bytes <= user->bytes + need) giver = nullptr;
+    if (giver == nullptr && CanEvict(*user, keep)) giver = user;
+    if (giver == nullptr) return false;
+    EvictOne(giver, keep);
   }
   return true;
 }

@@ -30,10 +30,13 @@
 //    a small record behind, so that a retry of exactly that request is
 //    refused as stale and never runs twice; no other sequence number is
 //    affected (one that never ran still runs).
-//  - Beyond `max_bytes` in all, the user holding the most gives first, in
-//    the same order. So one user, however busy, can neither evict another
-//    user's answers while it holds more than they do, nor take the room
-//    the others' shares leave.
+//  - Beyond `max_bytes` in all, the user holding the most that has
+//    anything to evict gives first, in the same order, but never to a user
+//    that would then hold as much: that one gives its own, or is refused.
+//    So one user, however busy, can neither evict the answers of a user
+//    holding less, nor take the room the others' shares leave. (Under SASL
+//    PLAIN a client names its own user: shares then separate only
+//    authenticated users.)
 //  - When a user's records alone fill its share, its new requests are
 //    refused ERROR_SERVER_TOO_BUSY (retryable) until acknowledgements or
 //    time free room; other users are not. The bound is never passed, and
@@ -60,8 +63,10 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "osprey/base/monotime.h"
@@ -193,6 +198,9 @@ class ResultTracker {
     size_t clients = 0;
     OrderList done;            // its stored answers, oldest first
     ClientList empty_clients;  // its clients with no entries, oldest first
+    // In evictable_ (it has something to evict), under indexed_bytes.
+    bool indexed = false;
+    size_t indexed_bytes = 0;
   };
   struct Client {
     User* user = nullptr;
@@ -227,6 +235,9 @@ class ResultTracker {
   // count and the total.
   void Charge(User* user, size_t bytes) REQUIRES(mu_);
   void Uncharge(User* user, size_t bytes) REQUIRES(mu_);
+  // Keeps evictable_ true of `user` after its bytes or what it could evict
+  // changed.
+  void Reindex(User* user) REQUIRES(mu_);
   void EraseClient(Client* client) REQUIRES(mu_);
   // Keeps empty_clients_ true of `client` after its entries changed.
   void UpdateEmpty(Client* client) REQUIRES(mu_);
@@ -239,6 +250,8 @@ class ResultTracker {
   // client, unless it is `pinned_` (the user a Track serves).
   std::unordered_map<std::string, User> users_ GUARDED_BY(mu_);
   User* pinned_ GUARDED_BY(mu_) = nullptr;
+  // The users with something to evict, by what they hold.
+  std::set<std::pair<size_t, User*>> evictable_ GUARDED_BY(mu_);
   ClientList clients_by_time_ GUARDED_BY(mu_);  // least recently heard first
   OrderList done_ GUARDED_BY(mu_);              // stored answers
   OrderList evicted_ GUARDED_BY(mu_);           // records of evicted answers

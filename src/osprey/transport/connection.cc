@@ -454,7 +454,8 @@ void Connection::ReadAvailable() {
       if (role_ == Role::kServer && server_calls_.empty() && state_ == State::kOpen) {
         VLOG(1) << ToString() << ": " << s.ToString();
       } else if (role_ == Role::kServer) {
-        LOG(INFO) << ToString() << ": peer went away: " << s.ToString();
+        // A peer may connect and go in a loop: rate-limited as bad peers.
+        LogBadPeer(ToString() + ": peer went away: " + s.ToString());
       }
       Shutdown(s);
       return;

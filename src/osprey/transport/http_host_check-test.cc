@@ -53,6 +53,10 @@ TEST(HttpHostCheckTest, OnlyNamesOfThisServerPass) {
            {"evil.example:8050", v4, false},  // the rebinding attacker's name
            {"evil.example", lan, false},
            {"[::1", v6, false},
+           // A dual-stack listener sees IPv4 peers at mapped addresses.
+           {"127.0.0.1:8050", Addr("[::ffff:127.0.0.1]:8050"), true},
+           {"localhost", Addr("[::ffff:127.0.0.1]:8050"), true},
+           {"10.1.2.3", Addr("[::ffff:10.1.2.3]:8050"), true},
        }) {
     Status s = check.Check(true, c.host, c.local);
     EXPECT_EQ(c.ok, s.ok()) << c.host << " on " << c.local.ToString() << ": " << s.ToString();

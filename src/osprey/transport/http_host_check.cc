@@ -1,6 +1,7 @@
 #include "osprey/transport/http_host_check.h"
 
 #include <arpa/inet.h>
+#include <string.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +17,8 @@ std::string Normalize(std::string name) {
 }
 
 // The host as an IP literal in its canonical text, or empty if it is none.
+// An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as a dual-stack listener
+// sees IPv4 peers) is its IPv4 address.
 std::string CanonicalIp(const std::string& host) {
   unsigned char buf[16];
   char text[INET6_ADDRSTRLEN];
@@ -23,6 +26,10 @@ std::string CanonicalIp(const std::string& host) {
     return inet_ntop(AF_INET, buf, text, sizeof(text)) != nullptr ? text : "";
   }
   if (inet_pton(AF_INET6, host.c_str(), buf) == 1) {
+    static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(buf, kMapped, sizeof(kMapped)) == 0) {
+      return inet_ntop(AF_INET, buf + 12, text, sizeof(text)) != nullptr ? text : "";
+    }
     return inet_ntop(AF_INET6, buf, text, sizeof(text)) != nullptr ? text : "";
   }
   return "";
@@ -69,8 +76,10 @@ Status HttpHostCheck::Check(bool has_host, const std::string& header, const Sock
   }
   if (local.is_unix()) return Status::OK();  // no browser reaches a Unix socket
   std::string ip = CanonicalIp(host);
-  if (!ip.empty() && ip == CanonicalIp(local.host())) return Status::OK();
-  if (host == "localhost" && local.IsLoopback()) return Status::OK();
+  const std::string local_ip = CanonicalIp(local.host());
+  if (!ip.empty() && ip == local_ip) return Status::OK();
+  const bool loopback = local.IsLoopback() || local_ip.rfind("127.", 0) == 0;
+  if (host == "localhost" && loopback) return Status::OK();
   if (!own_host_name_.empty() && host == own_host_name_) return Status::OK();
   if (std::find(allowed_.begin(), allowed_.end(), host) != allowed_.end()) return Status::OK();
   return Status::NotAuthorized(

@@ -334,7 +334,7 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
         }
         return hs;
       }
-      if (!steps->send.empty()) sent_flight_ = true;
+      sent_flight_ = tls_->sent_finished();
       if (done) {
         steps->tls_handshake_done = true;
         if (Offered().gssapi)

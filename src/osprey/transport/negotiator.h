@@ -181,7 +181,7 @@ class ServerNegotiator {
   std::string nonce_;
   AuthnType chosen_ = AuthnType::kSasl;
   bool token_refused_ = false;
-  bool sent_flight_ = false;  // a handshake token went to the client
+  bool sent_flight_ = false;  // the server's Finished went to the client
   std::string alert_for_records_;
 };
 

@@ -299,6 +299,11 @@ Status TlsSession::Handshake(Slice peer_token, std::string* out, bool* done) {
 
 int TlsSession::version() const { return SSL_version(ssl_); }
 
+bool TlsSession::sent_finished() const {
+  unsigned char finished[EVP_MAX_MD_SIZE];
+  return SSL_get_finished(ssl_, finished, sizeof(finished)) > 0;
+}
+
 Status TlsSession::Encrypt(Slice plaintext, std::string* records) {
   if (!handshake_done_) return Status::IllegalState("TLS: encrypt before the handshake finished");
   TakeOutput(records);

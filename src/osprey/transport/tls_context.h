@@ -88,6 +88,9 @@ class TlsSession {
   bool handshake_done() const { return handshake_done_; }
   // The protocol version agreed so far (TLS1_3_VERSION, ...), 0 before.
   int version() const;
+  // This side has sent its Finished message (not, say, only a
+  // HelloRetryRequest).
+  bool sent_finished() const;
 
   // After the handshake: plaintext in, TLS records appended to *records.
   Status Encrypt(Slice plaintext, std::string* records);
