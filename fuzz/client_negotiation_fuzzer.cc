@@ -38,20 +38,20 @@ using osprey::wire::NegotiatePB;
 
 constexpr size_t kNegotiationFrameLimit = 1024 * 1024;
 
+// One of each per process: making a server context makes its key.
+const TlsContext* MakeContext(bool server) {
+  std::unique_ptr<TlsContext> c;
+  Status s = server ? TlsContext::CreateServer(TlsOptions(), &c)
+                    : TlsContext::CreateClient(TlsOptions(), &c);
+  if (!s.ok()) abort();
+  return c.release();
+}
 const TlsContext* ServerContext() {
-  static const TlsContext* ctx = [] {
-    std::unique_ptr<TlsContext> c;
-    if (!TlsContext::CreateServer(TlsOptions(), &c).ok()) abort();
-    return c.release();
-  }();
+  static const TlsContext* ctx = MakeContext(true);
   return ctx;
 }
 const TlsContext* ClientContext() {
-  static const TlsContext* ctx = [] {
-    std::unique_ptr<TlsContext> c;
-    if (!TlsContext::CreateClient(TlsOptions(), &c).ok()) abort();
-    return c.release();
-  }();
+  static const TlsContext* ctx = MakeContext(false);
   return ctx;
 }
 

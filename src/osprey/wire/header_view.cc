@@ -76,10 +76,10 @@ Reader ReaderOf(std::string_view s) {
 // most `max` entries in all: past that, false with *limit saying so, before
 // the entry is stored.
 bool ReadRepeatedUint32(Reader* r, uint32_t wire_type, std::vector<uint32_t>* out, size_t max,
-                        const char* what, std::string* limit) {
+                        HeaderLimit which, HeaderLimit* limit) {
   auto add = [&](uint64_t v) {
     if (out->size() >= max) {
-      *limit = "more than " + std::to_string(max) + " " + what;
+      *limit = which;
       return false;
     }
     out->push_back(static_cast<uint32_t>(v));
@@ -100,6 +100,18 @@ bool ReadRepeatedUint32(Reader* r, uint32_t wire_type, std::vector<uint32_t>* ou
 }
 
 }  // namespace
+
+std::string HeaderLimitMessage(HeaderLimit limit) {
+  switch (limit) {
+    case HeaderLimit::kNone:
+      break;
+    case HeaderLimit::kSidecars:
+      return "more than " + std::to_string(kMaxSidecars) + " sidecars";
+    case HeaderLimit::kFeatureFlags:
+      return "more than " + std::to_string(kMaxFeatureFlags) + " required feature flags";
+  }
+  return "";
+}
 
 bool RequestHeaderView::ParsePartialFromArray(const void* data, size_t size) {
   auto* p = static_cast<const uint8_t*>(data);
@@ -135,7 +147,7 @@ bool RequestHeaderView::ParsePartialFromArray(const void* data, size_t size) {
       timeout_millis_ = static_cast<uint32_t>(v);
       has_timeout_millis_ = true;
     } else if (field == 11 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &feature_flags_, kMaxFeatureFlags, "required feature flags",
+      if (!ReadRepeatedUint32(&r, wt, &feature_flags_, kMaxFeatureFlags, HeaderLimit::kFeatureFlags,
                               &limit_exceeded_)) {
         return false;
       }
@@ -143,7 +155,7 @@ bool RequestHeaderView::ParsePartialFromArray(const void* data, size_t size) {
       if (!r.Bytes(&request_id_)) return false;
       has_request_id_ = true;
     } else if (field == 16 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, "sidecars",
+      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, HeaderLimit::kSidecars,
                               &limit_exceeded_)) {
         return false;
       }
@@ -187,7 +199,7 @@ bool ResponseHeaderView::ParsePartialFromArray(const void* data, size_t size) {
       is_error_ = v != 0;
       has_is_error_ = true;
     } else if (field == 3 && (wt == 0 || wt == 2)) {
-      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, "sidecars",
+      if (!ReadRepeatedUint32(&r, wt, &sidecar_offsets_, kMaxSidecars, HeaderLimit::kSidecars,
                               &limit_exceeded_)) {
         return false;
       }

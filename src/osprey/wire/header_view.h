@@ -19,6 +19,11 @@
 
 namespace osprey::wire {
 
+// Which count limit of frame.h a header went past, if any. One byte in the
+// view: the message is made only for the error.
+enum class HeaderLimit : uint8_t { kNone, kSidecars, kFeatureFlags };
+std::string HeaderLimitMessage(HeaderLimit limit);
+
 class RequestHeaderView {
  public:
   class RemoteMethod {
@@ -44,7 +49,7 @@ class RequestHeaderView {
   static const char* TypeName() { return "RequestHeader"; }
   // After ParsePartialFromArray returned false: which count limit the
   // header went past (frame.h), or empty if it was malformed.
-  const std::string& limit_exceeded() const { return limit_exceeded_; }
+  std::string limit_exceeded() const { return HeaderLimitMessage(limit_exceeded_); }
 
   int32_t call_id() const { return call_id_; }
   bool has_remote_method() const { return has_remote_method_; }
@@ -69,7 +74,7 @@ class RequestHeaderView {
   uint32_t timeout_millis_ = 0;
   std::vector<uint32_t> feature_flags_;
   std::vector<uint32_t> sidecar_offsets_;
-  std::string limit_exceeded_;
+  HeaderLimit limit_exceeded_ = HeaderLimit::kNone;
 };
 
 class ResponseHeaderView {
@@ -78,7 +83,7 @@ class ResponseHeaderView {
   bool IsInitialized() const { return has_call_id_; }
   std::string InitializationErrorString() const { return has_call_id_ ? "" : "call_id"; }
   static const char* TypeName() { return "ResponseHeader"; }
-  const std::string& limit_exceeded() const { return limit_exceeded_; }
+  std::string limit_exceeded() const { return HeaderLimitMessage(limit_exceeded_); }
 
   int32_t call_id() const { return call_id_; }
   bool has_is_error() const { return has_is_error_; }
@@ -92,7 +97,7 @@ class ResponseHeaderView {
   bool has_is_error_ = false;
   bool is_error_ = false;
   std::vector<uint32_t> sidecar_offsets_;
-  std::string limit_exceeded_;
+  HeaderLimit limit_exceeded_ = HeaderLimit::kNone;
 };
 
 }  // namespace osprey::wire
