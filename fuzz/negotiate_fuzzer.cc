@@ -17,7 +17,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using osprey::wire::NegotiatePB;
   NegotiatePB pb;
-  if (!pb.ParseFromArray(data, static_cast<int>(size))) return 0;
+  // What a connection parses with: it counts the fields first, and takes
+  // nothing protobuf would refuse.
+  NegotiatePB counted;
+  const bool parsed = pb.ParseFromArray(data, static_cast<int>(size));
+  osprey::Status ps = osprey::transport::ParseNegotiate(osprey::Slice(data, size), &counted);
+  if (ps.ok() && !parsed) abort();
+  if (!ps.ok() && !ps.IsCorruption()) abort();
+  if (!parsed) return 0;
 
   // What a server looks at: the step, the features, the mechanisms offered
   // or chosen, the authentication types, and for SASL PLAIN the token.

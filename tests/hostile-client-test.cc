@@ -188,6 +188,35 @@ TEST_F(PreAuthMemoryTest, TheHeaderParserStopsAtTenThousandSidecars) {
   SendAndCheckPeak(4'000'000, 8 * 1024, "more than 10000 sidecars");
 }
 
+// A NEGOTIATE of 400,000 empty sasl_mechanisms entries (2 bytes each, 800
+// KB, under the 1 MiB limit) would parse into some 25 MB of protobuf
+// objects before the negotiator saw it: the fields are counted first.
+TEST_F(PreAuthMemoryTest, ANegotiateOfManyEmptyEntriesIsRefusedBeforeItIsParsed) {
+  StartServer(MessengerBuilder("server"));
+  ASSERT_TRUE(ResetPeakRss()) << "this kernel cannot reset the peak RSS";
+  const int64_t before = PeakRssKiB();
+  std::string body = std::string("\x10\x01", 2);  // step: NEGOTIATE
+  for (int i = 0; i < 400000; ++i) body += std::string("\x22\x00", 2);
+  wire::RequestHeader h;
+  h.set_call_id(kNegotiationCallId);
+  RawConn c;
+  Connect(&c);
+  ASSERT_TRUE(c.SendConnectionHeader().ok());
+  ASSERT_TRUE(c.Send(RawFrame(h.SerializeAsString(), body)).ok());
+  body.clear();
+  body.shrink_to_fit();
+  ExpectFatal(&c, kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED,
+              "negotiation message has more than 64 fields");
+  ExpectClosedAndServerHealthy(&c);
+  const int64_t growth = PeakRssKiB() - before;
+#ifdef OSPREY_SANITIZED
+  std::cerr << "peak RSS grew by " << growth << " KiB (not checked under a sanitizer)\n";
+#else
+  // The frame's own bytes and the test's copy of them, not 25 MB.
+  EXPECT_LT(growth, 4 * 1024) << "peak RSS grew by " << growth << " KiB";
+#endif
+}
+
 // --- Frames after negotiation ---
 
 TEST_F(HostileClientTest, FrameLengthZero) {

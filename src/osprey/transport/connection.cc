@@ -664,8 +664,8 @@ Status Connection::HandleClientNegotiation(const wire::InboundResponse& frame) {
     return Status::NotAuthorized("server rejected negotiation: " + err.message());
   }
   NegotiatePB pb;
-  if (!pb.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-    return Status::NetworkError("server sent a negotiation message that does not parse");
+  if (Status ps = ParseNegotiate(body, &pb); !ps.ok()) {
+    return Status::NetworkError("server sent a bad negotiation message: " + ps.message());
   }
   NegotiationSteps steps;
   OSPREY_RETURN_NOT_OK(client_negotiator_->Handle(pb, &steps));
@@ -894,9 +894,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
 
 Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   NegotiatePB in;
-  const Slice& body = frame.main_message;
-  if (!in.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-    Status s = Status::Corruption("negotiation message does not parse as NegotiatePB");
+  if (Status s = ParseNegotiate(frame.main_message, &in); !s.ok()) {
     SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
     return s;
   }

@@ -1,5 +1,8 @@
 #include "osprey/transport/negotiation.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include "osprey/wire/sasl_plain.h"
 
 namespace osprey::transport {
@@ -43,6 +46,35 @@ NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer, OtherAuthn others) 
   if (others.certificate && offer.tls) pb.add_authn_types()->mutable_certificate();
   if (others.token && offer.tls) pb.add_authn_types()->mutable_token();
   return pb;
+}
+
+Status ParseNegotiate(Slice body, wire::NegotiatePB* out) {
+  using google::protobuf::internal::WireFormatLite;
+  if (body.size() > static_cast<size_t>(INT32_MAX)) {
+    return Status::Corruption("negotiation message of " + std::to_string(body.size()) +
+                              " bytes is too long");
+  }
+  google::protobuf::io::CodedInputStream in(body.data(), static_cast<int>(body.size()));
+  int64_t fields = 0;
+  while (uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;  // packed supported_features: at most one entry a byte
+      if (!in.ReadVarint32(&len) || !in.Skip(static_cast<int>(len))) break;
+      fields += len;
+    } else {
+      if (!WireFormatLite::SkipField(&in, tag)) break;
+      ++fields;
+    }
+    if (fields > kMaxNegotiateFields) {
+      return Status::Corruption("negotiation message has more than " +
+                                std::to_string(kMaxNegotiateFields) + " fields");
+    }
+  }
+  if (!out->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    return Status::Corruption("negotiation message does not parse as NegotiatePB");
+  }
+  return Status::OK();
 }
 
 Status ClientClearFrameAfterTls(int32_t call_id, bool is_error, Slice body) {
