@@ -116,18 +116,6 @@ TEST_F(HostileClientTest, TruncatedConnectionHeaderThenClose) {
 
 // --- Issue 40, finding 2: memory before authentication ---
 
-// Peak resident memory of this process in KiB since the last
-// ResetPeakRss(), or -1 where the kernel does not tell.
-int64_t PeakRssKiB() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
-
 // Right after the connection header, one request frame whose header lists
 // `offsets` zero sidecar offsets (1 byte each) and whose body is empty:
 // valid but for the count. Streamed from one small buffer, so that the

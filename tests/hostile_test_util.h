@@ -53,14 +53,23 @@ inline int WaitForFdCountAtMost(int want, MonoDelta timeout = MonoDelta::FromSec
   return n;
 }
 
-// VmRSS of this process in KiB, or -1.
-inline int64_t ReadRssKiB() {
+// A "Name:  N kB" line of /proc/self/status, in KiB, or -1.
+inline int64_t ReadStatusKiB(const std::string& name) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    if (line.rfind(name + ":", 0) == 0) return std::stoll(line.substr(name.size() + 1));
   }
   return -1;
+}
+
+// VmRSS of this process in KiB, or -1.
+inline int64_t ReadRssKiB() { return ReadStatusKiB("VmRSS"); }
+
+// Peak resident memory (VmHWM) since ResetPeakRss(), in KiB, or -1.
+inline int64_t PeakRssKiB() { return ReadStatusKiB("VmHWM"); }
+inline bool ResetPeakRss() {
+  return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5");
 }
 
 inline std::string BigEndian32(uint32_t v) {

@@ -399,17 +399,18 @@ void Connection::BecomeHttp() {
   // own count goes when it does, below).
   if (o.http_connections != nullptr &&
       o.http_connections->load() >= static_cast<int64_t>(o.max_http_connections)) {
-    static const char kBusy[] =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: "
-        "26\r\nConnection: close\r\n\r\ntoo many HTTP connections\n";
     // The request's bytes are read first: closing a socket with unread
     // input sends a reset, which may overtake the answer.
     uint8_t drain[16 * 1024];
     size_t got;
     (void)socket_.Read(drain, sizeof(drain), &got);
-    iovec busy{const_cast<char*>(kBusy), sizeof(kBusy) - 1};
+    HttpResponse busy;
+    busy.status = 503;
+    busy.body = "too many HTTP connections\n";
+    std::string bytes = FormatHttpResponse(busy, /*keep_alive=*/false, /*head_request=*/false);
+    iovec v{bytes.data(), bytes.size()};
     size_t ignored;
-    (void)socket_.Writev(&busy, 1, &ignored);  // best effort: the socket is new and empty
+    (void)socket_.Writev(&v, 1, &ignored);  // best effort: the socket is new and empty
     Shutdown(Status::ServiceUnavailable("too many HTTP connections"));
     return;
   }
@@ -492,7 +493,6 @@ void Connection::DecodeFrames(size_t n) {
     if (role_ == Role::kClient) {
       auto& frames = response_frames_;  // reused: its capacity stays
       frames.clear();
-      if (clear_after_tls_) max_frames = 1;
       Status ds = response_decoder_->Consume(n, &frames, max_frames);
       got = frames.size();
       if (clear_after_tls_ && got > 0) {
@@ -603,6 +603,8 @@ void Connection::DecryptAndDecode(Slice records) {
 
 void Connection::DecodeClearErrorFrame(const std::string& raw) {
   DCHECK(role_ == Role::kClient);
+  // Not open: DecodeFrames takes one frame at a time, so only one is read.
+  DCHECK(state_ != State::kOpen);
   tls_reading_ = false;
   clear_after_tls_ = true;
   Slice rest(raw);

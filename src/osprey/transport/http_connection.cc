@@ -43,6 +43,18 @@ constexpr size_t kMaxBufferedBytes =
 
 }  // namespace
 
+std::string FormatHttpResponse(const HttpResponse& response, bool keep_alive, bool head_request) {
+  std::string out;
+  out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  out.append(Reason(response.status)).append("\r\n");
+  out.append("Content-Type: ").append(response.content_type).append("\r\n");
+  out.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
+  out.append("Cache-Control: no-store\r\n");
+  out.append(keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+  if (!head_request) out.append(response.body);
+  return out;
+}
+
 HttpConnection::HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote,
                                std::string first_bytes, HttpHandler* handler,
                                std::shared_ptr<std::atomic<int64_t>> open_counter)
@@ -230,13 +242,7 @@ void HttpConnection::Send(HttpResponse response) {
   if (closed_) return;
   awaiting_answer_ = false;
   const bool keep = keep_alive_ && !close_after_send_;
-  out_.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
-  out_.append(Reason(response.status)).append("\r\n");
-  out_.append("Content-Type: ").append(response.content_type).append("\r\n");
-  out_.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
-  out_.append("Cache-Control: no-store\r\n");
-  out_.append(keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
-  if (!head_request_) out_.append(response.body);
+  out_.append(FormatHttpResponse(response, keep, head_request_));
   if (!keep) close_after_send_ = true;
   timer_state_.output_progress_at = MonoTime::Now();
   Flush();

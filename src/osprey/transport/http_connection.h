@@ -40,6 +40,10 @@ struct HttpResponse {
   std::string body;
 };
 
+// `response` as HTTP/1.1 bytes: status line, headers and (unless
+// `head_request`) body; "Connection: close" unless `keep_alive`.
+std::string FormatHttpResponse(const HttpResponse& response, bool keep_alive, bool head_request);
+
 // Answers HTTP requests (the Messenger's endpoints).
 class HttpHandler {
  public:
