@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -460,11 +461,22 @@ TEST_F(WorkerReadsTest, ClosedConnectionsAndShutdownWakeAWaitingWorker) {
   b->Shutdown();
 }
 
+// Judges RoomToSpin by a runnable count the test gives, not by the
+// machine's load (CI runs tests side by side), for one test's length.
+class RunnableCount {
+ public:
+  explicit RunnableCount(int runnable) { CpuLoad::SetRunnableForTests(runnable); }
+  ~RunnableCount() { CpuLoad::SetRunnableForTests(std::nullopt); }
+  RunnableCount(const RunnableCount&) = delete;
+  RunnableCount& operator=(const RunnableCount&) = delete;
+};
+
 // Threads about to sleep for the network poll first
 // (MessengerBuilder::set_spin_before_sleep), where the machine has a CPU to
 // spare (CpuLoad::RoomToSpin). Off, none does.
 TEST(SpinBeforeSleepTest, OffNoThreadSpins) {
   Watchdog dog(std::chrono::seconds(60));
+  RunnableCount idle_machine(0);
   TestServer server;
   ServicePoolOptions pool;
   pool.worker_threads = 1;
@@ -478,11 +490,11 @@ TEST(SpinBeforeSleepTest, OffNoThreadSpins) {
   client->Shutdown();
 }
 
-// On, with a window of 1 ms: the sync caller, the waiting worker and the
-// reactors spin, and every call still ends as it should: answered, or
-// timed out while its caller spins, or cancelled.
-TEST(SpinBeforeSleepTest, OnThreadsSpinAndCallsEndAsWithout) {
+// On, but with more threads runnable than CPUs: none spins, for spinning
+// would take a CPU from a thread that has work.
+TEST(SpinBeforeSleepTest, OnButTheMachineBusyNoThreadSpins) {
   Watchdog dog(std::chrono::seconds(60));
+  RunnableCount busy_machine(CpuLoad::CPUs() + 1);
   const MonoDelta window = MonoDelta::FromMilliseconds(1);
   TestServer server;
   ServicePoolOptions pool;
@@ -490,19 +502,33 @@ TEST(SpinBeforeSleepTest, OnThreadsSpinAndCallsEndAsWithout) {
   ASSERT_TRUE(server.Start(1, pool, MessengerBuilder("server").set_spin_before_sleep(window)).ok());
   auto client = MakeClient(1, MessengerBuilder("client").set_spin_before_sleep(window));
   CalculatorServiceProxy proxy(client, server.address);
-  // Spinning waits for a CPU to spare: on a busy machine (CI's, running
-  // tests side by side), up to 20 rounds of calls.
-  bool room_seen = false;
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, 1).ok());
+  EXPECT_EQ(0, Spins(client));
+  EXPECT_EQ(0, Spins(server.messenger));
+  client->Shutdown();
+}
+
+// On, with a window of 1 ms and a machine with room: the sync caller, the
+// waiting worker and the reactors spin, and every call still ends as it
+// should: answered, or timed out while its caller spins, or cancelled.
+TEST(SpinBeforeSleepTest, OnThreadsSpinAndCallsEndAsWithout) {
+  Watchdog dog(std::chrono::seconds(60));
+  if (CpuLoad::CPUs() < 2) GTEST_SKIP() << "one CPU: no thread may spin (CpuLoad::SpinSlot)";
+  RunnableCount idle_machine(0);
+  const MonoDelta window = MonoDelta::FromMilliseconds(1);
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool, MessengerBuilder("server").set_spin_before_sleep(window)).ok());
+  auto client = MakeClient(1, MessengerBuilder("client").set_spin_before_sleep(window));
+  CalculatorServiceProxy proxy(client, server.address);
+  // A thread spins only while no other of the process's holds the one
+  // spin slot two CPUs allow (CpuLoad::SpinSlot): up to 20 rounds.
   for (int round = 0; round < 20 && (Spins(client) <= 0 || Spins(server.messenger) <= 0); ++round) {
-    room_seen |= CpuLoad::RoomToSpin();
     for (int i = 0; i < 100; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, round).ok());
-    room_seen |= CpuLoad::RoomToSpin();
   }
-  const bool spun = Spins(client) > 0 && Spins(server.messenger) > 0;
-  if (!spun && !room_seen) {
-    GTEST_SKIP() << "more threads runnable than CPUs throughout: no room to spin";
-  }
-  EXPECT_TRUE(spun) << "spins: client " << Spins(client) << ", server " << Spins(server.messenger);
+  EXPECT_GT(Spins(client), 0);
+  EXPECT_GT(Spins(server.messenger), 0);
   // A deadline shorter than the handler: the caller's wait (spinning or
   // asleep) ends with it.
   RpcController ctl;

@@ -1,6 +1,7 @@
 #include "osprey/base/cpu_load.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -80,6 +81,8 @@ std::atomic<int> spinning{0};
 constexpr int64_t kRefreshNanos = 1'000'000;
 std::atomic<int64_t> next_refresh_ns{0};
 std::atomic<bool> room{false};
+// SetRunnableForTests's count, or -1 for none.
+std::atomic<int> runnable_for_tests{-1};
 
 }  // namespace
 
@@ -160,7 +163,15 @@ CpuLoad::SpinSlot::~SpinSlot() {
   if (taken_) spinning.fetch_sub(1);
 }
 
+void CpuLoad::SetRunnableForTests(std::optional<int> runnable) {
+  CHECK(!runnable || *runnable >= 0) << "a runnable count is never negative";
+  runnable_for_tests.store(runnable.value_or(-1), std::memory_order_relaxed);
+}
+
 bool CpuLoad::RoomToSpin() {
+  if (int forced = runnable_for_tests.load(std::memory_order_relaxed); forced >= 0) {
+    return forced <= kCpus;
+  }
   const int64_t now = (MonoTime::Now() - MonoTime()).ToNanoseconds();
   int64_t due = next_refresh_ns.load(std::memory_order_relaxed);
   // One thread refreshes; the others use the last count meanwhile.

@@ -21,6 +21,11 @@ class CpuLoad {
   // read: without the count, no spinning.
   static bool RoomToSpin();
 
+  // Tests: the runnable count RoomToSpin judges by instead of
+  // /proc/loadavg's, so that whether a thread may spin does not depend on
+  // what else the machine runs; nullopt reads /proc/loadavg again.
+  static void SetRunnableForTests(std::optional<int> runnable);
+
   // A place among the threads of this process that spin at once, of which
   // there are one fewer than CPUs for it, so that one CPU is always left
   // for threads with work to do.
