@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +28,10 @@ namespace osprey::rpc_test {
 // in each direction. It listens on the loopback address of `target`'s
 // family (127.0.0.1 or ::1), so the server still sees a loopback peer.
 // With CutEachConnectionAfter, it closes every connection that long after
-// it opened: calls in flight may then have run with their answers lost.
-// One thread; stops when destroyed.
+// it opened: calls in flight may then have run with their answers lost;
+// with CutAtRandomReads, at a random read instead. With CheckFraming, it
+// reads each direction as KRPC frames and counts bytes that cannot be the
+// connection's own (foreign_frames). One thread; stops when destroyed.
 class RecordingProxy {
  public:
   explicit RecordingProxy(const Sockaddr& target) : target_(target) {}
@@ -41,7 +45,22 @@ class RecordingProxy {
 
   // Before Start().
   void CutEachConnectionAfter(MonoDelta after) { cut_after_ = after; }
+  // Before Start(): closes a connection instead of forwarding a read, with
+  // probability `p` per read, drawn from a generator seeded with `seed`.
+  void CutAtRandomReads(double p, uint32_t seed) {
+    cut_probability_ = p;
+    random_.seed(seed);
+  }
   int cuts() const { return cuts_.load(); }
+
+  // Before Start(): follows each direction's framing (the client's 7-byte
+  // connection header, then frames of a 4-byte big-endian length and that
+  // many bytes), and counts a frame longer than `max_frame` as foreign:
+  // bytes some other writer put on the socket, such as the 8 bytes of an
+  // eventfd write (01 00 00 00 ...: a length of 16 MiB). The connection is
+  // then closed, its framing lost. Only for clear (not TLS) connections.
+  void CheckFraming(uint32_t max_frame) { max_frame_ = max_frame; }
+  int foreign_frames() const { return foreign_frames_.load(); }
 
   Status Start(Sockaddr* addr) {
     Sockaddr local = target_;
@@ -73,9 +92,39 @@ class RecordingProxy {
   }
 
  private:
+  // Where one direction's bytes are in their framing (CheckFraming).
+  struct Framing {
+    size_t header_left = 0;  // connection header bytes still to come
+    uint8_t length[4] = {};
+    size_t length_got = 0;
+    uint64_t body_left = 0;
+    // Consumes `n` bytes; false at a frame longer than `max_frame`.
+    bool Follow(const uint8_t* p, size_t n, uint32_t max_frame) {
+      for (size_t i = 0; i < n;) {
+        if (header_left > 0) {
+          size_t take = std::min(header_left, n - i);
+          header_left -= take;
+          i += take;
+        } else if (body_left > 0) {
+          uint64_t take = std::min<uint64_t>(body_left, n - i);
+          body_left -= take;
+          i += take;
+        } else {
+          length[length_got++] = p[i++];
+          if (length_got < 4) continue;
+          length_got = 0;
+          body_left = (uint64_t{length[0]} << 24) | (uint64_t{length[1]} << 16) |
+                      (uint64_t{length[2]} << 8) | length[3];
+          if (body_left > max_frame) return false;
+        }
+      }
+      return true;
+    }
+  };
   struct Pair {
     Socket client, server;
     MonoTime cut_at = MonoTime::Max();
+    Framing from_client{7}, from_server{0};
     bool open = true;
     void Close() {
       open = false;
@@ -128,6 +177,19 @@ class RecordingProxy {
             (from_client ? c2s_ : s2c_)
                 .append(reinterpret_cast<char*>(buf), static_cast<size_t>(n));
           }
+          if (n > 0 && max_frame_ > 0 &&
+              !(from_client ? p->from_client : p->from_server)
+                   .Follow(buf, static_cast<size_t>(n), max_frame_)) {
+            foreign_frames_.fetch_add(1);
+            p->Close();
+            break;
+          }
+          if (n > 0 && cut_probability_ > 0 &&
+              std::uniform_real_distribution<double>(0, 1)(random_) < cut_probability_) {
+            p->Close();
+            cuts_.fetch_add(1);
+            break;
+          }
           if (n <= 0 || !out.WriteAll(buf, static_cast<size_t>(n)).ok()) p->Close();
           break;
         }
@@ -143,6 +205,10 @@ class RecordingProxy {
   std::atomic<bool> stop_{false};
   std::optional<MonoDelta> cut_after_;
   std::atomic<int> cuts_{0};
+  double cut_probability_ = 0;
+  std::mt19937 random_;
+  uint32_t max_frame_ = 0;
+  std::atomic<int> foreign_frames_{0};
   std::mutex mu_;
   std::string c2s_, s2c_;
 };

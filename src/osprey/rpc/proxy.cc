@@ -150,8 +150,8 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
                       google::protobuf::Message* response, RpcController* controller) const {
   if (transport::Reactor::OnAnyReactorThread()) {
     return Status::IllegalState(
-        "a synchronous call from a reactor thread would deadlock; use "
-        "the async call in callbacks");
+        "a synchronous call from a reactor thread (or a handler run in a reactor's place) "
+        "would deadlock; use the async call in callbacks and reactor-run handlers");
   }
   const RemoteMethod* m;
   std::unique_ptr<RemoteMethod> owned;
@@ -166,8 +166,10 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
   struct Waiting {
     CountDownLatch done{1};
     std::atomic<bool> finished{false};
-    std::atomic<bool> polling{false};  // the caller sleeps in poll, not on `done`
-    int wake_fd = -1;
+    // Set while the caller reads its own answer: the eventfd that wakes
+    // its poll, held (with `parked` below) until `done` has counted down,
+    // so the callback writes it only while it is this caller's.
+    std::atomic<const transport::WakeFdLease*> polling{nullptr};
     pthread_t caller = pthread_self();
   } w;
   transport::ParkedConnection parked;
@@ -181,19 +183,17 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         // own thread (it read its own answer, Reactor::WaitAsReader): no one
         // sleeps then, and the write would wake the eventfd's next borrower
         // for nothing (docs/performance.md, "The self-wake, again").
-        if (w.polling.load() && !pthread_equal(w.caller, pthread_self())) {
-          uint64_t one = 1;
-          ssize_t n = ::write(w.wake_fd, &one, sizeof(one));
-          (void)n;
-        }
+        const transport::WakeFdLease* lease = w.polling.load();
+        if (lease != nullptr && !pthread_equal(w.caller, pthread_self())) lease->Wake();
         w.done.CountDown();
       },
       /*sync=*/true, &parked);
   if (parked) {
-    w.wake_fd = parked.wake_fd;  // published to the callback by `polling`
-    w.polling.store(true);
+    w.polling.store(&parked.lease);
     parked.conn->reactor()->WaitAsReader(parked, w.finished);
   }
+  // The lease goes back with `parked`, after this: once `done` counted
+  // down, nothing writes it.
   w.done.Wait();
   return controller->status();
 }

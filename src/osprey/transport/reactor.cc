@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "osprey/base/cpu_load.h"
 #include "osprey/transport/client_call.h"
@@ -53,18 +54,34 @@ void Reactor::BeginBorrowWaiting() {
 }
 
 int Reactor::TakeWakeFd() {
-  if (spare_wake_fds_.empty()) return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  int fd = spare_wake_fds_.back();
-  spare_wake_fds_.pop_back();
-  return fd;
+  int fd = spare_wake_fd_.exchange(-1);
+  return fd >= 0 ? fd : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 void Reactor::GiveBackWakeFd(int fd) {
-  if (spare_wake_fds_.empty()) {
-    spare_wake_fds_.push_back(fd);
-  } else {
-    ::close(fd);
+  int none = -1;
+  if (!spare_wake_fd_.compare_exchange_strong(none, fd)) ::close(fd);
+}
+
+WakeFdLease& WakeFdLease::operator=(WakeFdLease&& other) noexcept {
+  if (this != &other) {
+    GiveBack();
+    reactor_ = std::exchange(other.reactor_, nullptr);
+    fd_ = std::exchange(other.fd_, -1);
   }
+  return *this;
+}
+
+void WakeFdLease::Wake() const {
+  DCHECK_GE(fd_, 0) << "an eventfd written after its lease went back";
+  uint64_t one = 1;
+  ssize_t n = ::write(fd_, &one, sizeof(one));
+  (void)n;  // EAGAIN: a wake-up is pending already
+}
+
+void WakeFdLease::GiveBack() {
+  if (fd_ < 0) return;
+  std::exchange(reactor_, nullptr)->GiveBackWakeFd(std::exchange(fd_, -1));
 }
 
 ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn) {
@@ -73,8 +90,10 @@ ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn)
     AssertCurrentThread();
     if (closing() || !conn->ParkForWorker()) return;
     if (TransportMetrics* m = options_.metrics.get()) m->worker_reads->Increment();
-    parked = ParkedConnection{conn, conn->worker_set_fd(), conn->worker_wake_fd(),
-                              /*lent=*/false, /*worker_set=*/true};
+    parked.conn = conn;
+    parked.fd = conn->worker_set_fd();
+    parked.wake_fd = conn->worker_wake_fd();
+    parked.worker_set = true;
   });
   return parked;
 }
@@ -133,7 +152,6 @@ void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable)
     }
   }
   conn->Unpark();
-  if (parked.lent) GiveBackWakeFd(parked.wake_fd);
 }
 
 void Reactor::Unpark(const ParkedConnection& parked) {
@@ -152,17 +170,18 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   if (call->finished() || call->conn_ != conn) return {};
   int wake_fd = TakeWakeFd();
   if (wake_fd < 0) return {};  // the caller waits as any other
-  if (!conn->Park(wake_fd)) {
-    GiveBackWakeFd(wake_fd);
-    return {};
-  }
+  WakeFdLease lease(this, wake_fd);
+  if (!conn->Park(wake_fd)) return {};  // the lease goes back unused
   if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
-  return ParkedConnection{conn->shared_from_this(), conn->fd(), wake_fd, /*lent=*/true};
+  ParkedConnection parked;
+  parked.conn = conn->shared_from_this();
+  parked.fd = conn->fd();
+  parked.wake_fd = wake_fd;
+  parked.lease = std::move(lease);
+  return parked;
 }
 
 void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
-  // A finisher that saw the caller polling may still write the eventfd after
-  // it is given back: its next borrower then wakes once for nothing.
   Connection* conn = parked.conn.get();
   bool unparked = false;
   while (!unparked && !done.load()) {
@@ -209,7 +228,7 @@ void Reactor::FlushRequested() {
   }
 }
 
-bool Reactor::OnAnyReactorThread() { return tls_reactor != nullptr; }
+bool Reactor::OnAnyReactorThread() { return tls_reactor != nullptr || tls_borrowed != nullptr; }
 
 MonoTime Reactor::LoopTimeOrNow() {
   if (tls_reactor == nullptr) return MonoTime::Now();
@@ -229,14 +248,10 @@ Reactor::~Reactor() {
     LiveReactors().erase(this);
   }
   Shutdown();
-  CloseSpareWakeFds();
+  // No lease is out: each holds a reference to this reactor.
+  if (int spare = spare_wake_fd_.exchange(-1); spare >= 0) ::close(spare);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
-}
-
-void Reactor::CloseSpareWakeFds() {
-  for (int fd : spare_wake_fds_) ::close(fd);
-  spare_wake_fds_.clear();
 }
 
 Status Reactor::Start() {
@@ -250,12 +265,9 @@ Status Reactor::Start() {
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
     return Status::NetworkError("epoll_ctl(eventfd)", errno);
   }
-  {
-    MutexLock l(loop_mu_);  // the thread is not running yet: uncontended
-    int spare = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (spare < 0) return Status::NetworkError("eventfd", errno);
-    spare_wake_fds_.push_back(spare);
-  }
+  int spare = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (spare < 0) return Status::NetworkError("eventfd", errno);
+  GiveBackWakeFd(spare);
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }

@@ -52,21 +52,57 @@ class EventHandler {
   virtual void HandleEvents(uint32_t epoll_events) = 0;
 };
 
+class Reactor;
+
+// An eventfd a reactor lends one blocking caller that reads its own answer
+// (Reactor::ParkForCaller). Whoever finishes the caller's call on another
+// thread writes it (Wake) to end the caller's poll; that may happen after
+// the caller stopped polling (its connection was cut and the call is being
+// retried), so the lease is held until the caller has seen its call end,
+// and only then goes back: the number is never written once the reactor
+// may have closed it and a socket taken it. Move-only; any thread; goes
+// back when destroyed, which must be while the reactor exists (in a
+// ParkedConnection, whose connection keeps it).
+class WakeFdLease {
+ public:
+  WakeFdLease() = default;
+  WakeFdLease(Reactor* reactor, int fd) : reactor_(reactor), fd_(fd) {}
+  WakeFdLease(WakeFdLease&& other) noexcept { *this = std::move(other); }
+  WakeFdLease& operator=(WakeFdLease&& other) noexcept;
+  WakeFdLease(const WakeFdLease&) = delete;
+  WakeFdLease& operator=(const WakeFdLease&) = delete;
+  ~WakeFdLease() { GiveBack(); }
+
+  int fd() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  // Wakes the holder's poll. Only while held: a holder that may be woken
+  // by another thread keeps the lease until that thread is done with it.
+  void Wake() const;
+  // Back to the reactor (Reactor::GiveBackWakeFd); idempotent.
+  void GiveBack();
+
+ private:
+  Reactor* reactor_ = nullptr;
+  int fd_ = -1;
+};
+
 // A connection a blocking caller or a worker reads itself
 // (Connection::Park, Reactor::ParkForCaller, Reactor::ParkForWorker).
+// Move-only (a caller's holds its eventfd's lease).
 struct ParkedConnection {
   std::shared_ptr<Connection> conn;
   // What the waiter sleeps on: a caller polls the socket; a worker waits
   // in epoll_wait on the connection's own epoll set of the socket and
   // `wake_fd` (`worker_set`; Connection::ParkForWorker says why).
   int fd = -1;
-  // An eventfd that wakes the waiter: a client caller's is lent by the
-  // reactor until it unparks (whoever finishes the call on another thread
-  // writes it); a worker's is the connection's (its service queue writes
-  // it, and Shutdown).
+  // An eventfd that wakes the waiter: a client caller's is `lease`'s; a
+  // worker's is the connection's (its service queue writes it, while the
+  // worker is registered there as polling, and Shutdown, while parked).
   int wake_fd = -1;
-  bool lent = false;
   bool worker_set = false;
+  // A caller's: held past the unpark, until its call has ended
+  // (WakeFdLease). Declared after `conn`, so it goes back first.
+  WakeFdLease lease;
   explicit operator bool() const { return conn != nullptr; }
 };
 
@@ -115,7 +151,11 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   static void AbortCallIfAlive(Reactor* reactor, std::shared_ptr<ClientCall> call,
                                const Status& why);
 
-  // True on any reactor thread of any Messenger: blocking there deadlocks.
+  // True on any reactor thread of any Messenger, and on any thread acting
+  // in a reactor's place (TryRunHere, RunHere: it holds that reactor's
+  // loop lock, and may run a reactor-run service's handler it read):
+  // waiting for a reactor there deadlocks, so blocking calls, Listen and
+  // the like refuse to.
   static bool OnAnyReactorThread();
   // On a reactor thread, its loop_time(); elsewhere MonoTime::Now(). For
   // stamps where a loop iteration's staleness does not matter, so that
@@ -154,8 +194,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // The caller of a call whose connection ParkForCaller() parked, holding
   // no lock: until `done` is true, sleeps in poll on the socket and on
   // `parked.wake_fd` and reads the socket in the reactor's place when it is
-  // readable, so the answer wakes this thread alone. Unparks, and gives the
-  // eventfd back, before it returns.
+  // readable, so the answer wakes this thread alone. Unparks before it
+  // returns; the eventfd's lease stays with `parked` (WakeFdLease).
   void WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done);
 
   // A worker that answered the last call in flight of `conn`
@@ -292,11 +332,6 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   template <class Poll>
   bool SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const;
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
-  // The destructor's, without the loop lock: the thread is joined, and no
-  // connection is left to borrow the loop (each keeps its reactor alive).
-  // Not under the lock, as the destructor may run inside a user's lock
-  // that a callback on this reactor also takes.
-  void CloseSpareWakeFds() NO_THREAD_SAFETY_ANALYSIS;
 
   const std::string name_;
   const ConnectionOptions options_;
@@ -355,13 +390,16 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
   MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
   size_t frames_read_ GUARDED_BY(loop_mu_) = 0;  // see NoteFramesRead
-  // Eventfds to lend parked callers (ParkedConnection::wake_fd): one, made
-  // at Start, which is what a reactor needs while one caller at a time
-  // waits on it; more callers at once get one made for them, closed when
-  // they give it back. So an idle reactor always holds exactly one.
-  std::vector<int> spare_wake_fds_ GUARDED_BY(loop_mu_);
-  int TakeWakeFd() REQUIRES(loop_mu_);
-  void GiveBackWakeFd(int fd) REQUIRES(loop_mu_);
+  // The eventfd to lend the next parked caller (WakeFdLease), or -1: one,
+  // made at Start, which is what a reactor needs while one caller at a
+  // time waits on it; more callers at once get one made for them, closed
+  // when they give it back. So an idle reactor holds exactly one. One
+  // word, taken and given back by these two alone, from any thread (a
+  // lease goes back after its caller's call ended, without the loop lock).
+  std::atomic<int> spare_wake_fd_{-1};
+  int TakeWakeFd();
+  void GiveBackWakeFd(int fd);
+  friend class WakeFdLease;
 };
 
 }  // namespace osprey::transport
