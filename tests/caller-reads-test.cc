@@ -461,6 +461,69 @@ TEST_F(WorkerReadsTest, ClosedConnectionsAndShutdownWakeAWaitingWorker) {
   b->Shutdown();
 }
 
+// The switches (MessengerBuilder::set_caller_reads, set_worker_reads):
+// off, no caller and no worker waits on a socket, every call still ends
+// as it should, and server connections make no epoll set of their own.
+TEST(HotPathSwitchesTest, CallerAndWorkerReadsOffNoThreadWaitsOnASocket) {
+  Watchdog dog(std::chrono::seconds(60));
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool, MessengerBuilder("server").set_worker_reads(false)).ok());
+  auto client = MakeClient(1, MessengerBuilder("client").set_caller_reads(false));
+  CalculatorServiceProxy proxy(client, server.address);
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, 1).ok());
+  EXPECT_EQ(0, CallerReads(client));
+  EXPECT_EQ(0, WorkerReads(server.messenger));
+  // A deadline and a cancel still end blocking calls.
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(20));
+  Status s = SyncSleep(proxy, 300'000, &ctl);
+  EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
+  std::vector<ConnectionInfo> conns;
+  ASSERT_TRUE(server.messenger->DumpConnections(&conns).ok());
+  ASSERT_EQ(1u, conns.size());
+  EXPECT_EQ("reactor", conns[0].wake_route);
+  // A second client brings its reactor's epoll set, and the server's
+  // connection to it none (with worker reads on, it would bring one).
+  auto epoll_sets = [] {
+    auto fds = MessengerKindFds();
+    return std::count_if(fds.begin(), fds.end(),
+                         [](const std::string& f) { return f.find("eventpoll") != f.npos; });
+  };
+  const auto sets_before = epoll_sets();
+  auto second = MakeClient(1);
+  CalculatorServiceProxy second_proxy(second, server.address);
+  ASSERT_TRUE(CheckedAdd(second_proxy, 1, 1).ok());
+  EXPECT_EQ(1, epoll_sets() - sets_before);
+  second->Shutdown();
+  client->Shutdown();
+}
+
+// On (the default), /connections shows who reads each socket: the
+// server's connection is parked by its worker between calls.
+TEST(HotPathSwitchesTest, ConnectionsShowWhoReadsEachSocket) {
+  Watchdog dog(std::chrono::seconds(60));
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  ASSERT_TRUE(UntilAWorkerWaitsOn(proxy, server.messenger));
+  std::vector<ConnectionInfo> conns;
+  ASSERT_TRUE(WaitUntil([&] {
+    return server.messenger->DumpConnections(&conns).ok() && conns.size() == 1 &&
+           conns[0].wake_route == "parked by worker";
+  })) << (conns.empty() ? "no connection" : conns[0].wake_route);
+  // The client's caller left its connection with nothing awaited: dormant.
+  ASSERT_TRUE(client->DumpConnections(&conns).ok());
+  ASSERT_EQ(1u, conns.size());
+  EXPECT_TRUE(conns[0].wake_route == "dormant" || conns[0].wake_route == "reactor")
+      << conns[0].wake_route;
+  client->Shutdown();
+}
+
 // Judges RoomToSpin by a runnable count the test gives, not by the
 // machine's load (CI runs tests side by side), for one test's length.
 class RunnableCount {

@@ -58,6 +58,12 @@ DEFINE_string(output, "text", "report format: text or json");
 DEFINE_int32(spin_before_sleep_us, 50,
              "microseconds a thread about to sleep for the network polls first "
              "(MessengerBuilder::set_spin_before_sleep), 0 to 1000; 0: never");
+DEFINE_bool(caller_reads, true,
+            "a blocking caller reads its own answer when its call is the only one its "
+            "connection awaits (MessengerBuilder::set_caller_reads)");
+DEFINE_bool(worker_reads, true,
+            "a server worker that answered a connection's last call waits on its socket for "
+            "the next request (MessengerBuilder::set_worker_reads)");
 DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
 DEFINE_double(target_rate, 0,
               "open loop: calls per second over all threads or loops; 0: "
@@ -86,7 +92,9 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_keytab_file(FLAGS_keytab_file)
       .set_principal(FLAGS_principal)
       .set_sasl_protocol_name(FLAGS_sasl_protocol_name)
-      .set_spin_before_sleep(MonoDelta::FromMicroseconds(FLAGS_spin_before_sleep_us));
+      .set_spin_before_sleep(MonoDelta::FromMicroseconds(FLAGS_spin_before_sleep_us))
+      .set_caller_reads(FLAGS_caller_reads)
+      .set_worker_reads(FLAGS_worker_reads);
   return b;
 }
 

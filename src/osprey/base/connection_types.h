@@ -99,6 +99,9 @@ struct ConnectionInfo {
   size_t calls_in_flight = 0;
   // Bytes queued to send that the socket has not taken yet.
   size_t outbound_queued_bytes = 0;
+  // Who reads its socket (transport::WakeRoute::Name): "reactor",
+  // "dormant", "parked by caller", "parked by worker", ...
+  std::string wake_route;
 };
 
 }  // namespace osprey

@@ -259,6 +259,7 @@ void HttpEndpoints::HandleHttp(const transport::HttpRequest& req, const Sockaddr
                        {"negotiated", c.negotiated},
                        {"security", ConnectionSecuritySlug(c.security)},
                        {"calls_in_flight", c.calls_in_flight},
+                       {"wake_route", c.wake_route},
                        {"outbound_queued_bytes", c.outbound_queued_bytes}});
         }
         respond(Json({{"messenger", name},

@@ -60,6 +60,16 @@ MessengerBuilder& MessengerBuilder::set_idle_timeout(MonoDelta timeout) {
   MutableOptions().idle_timeout = timeout;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_caller_reads(bool on) {
+  MutableOptions().caller_reads = on;
+  return *this;
+}
+
+MessengerBuilder& MessengerBuilder::set_worker_reads(bool on) {
+  MutableOptions().worker_reads = on;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_spin_before_sleep(MonoDelta window) {
   MutableOptions().spin_before_sleep = window;
   return *this;

@@ -109,6 +109,15 @@ class MessengerBuilder {
   // more, as on virtual machines; threads whose waits are longer soon stop
   // spinning by themselves. Zero turns it off.
   MessengerBuilder& set_spin_before_sleep(MonoDelta window);
+  // Whether a blocking caller reads its own answer when its call is the
+  // only one its connection awaits (on by default; off, the reactor reads
+  // it and wakes the caller), and whether a server worker that answered a
+  // connection's last call waits on its socket for the next request (on by
+  // default; off, workers wait in their queues only, and each open server
+  // connection holds one descriptor instead of three). Each saves a
+  // wake-up per call; off, for measuring and bisecting.
+  MessengerBuilder& set_caller_reads(bool on);
+  MessengerBuilder& set_worker_reads(bool on);
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
   MessengerBuilder& set_max_server_connections(size_t n);
   // TCP keepalive and user timeout on every TCP connection, client and

@@ -1,8 +1,11 @@
-// ServiceQueue: the bounded FIFO between the reactors that receive one
+// ServiceQueue: the bounded FIFO between the threads that read one
 // service's calls and the workers that run them, with the policy for when a
-// queued call wakes a sleeping worker. Put() is called from reactor threads,
-// Take() from the workers, Shutdown() from the pool's owner; every method is
-// thread-safe. A template over the call type so that it can be tested with
+// queued call wakes a worker: one asleep in Take(), or one waiting on a
+// connection's socket (BeginPoll), by writing the eventfd it registered.
+// Put() is called by whichever thread read the request under a reactor's
+// loop lock (the reactor, or a worker reading in its place), Take(),
+// BeginPoll() and EndPoll() by the workers, Shutdown() by the pool's owner;
+// every method is thread-safe. A template over the call type so that it can be tested with
 // calls of its own (service_queue-test.cc); the pool uses InboundCall.
 #pragma once
 

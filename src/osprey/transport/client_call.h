@@ -1,9 +1,12 @@
 // ClientCall: what a client connection carries for one call: a request frame
 // out and one completion in. The rpc layer's OutboundCall implements it.
 //
-// Everything here runs on the reactor that owns the call's connection; the
-// call completes there exactly once, whichever comes first of its response,
-// its deadline, a cancel, or the failure of its connection.
+// Everything here runs under the loop lock of the reactor that owns the
+// call's connection: on its thread, or on a thread acting in its place (a
+// sender that borrowed it, a blocking caller reading its own answer). The
+// call completes exactly once, whichever comes first of its response, its
+// deadline, a cancel, or the failure of its connection; its user callback
+// runs on the reactor thread itself (Finish says how).
 #pragma once
 
 #include <atomic>
@@ -31,7 +34,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
 
   // Serializes the request frame with the call id the connection chose.
   virtual Status BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) = 0;
-  // Exactly one of these two runs, once, on the reactor thread.
+  // Exactly one of these two runs, once, under the loop lock.
   virtual void OnResponse(wire::InboundResponse frame) = 0;
   virtual void OnFailure(const Status& status) = 0;
   // For error messages: "kudu.rpc_test.CalculatorService.Add".

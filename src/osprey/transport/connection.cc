@@ -74,6 +74,7 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
       host_(std::move(host)),
       identity_{std::move(user), "", AuthenticationMethod::kPlain},
       state_(role == Role::kClient ? State::kConnecting : State::kAwaitingConnectionHeader),
+      route_(role == Role::kClient),
       last_activity_(MonoTime::Now()) {
   // Raised to max_frame_size when the connection opens (OpenFrameLimit).
   size_t max =
@@ -213,7 +214,7 @@ void Connection::HandleEvents(uint32_t events) {
 uint32_t Connection::EpollEvents() const {
   bool reading = state_ != State::kClosingAfterFlush;
   // A worker's set shares the socket with the reactor's (ParkForWorker).
-  bool want_in = reading && !dormant_ && (!parked_ || worker_set_fd_ >= 0);
+  bool want_in = reading && route_.EpollIn();
   // A client connection out of EPOLLIN still learns that the server closed
   // it (a FIN alone). Parked or dormant, the mask is the same, so that
   // going from one to the other makes no system call.
@@ -243,11 +244,17 @@ void Connection::UpdateEpollInterest() {
   if (!s.ok()) Shutdown(s);
 }
 
+WakeRoute::Actions Connection::MoveRoute(WakeRoute::Event event, bool calls_awaited) {
+  const WakeRoute::Route from = route_.route();
+  WakeRoute::Actions a = route_.Apply(event, calls_awaited);
+  DCHECK(a.legal) << ToString() << ": " << WakeRoute::Name(event) << " from route "
+                  << WakeRoute::Name(from);
+  return a;
+}
+
 void Connection::RestoreReadInterest() {
   reactor_->AssertCurrentThread();
-  if (!dormant_) return;
-  dormant_ = false;
-  if (state_ == State::kClosed || parked_) return;
+  if (!MoveRoute(WakeRoute::Event::kReadInterestDue).sync_epoll) return;
   Status s = SyncEpollEvents();
   if (!s.ok()) Shutdown(s);
 }
@@ -260,13 +267,13 @@ bool Connection::Park(int wake_fd) {
   // (TlsRecordLayer::Decrypt), so no plaintext waits anywhere but on the
   // socket, which is what the waiter polls.
   bool quiet = role_ == Role::kClient ? client_calls_.sent() == 1 : server_calls_.empty();
-  if (!quiet || state_ != State::kOpen || parked_ || HasUnsentBytes()) return false;
-  parked_ = true;
-  dormant_ = false;  // parked covers it: no EPOLLIN either way
+  if (!quiet || state_ != State::kOpen || route_.parked() || HasUnsentBytes()) return false;
+  WakeRoute::Actions a = MoveRoute(role_ == Role::kClient ? WakeRoute::Event::kCallerParks
+                                                          : WakeRoute::Event::kWorkerParks);
   parked_wake_fd_ = wake_fd;
-  Status s = SyncEpollEvents();
+  Status s = a.sync_epoll ? SyncEpollEvents() : Status::OK();
   if (!s.ok()) {
-    parked_ = false;
+    MoveRoute(WakeRoute::Event::kUnpark);  // no waiter yet: nothing to wake
     Shutdown(s);
     return false;
   }
@@ -275,22 +282,14 @@ bool Connection::Park(int wake_fd) {
 
 void Connection::Unpark() {
   reactor_->AssertCurrentThread();
-  if (!parked_) return;
-  parked_ = false;
-  if (state_ == State::kClosed) {
-    CloseWorkerSet();  // its waiter, here, is done with it
+  if (!route_.parked()) return;
+  WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kUnpark, calls_in_flight() > 0);
+  if (a.close_worker_set) {
+    CloseWorkerSet();  // closed: its waiter, here, was its last user
     return;
   }
-  // Nothing awaited: nothing will come but a close, which RDHUP reports.
-  dormant_ = role_ == Role::kClient && state_ == State::kOpen && client_calls_.sent() == 0;
-  Status s;
-  if (worker_set_fd_ >= 0 && read_bounded_) {
-    // Adding the socket again makes epoll look at it, and wake the reactor
-    // for what the worker left.
-    s = reactor_->ReplaceFd(socket_.fd(), registered_events_ | EPOLLEXCLUSIVE, this);
-  } else {
-    s = SyncEpollEvents();
-  }
+  if (!a.sync_epoll) return;
+  Status s = SyncEpollEvents();
   if (!s.ok()) Shutdown(s);
 }
 
@@ -423,7 +422,6 @@ void Connection::BecomeHttp() {
 }
 
 void Connection::ReadAvailable() {
-  read_bounded_ = false;
   for (int i = 0; i < kMaxReadsPerEvent; ++i) {
     if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
     last_activity_ = reactor_->loop_time();
@@ -479,7 +477,10 @@ void Connection::ReadAvailable() {
     }
     if (n < space) return;  // the kernel had no more for now
   }
-  read_bounded_ = true;
+  // Bytes may be left. A worker that read them leaves them to the reactor:
+  // bytes that came after the first of a burst woke the reactor, not the
+  // worker, which the kernel takes off its set's wait queue as it wakes it
+  // (WorkerReadsTest.ABurstLargerThanOneReadIsAllAnswered).
 }
 
 void Connection::DecodeFrames(size_t n) {
@@ -813,7 +814,9 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
   call->call_id_ = id;
   client_calls_.AddSent(id, std::move(call));
   QueueFrame(std::move(frame));
-  if (dormant_) reactor_->RequestReadInterest(this);
+  if (MoveRoute(WakeRoute::Event::kCallSent).request_read_interest) {
+    reactor_->RequestReadInterest(this);
+  }
 }
 
 void Connection::ForgetCall(ClientCall* call) {
@@ -859,7 +862,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
       }
       state_ = State::kOpen;
       RaiseFrameLimit();
-      OSPREY_RETURN_NOT_OK(MakeWorkerSet());
+      if (reactor_->options().worker_reads) OSPREY_RETURN_NOT_OK(MakeWorkerSet());
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
       negotiation_timer_ = {};
       if (TransportMetrics* m = reactor_->options().metrics.get()) {
@@ -1163,6 +1166,7 @@ ConnectionInfo Connection::Info() const {
   if (info.negotiated) info.security = security_;
   info.calls_in_flight = calls_in_flight();
   info.outbound_queued_bytes = outbound_bytes_ + (tls_ != nullptr ? tls_->unsent_bytes() : 0);
+  info.wake_route = std::string(WakeRoute::Name(route_.route()));
   return info;
 }
 
@@ -1192,16 +1196,16 @@ void Connection::Shutdown(const Status& why) {
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();
   }
-  if (parked_) {
+  WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kClose);
+  if (a.wake_waiter) {
     // Its waiter polls the socket just closed, which tells poll nothing:
     // wake it. The eventfd stays the waiter's until it unparks, which needs
     // the loop lock held here.
     uint64_t one = 1;
     ssize_t n = ::write(parked_wake_fd_, &one, sizeof(one));
     (void)n;
-  } else {
-    CloseWorkerSet();
   }
+  if (a.close_worker_set) CloseWorkerSet();
   outbound_.clear();
   outbound_bytes_ = 0;
   PublishQueuedBytes();

@@ -36,6 +36,7 @@
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
 #include "osprey/transport/tls_record_layer.h"
+#include "osprey/transport/wake_route.h"
 #include "osprey/wire/frame_decoder.h"
 #include "osprey/wire/frame_encoder.h"
 #include "osprey/wire/rpc_header.pb.h"
@@ -124,10 +125,12 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // reactor wakes it waits on the socket itself: a client's blocking
   // caller whose call is the only one the connection awaits
   // (Reactor::WaitAsReader), a server's worker when no call of the
-  // connection is in flight (Reactor::WaitForRequest). Park takes EPOLLIN
-  // away from the reactor (false, doing nothing, if the connection is not
-  // in that state); Unpark gives it back. `wake_fd`: the waiter's eventfd,
-  // which Shutdown writes, since closing a socket does not wake its poller.
+  // connection is in flight (Reactor::WaitForRequest). Park, for a
+  // client, takes EPOLLIN away from the reactor; a server's socket keeps
+  // it, behind the worker's own set (ParkForWorker). False, doing nothing,
+  // if the connection is not in that state; Unpark ends it. `wake_fd`: the
+  // waiter's eventfd, which Shutdown writes, since closing a socket does
+  // not wake its poller.
   bool Park(int wake_fd);
   void Unpark();
   // Server: Park for a worker, which waits in epoll_wait on a set of this
@@ -160,7 +163,11 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void RestoreReadInterest();
   bool parked() const {
     reactor_->AssertCurrentThread();
-    return parked_;
+    return route_.parked();
+  }
+  WakeRoute::Route wake_route() const {
+    reactor_->AssertCurrentThread();
+    return route_.route();
   }
   // The socket a parked connection's caller polls; -1 once closed.
   int fd() const {
@@ -235,6 +242,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
       REQUIRES(reactor_->loop_mu_);
   void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
+  // route_.Apply(event), checking (in assertion builds) that the table
+  // allows it here.
+  WakeRoute::Actions MoveRoute(WakeRoute::Event event, bool calls_awaited = true)
+      REQUIRES(reactor_->loop_mu_);
   // What the reactor's epoll set should watch on the socket now.
   uint32_t EpollEvents() const REQUIRES(reactor_->loop_mu_);
   // Gives epoll EpollEvents() if it has something else.
@@ -283,21 +294,15 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   size_t outbound_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
   bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool parked_ GUARDED_BY(reactor_->loop_mu_) = false;   // see Park()
-  bool dormant_ GUARDED_BY(reactor_->loop_mu_) = false;  // see RestoreReadInterest()
+  // Who reads the socket: the reactor, or a parked waiter (see Park()), or
+  // no one while dormant (see RestoreReadInterest()).
+  WakeRoute route_ GUARDED_BY(reactor_->loop_mu_);
   // What epoll has for the socket, so that only changes make a system call.
   uint32_t registered_events_ GUARDED_BY(reactor_->loop_mu_) = 0;
   int parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
   // See ParkForWorker(); -1 before the connection opens and once closed.
   int worker_set_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
   int worker_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
-  // The last ReadAvailable() stopped at its bound with bytes perhaps left.
-  // If a worker read, the reactor must learn of them: bytes that came while
-  // the worker waited woke only the worker. This kernel takes a woken
-  // worker off the wait queue at once, so all but the first segment of a
-  // burst wake the reactor anyway; a kernel that took it off later would
-  // not, hence the check, which costs nothing unless the bound is hit.
-  bool read_bounded_ GUARDED_BY(reactor_->loop_mu_) = false;
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.

@@ -47,6 +47,14 @@ struct ConnectionOptions {
   // blocking for up to this long, where recent waits were that short
   // (AdaptiveSpin). Zero: never.
   MonoDelta spin_before_sleep = MonoDelta::FromMicroseconds(50);
+  // A blocking caller whose call is the only one its connection awaits
+  // reads the answer itself (Reactor::ParkForCaller). Off: the reactor
+  // reads it and wakes the caller.
+  bool caller_reads = true;
+  // A worker that answered a connection's last call waits on it for the
+  // next request (Reactor::ParkForWorker). Off: workers wait only in their
+  // queues, and server connections hold no epoll set of their own.
+  bool worker_reads = true;
 
   RpcEncryption encryption = RpcEncryption::kDisabled;
   // As Kudu: on a loopback connection both sides offer

@@ -164,7 +164,7 @@ void Reactor::Unpark(const ParkedConnection& parked) {
 ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   AssertCurrentThread();
   Connection* conn = call->conn_;
-  if (conn == nullptr || call->finished()) return {};
+  if (!options_.caller_reads || conn == nullptr || call->finished()) return {};
   // The request must be on the wire before the caller sleeps on the answer.
   FlushRequested();
   if (call->finished() || call->conn_ != conn) return {};

@@ -1,7 +1,9 @@
 // Reactor: one thread running one epoll set. It owns the connections
-// assigned to it and does all of their socket I/O, runs tasks that other
-// threads Schedule() onto it (the whole queue drained once per loop), and
-// fires timers (call deadlines, negotiation and idle timeouts).
+// assigned to it and does their socket I/O, unless another thread does it
+// in its place holding its loop lock (TryRunHere, a parked connection's
+// caller or worker), runs tasks that other threads Schedule() onto it (the
+// whole queue drained once per loop), and fires timers (call deadlines,
+// negotiation and idle timeouts).
 //
 // Schedule(), ScheduleCall(), ScheduleResponse(), TryRunHere() and
 // Shutdown() may be called from any thread; every other method only on the

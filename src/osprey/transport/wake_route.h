@@ -1,0 +1,103 @@
+// WakeRoute: who is woken when a connection's socket becomes readable, as
+// one explicit state machine. Pure (no socket, no system call): Connection
+// holds one, feeds it events, and applies the actions each transition
+// returns (its epoll mask, a write to the waiter's eventfd, closing the
+// worker's set). Every cell of the table is tested (wake_route-test.cc),
+// and a random walk checks the invariants below after each step.
+//
+// Routes:
+//  - kReactor: the reactor's epoll set reads the socket.
+//  - kDormant: a client connection a blocking caller left with no call
+//    awaited; the reactor watches only for the peer's close (EPOLLRDHUP),
+//    so the next blocking call parks it without an epoll_ctl.
+//  - kDormantReadRequested: a call was sent on a dormant connection; the
+//    reactor gives EPOLLIN back before it sleeps or its borrower leaves
+//    (Reactor::RequestReadInterest), unless a caller parks it first.
+//  - kParkedByCaller: a client's blocking caller polls the socket itself
+//    (Reactor::ParkForCaller); no EPOLLIN in the reactor's set.
+//  - kParkedByWorker: a server's worker waits on the connection's own
+//    epoll set (Reactor::ParkForWorker); the reactor's set keeps EPOLLIN,
+//    behind the worker's in the socket's wait queue.
+//  - kClosedWithWaiter: closed while parked: the waiter, woken by its
+//    eventfd, still holds it until it unparks.
+//  - kClosed: closed, no waiter: the worker's set can go.
+//
+// Invariants, which wake_route-test.cc checks after every step of random
+// walks: a dormant route is a client's; a caller parks only a client and a
+// worker only a server; the waiter's eventfd is written only by the event
+// that closes a parked connection (while the waiter still holds it); once
+// closed with no waiter, the worker's set has been closed; and the
+// reactor's set never reads a socket a caller polls.
+//
+// Not thread-safe: its Connection's reactor loop lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace osprey::transport {
+
+class WakeRoute {
+ public:
+  enum class Route {
+    kReactor,
+    kDormant,
+    kDormantReadRequested,
+    kParkedByCaller,
+    kParkedByWorker,
+    kClosedWithWaiter,
+    kClosed,
+  };
+  enum class Event {
+    kCallerParks,      // client: a blocking caller will read the answer
+    kWorkerParks,      // server: a worker will wait for the next request
+    kUnpark,           // the waiter is done (Unpark)
+    kCallSent,         // client: a call went out
+    kReadInterestDue,  // the reactor's end of iteration (RestoreReadInterest)
+    kClose,            // the connection closed (Shutdown)
+  };
+  // What the connection must do after a transition.
+  struct Actions {
+    bool legal = true;                   // false: the event is not allowed here; nothing changed
+    bool sync_epoll = false;             // give the reactor's set EpollIn()'s mask
+    bool request_read_interest = false;  // Reactor::RequestReadInterest
+    bool wake_waiter = false;            // write the parked waiter's eventfd
+    bool close_worker_set = false;       // close the connection's own epoll set
+  };
+
+  explicit WakeRoute(bool client) : client_(client) {}
+
+  Route route() const { return route_; }
+  bool client() const { return client_; }
+  bool parked() const {
+    return route_ == Route::kParkedByCaller || route_ == Route::kParkedByWorker ||
+           route_ == Route::kClosedWithWaiter;
+  }
+  bool dormant() const {
+    return route_ == Route::kDormant || route_ == Route::kDormantReadRequested;
+  }
+  bool closed() const { return route_ == Route::kClosed || route_ == Route::kClosedWithWaiter; }
+  // Whether the reactor's set should have EPOLLIN for the socket now.
+  bool EpollIn() const { return route_ == Route::kReactor || route_ == Route::kParkedByWorker; }
+
+  // The one way the route changes. `calls_awaited`: for kUnpark, whether
+  // the connection still awaits calls (a client left with none goes
+  // dormant; a server always goes back to the reactor). An event the table
+  // has no cell for changes nothing and returns legal = false (Connection
+  // DCHECKs it: such an event is a bug in its caller).
+  Actions Apply(Event event, bool calls_awaited = true);
+
+  static std::string_view Name(Route route);
+  static std::string_view Name(Event event);
+
+ private:
+  // Leaves route_ for `to`, checking (in assertion builds) the route left:
+  // only a parked route is left for kClosedWithWaiter, and only that one
+  // for kClosed while the worker's set may be open.
+  void Enter(Route to);
+
+  bool client_;  // not const: a test reuses a WakeRoute
+  Route route_ = Route::kReactor;
+};
+
+}  // namespace osprey::transport
