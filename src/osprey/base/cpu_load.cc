@@ -75,7 +75,6 @@ int ReadRunnable() {
   return runnable ? *runnable : -1;
 }
 
-const int kCpus = CpuLoad::CPUs();
 std::atomic<int> spinning{0};
 
 constexpr int64_t kRefreshNanos = 1'000'000;
@@ -155,7 +154,7 @@ std::optional<int> CpuLoad::ParseRunnable(std::string_view loadavg) {
   return runnable;
 }
 
-CpuLoad::SpinSlot::SpinSlot() : taken_(spinning.fetch_add(1) < kCpus - 1) {
+CpuLoad::SpinSlot::SpinSlot() : taken_(spinning.fetch_add(1) < CPUs() - 1) {
   if (!taken_) spinning.fetch_sub(1);
 }
 
@@ -170,7 +169,7 @@ void CpuLoad::SetRunnableForTests(std::optional<int> runnable) {
 
 bool CpuLoad::RoomToSpin() {
   if (int forced = runnable_for_tests.load(std::memory_order_relaxed); forced >= 0) {
-    return forced <= kCpus;
+    return forced <= CPUs();
   }
   const int64_t now = (MonoTime::Now() - MonoTime()).ToNanoseconds();
   int64_t due = next_refresh_ns.load(std::memory_order_relaxed);
@@ -178,7 +177,7 @@ bool CpuLoad::RoomToSpin() {
   if (now >= due && next_refresh_ns.compare_exchange_strong(due, now + kRefreshNanos,
                                                             std::memory_order_relaxed)) {
     int runnable = ReadRunnable();
-    room.store(runnable >= 0 && runnable <= kCpus, std::memory_order_relaxed);
+    room.store(runnable >= 0 && runnable <= CPUs(), std::memory_order_relaxed);
   }
   return room.load(std::memory_order_relaxed);
 }

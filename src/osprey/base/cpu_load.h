@@ -45,7 +45,9 @@ class CpuLoad {
   // 12345"), or nothing if it is not one.
   static std::optional<int> ParseRunnable(std::string_view loadavg);
 
-  // The CPUs this process may use: CPUs() caches it. Made of the pieces below.
+  // The CPUs this process may use: CPUs() reads them when first asked (no
+  // file is read when the library loads) and keeps them. Made of the
+  // pieces below.
   static int CPUs();
   // The CPUs a CFS quota allows, rounded up: from cgroup v2's cpu.max
   // ("200000 100000"; "max 100000" is no quota), or from v1's
