@@ -266,7 +266,7 @@ bool Connection::Park(int wake_fd) {
   // With TLS too: every read decrypts all the complete records it got
   // (TlsRecordLayer::Decrypt), so no plaintext waits anywhere but on the
   // socket, which is what the waiter polls.
-  bool quiet = role_ == Role::kClient ? client_calls_.sent() == 1 : server_calls_.empty();
+  bool quiet = calls_in_flight() == (role_ == Role::kClient ? 1u : 0u);
   if (!quiet || state_ != State::kOpen || route_.parked() || HasUnsentBytes()) return false;
   WakeRoute::Actions a = MoveRoute(role_ == Role::kClient ? WakeRoute::Event::kCallerParks
                                                           : WakeRoute::Event::kWorkerParks);
@@ -450,7 +450,7 @@ void Connection::ReadAvailable() {
     }
     Status s = socket_.Read(dst, space, &n);
     if (!s.ok()) {
-      if (role_ == Role::kServer && server_calls_.empty() && state_ == State::kOpen) {
+      if (role_ == Role::kServer && calls_in_flight() == 0 && state_ == State::kOpen) {
         VLOG(1) << ToString() << ": " << s.ToString();
       } else if (role_ == Role::kServer) {
         // A peer may connect and go in a loop: rate-limited as bad peers.
@@ -949,7 +949,7 @@ void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t 
              r->TryRunHere([&] {
                conn->reactor_->AssertCurrentThread();
                DeliverResponse(conn.get(), call_id, std::move(frame));
-               if (tls_answered != nullptr && conn->server_calls_.empty()) *tls_answered = conn;
+               if (tls_answered != nullptr && conn->calls_in_flight() == 0) *tls_answered = conn;
              })) {
     // Written from this thread: the reactor slept and need not wake.
   } else {
@@ -1117,8 +1117,8 @@ void Connection::PublishQueuedBytes() {
 
 bool Connection::IdleSince(MonoTime cutoff) const {
   reactor_->AssertCurrentThread();
-  return state_ == State::kOpen && client_calls_.sent() == 0 && server_calls_.empty() &&
-         !HasUnsentBytes() && last_activity_ < cutoff;
+  return state_ == State::kOpen && calls_in_flight() == 0 && !HasUnsentBytes() &&
+         last_activity_ < cutoff;
 }
 
 void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>* out,

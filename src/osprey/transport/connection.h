@@ -115,6 +115,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Appends the calls in flight on this connection (traced server calls,
   // every client call) until `out` holds `limit`; *total counts them all.
   void CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>* out, size_t* total) const;
+  // The one count of calls in flight: a client's sent and unanswered, a
+  // server's read and unanswered. Workers, off the loop lock, read
+  // server_calls_in_flight_ instead, which the server table keeps equal.
   size_t calls_in_flight() const {
     reactor_->AssertCurrentThread();
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();

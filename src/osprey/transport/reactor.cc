@@ -119,14 +119,12 @@ Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
   int n = 0;
   if (parked.worker_set) {
     epoll_event events[2];
-    auto wait = [&](int timeout) { return n = ::epoll_wait(parked.fd, events, 2, timeout); };
-    if (!SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(-1);
+    SpinThenWait(spin, -1, [&](int ms) { return n = ::epoll_wait(parked.fd, events, 2, ms); });
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
     for (int i = 0; i < n; ++i) (events[i].data.fd == parked.wake_fd ? woken : readable) = true;
   } else {
     pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
-    auto wait = [&](int timeout) { return n = ::poll(fds, 2, timeout); };
-    if (!SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(-1);
+    SpinThenWait(spin, -1, [&](int ms) { return n = ::poll(fds, 2, ms); });
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
     woken = (fds[1].revents & POLLIN) != 0;
     readable = fds[0].revents != 0;
@@ -202,9 +200,13 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
   if (!unparked) Unpark(parked);
 }
 
-void Reactor::EndBorrow() {
+void Reactor::EndTurn() {
   FlushRequested();
   RestoreRequestedReadInterest();
+}
+
+void Reactor::EndBorrow() {
+  EndTurn();
   // Under the loop lock, which every borrower holds: a plain add.
   if (TransportMetrics* m = options_.metrics.get()) m->reactor_borrows->Increment();
   bool wake = timers_.NextDeadline() < planned_wake_;
@@ -476,15 +478,14 @@ void Reactor::Loop() {
     frames_read_ = 0;
     loop_mu_.Unlock();
     int n = 0;
-    auto wait = [&](int ms) {
-      return n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), ms);
-    };
-    // Not when a timer or a task is due within the millisecond: the loop
-    // must not be late for it.
-    if (timeout == 0 || !one_call_at_a_time ||
-        !SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) {
-      wait(timeout);
-    }
+    // No spin when a timer or a task is due within the millisecond: the
+    // loop must not be late for it.
+    SpinThenWait(
+        spin, timeout,
+        [&](int ms) {
+          return n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), ms);
+        },
+        /*may_spin=*/timeout != 0 && one_call_at_a_time);
     sleeping_.store(false);
     loop_mu_.Lock();
     loop_time_ = MonoTime::Now();
@@ -502,8 +503,7 @@ void Reactor::Loop() {
     RunTasks();
     RunTimers();
     // Write everything the events, tasks and timers queued.
-    FlushRequested();
-    RestoreRequestedReadInterest();
+    EndTurn();
     conns_.ReleaseClosed();
     http_closed_.clear();
     now = MonoTime::Now();

@@ -333,6 +333,18 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // made per wait.
   template <class Poll>
   bool SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const;
+  // The one spin-then-wait of the reactor, a caller and a worker:
+  // `wait(ms)` is their epoll_wait or poll. Spins with wait(0) first
+  // unless `may_spin` is false, then sleeps with wait(timeout_ms) unless
+  // the spin found what it waited for.
+  template <class Wait>
+  void SpinThenWait(AdaptiveSpin& spin, int timeout_ms, Wait&& wait, bool may_spin = true) const {
+    if (!may_spin || !SpinBeforeSleep(spin, [&] { return wait(0) != 0; })) wait(timeout_ms);
+  }
+  // The end of every turn at the loop, the reactor's or a borrower's:
+  // writes what was queued, and gives dormant connections that were sent
+  // a call their EPOLLIN back.
+  void EndTurn() REQUIRES(loop_mu_);
   void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
 
   const std::string name_;
