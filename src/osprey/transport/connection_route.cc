@@ -1,0 +1,190 @@
+// Who reads a connection's socket (WakeRoute): the epoll mask the
+// reactor's set holds for it, parking it for a blocking caller or a
+// waiting worker and unparking it, dormant client connections, and the
+// worker's own epoll set.
+#include <glog/logging.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <functional>
+
+#include "osprey/base/log_rate_limiter.h"
+#include "osprey/transport/blocking_worker.h"
+#include "osprey/transport/connection.h"
+#include "osprey/transport/connection_internal.h"
+#include "osprey/transport/http_connection.h"
+#include "osprey/transport/negotiation.h"
+#include "osprey/transport/transport_metrics.h"
+#include "osprey/wire/connection_header.h"
+
+namespace osprey::transport {
+
+using connection_internal::kConnectionContextCallId;
+using connection_internal::kConnectionErrorCallId;
+using connection_internal::kMaxFramesPerWritev;
+using connection_internal::kMaxReadsPerEvent;
+using connection_internal::kNegotiationCallId;
+using connection_internal::LogBadPeer;
+using connection_internal::worker_sets_open;
+using connection_internal::WorkerSetLimit;
+using wire::ErrorStatusPB;
+using wire::NegotiatePB;
+using wire::RequestHeader;
+using wire::ResponseHeader;
+
+namespace connection_internal {
+std::atomic<int64_t> worker_sets_open{0};
+int64_t WorkerSetLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur == RLIM_INFINITY) return int64_t{1} << 20;
+  return static_cast<int64_t>(rl.rlim_cur / 8);
+}
+}  // namespace connection_internal
+
+uint32_t Connection::EpollEvents() const {
+  bool reading = state_ != State::kClosingAfterFlush;
+  // A worker's set shares the socket with the reactor's (ParkForWorker).
+  bool want_in = reading && route_.EpollIn();
+  // A client connection out of EPOLLIN still learns that the server closed
+  // it (a FIN alone). Parked or dormant, the mask is the same, so that
+  // going from one to the other makes no system call.
+  bool want_rdhup = reading && !want_in && role_ == Role::kClient;
+  return (want_in ? uint32_t{EPOLLIN} : 0u) | (want_rdhup ? uint32_t{EPOLLRDHUP} : 0u) |
+         (epollout_ ? uint32_t{EPOLLOUT} : 0u);
+}
+
+Status Connection::SyncEpollEvents() {
+  uint32_t want = EpollEvents();
+  if (want == registered_events_) return Status::OK();
+  if (worker_set_fd_ >= 0) {
+    OSPREY_RETURN_NOT_OK(reactor_->ReplaceFd(socket_.fd(), want | EPOLLEXCLUSIVE, this));
+  } else {
+    OSPREY_RETURN_NOT_OK(reactor_->ModifyFd(socket_.fd(), want, this));
+  }
+  registered_events_ = want;
+  return Status::OK();
+}
+
+void Connection::UpdateEpollInterest() {
+  if (state_ == State::kClosed) return;
+  bool want_out = state_ == State::kConnecting || HasUnsentBytes();
+  if (want_out == epollout_) return;
+  epollout_ = want_out;
+  Status s = SyncEpollEvents();
+  if (!s.ok()) Shutdown(s);
+}
+
+WakeRoute::Actions Connection::MoveRoute(WakeRoute::Event event, bool calls_awaited) {
+  const WakeRoute::Route from = route_.route();
+  WakeRoute::Actions a = route_.Apply(event, calls_awaited);
+  DCHECK(a.legal) << ToString() << ": " << WakeRoute::Name(event) << " from route "
+                  << WakeRoute::Name(from);
+  return a;
+}
+
+void Connection::RestoreReadInterest() {
+  reactor_->AssertCurrentThread();
+  if (!MoveRoute(WakeRoute::Event::kReadInterestDue).sync_epoll) return;
+  Status s = SyncEpollEvents();
+  if (!s.ok()) Shutdown(s);
+}
+
+bool Connection::Park(int wake_fd) {
+  reactor_->AssertCurrentThread();
+  // A client's caller waits for its own call's answer; a server's worker
+  // for the next request of a connection with nothing else in flight.
+  // With TLS too: every read decrypts all the complete records it got
+  // (TlsRecordLayer::Decrypt), so no plaintext waits anywhere but on the
+  // socket, which is what the waiter polls.
+  bool quiet = calls_in_flight() == (role_ == Role::kClient ? 1u : 0u);
+  if (!quiet || state_ != State::kOpen || route_.parked() || HasUnsentBytes()) return false;
+  WakeRoute::Actions a = MoveRoute(role_ == Role::kClient ? WakeRoute::Event::kCallerParks
+                                                          : WakeRoute::Event::kWorkerParks);
+  parked_wake_fd_ = wake_fd;
+  Status s = a.sync_epoll ? SyncEpollEvents() : Status::OK();
+  if (!s.ok()) {
+    MoveRoute(WakeRoute::Event::kUnpark);  // no waiter yet: nothing to wake
+    Shutdown(s);
+    return false;
+  }
+  return true;
+}
+
+void Connection::Unpark() {
+  reactor_->AssertCurrentThread();
+  if (!route_.parked()) return;
+  WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kUnpark, calls_in_flight() > 0);
+  if (a.close_worker_set) {
+    CloseWorkerSet();  // closed: its waiter, here, was its last user
+    return;
+  }
+  if (!a.sync_epoll) return;
+  Status s = SyncEpollEvents();
+  if (!s.ok()) Shutdown(s);
+}
+
+bool Connection::ParkForWorker() {
+  reactor_->AssertCurrentThread();
+  DCHECK(role_ == Role::kServer);
+  return worker_set_fd_ >= 0 && Park(worker_wake_fd_);
+}
+
+Status Connection::MakeWorkerSet() {
+  // Made when the connection opens rather than when a worker first waits,
+  // so that an open server connection always holds the same descriptors.
+  if (worker_sets_open.fetch_add(1) >= WorkerSetLimit()) {
+    worker_sets_open.fetch_sub(1);
+    VLOG(1) << ToString() << ": worker sets at their limit; workers wait in their queues";
+    return Status::OK();
+  }
+  int set = ::epoll_create1(EPOLL_CLOEXEC);
+  int wake = set < 0 ? -1 : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    // Out of descriptors, most likely: workers wait in their queues.
+    LOG_EVERY_N(WARNING, 100) << ToString() << ": no worker can wait on this connection: "
+                              << (set < 0 ? "epoll_create1: " : "eventfd: ") << strerror(errno);
+    if (set >= 0) ::close(set);
+    worker_sets_open.fetch_sub(1);
+    return Status::OK();
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+  ev.data.fd = socket_.fd();
+  int err = 0;
+  if (::epoll_ctl(set, EPOLL_CTL_ADD, socket_.fd(), &ev) != 0) err = errno;
+  ev.events = EPOLLIN;
+  ev.data.fd = wake;
+  if (err == 0 && ::epoll_ctl(set, EPOLL_CTL_ADD, wake, &ev) != 0) err = errno;
+  if (err != 0) {
+    LOG_EVERY_N(WARNING, 100) << ToString()
+                              << ": no worker can wait on this connection: epoll_ctl: "
+                              << strerror(err);
+    ::close(set);
+    ::close(wake);
+    worker_sets_open.fetch_sub(1);
+    return Status::OK();
+  }
+  worker_set_fd_ = set;
+  worker_wake_fd_ = wake;
+  // Exclusive waiters wake in the order they were added: the reactor's
+  // registration goes behind the worker's set.
+  return reactor_->ReplaceFd(socket_.fd(), registered_events_ | EPOLLEXCLUSIVE, this);
+}
+
+void Connection::CloseWorkerSet() {
+  if (worker_set_fd_ < 0) return;
+  ::close(worker_set_fd_);
+  ::close(worker_wake_fd_);
+  worker_set_fd_ = worker_wake_fd_ = -1;
+  worker_sets_open.fetch_sub(1);
+}
+
+}  // namespace osprey::transport

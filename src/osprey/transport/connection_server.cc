@@ -1,0 +1,216 @@
+// A server connection's own work: request frames to the InboundCallHandler,
+// the server side of negotiation, responses from any thread, and fatal
+// errors.
+#include <glog/logging.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <functional>
+
+#include "osprey/base/log_rate_limiter.h"
+#include "osprey/transport/blocking_worker.h"
+#include "osprey/transport/connection.h"
+#include "osprey/transport/connection_internal.h"
+#include "osprey/transport/http_connection.h"
+#include "osprey/transport/negotiation.h"
+#include "osprey/transport/transport_metrics.h"
+#include "osprey/wire/connection_header.h"
+
+namespace osprey::transport {
+
+using connection_internal::kConnectionContextCallId;
+using connection_internal::kConnectionErrorCallId;
+using connection_internal::kMaxFramesPerWritev;
+using connection_internal::kMaxReadsPerEvent;
+using connection_internal::kNegotiationCallId;
+using connection_internal::LogBadPeer;
+using connection_internal::worker_sets_open;
+using connection_internal::WorkerSetLimit;
+using wire::ErrorStatusPB;
+using wire::NegotiatePB;
+using wire::RequestHeader;
+using wire::ResponseHeader;
+
+// ---------------------------------------------------------------------------
+// Server side.
+
+Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
+  int32_t id = frame.header.call_id();
+  switch (state_) {
+    case State::kNegotiating:
+      if (id != kNegotiationCallId) {
+        Status s = Status::Corruption("call id " + std::to_string(id) +
+                                      " received before negotiation finished");
+        SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+        return s;
+      }
+      return HandleServerNegotiation(frame);
+    case State::kAwaitingContext: {
+      if (id != kConnectionContextCallId) {
+        Status s = Status::Corruption("expected the connection context (call id -3), got call id " +
+                                      std::to_string(id));
+        SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+        return s;
+      }
+      wire::ConnectionContextPB ctx;
+      if (!ctx.ParseFromArray(frame.main_message.data(),
+                              static_cast<int>(frame.main_message.size()))) {
+        Status s = Status::Corruption("connection context does not parse");
+        SendFatalError(id, ErrorStatusPB::FATAL_DESERIALIZING_REQUEST, s);
+        return s;
+      }
+      Status s = server_negotiator_->CheckConnectionContext(ctx);
+      if (!s.ok()) {
+        SendFatalError(id, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+        return s;
+      }
+      state_ = State::kOpen;
+      RaiseFrameLimit();
+      if (reactor_->options().worker_reads) OSPREY_RETURN_NOT_OK(MakeWorkerSet());
+      if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
+      negotiation_timer_ = {};
+      if (TransportMetrics* m = reactor_->options().metrics.get()) {
+        m->CountNegotiated(/*inbound=*/true, security_);
+        m->CountAuthenticated(/*inbound=*/true, identity_.method);
+      }
+      return Status::OK();
+    }
+    case State::kOpen:
+      break;
+    default:
+      return Status::OK();
+  }
+  if (id < 0) {
+    Status s = Status::Corruption("invalid call id " + std::to_string(id) + " after negotiation");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  if (!frame.header.has_remote_method()) {
+    Status s = Status::Corruption("call " + std::to_string(id) + " has no remote_method");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  InboundCallTrace* trace;
+  if (!server_calls_.Add(id, reactor_->options().track_calls, reactor_->loop_time(), &trace)) {
+    Status s = Status::Corruption("duplicate call id " + std::to_string(id) +
+                                  " while a call with that id is in flight");
+    SendFatalError(id, ErrorStatusPB::FATAL_INVALID_RPC_HEADER, s);
+    return s;
+  }
+  reactor_->inbound_handler()->HandleInboundCall(shared_from_this(), std::move(frame), trace);
+  return Status::OK();
+}
+
+Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
+  NegotiatePB in;
+  if (Status s = ParseNegotiate(frame.main_message, &in); !s.ok()) {
+    SendFatalError(kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
+    return s;
+  }
+  NegotiationSteps steps;
+  Status s = server_negotiator_->Handle(in, &steps);
+  if (!s.ok()) {
+    std::string alert = server_negotiator_->TakeAlertForRecords();
+    if (!alert.empty() && outbound_.empty()) {
+      // The client reads records by now: it gets OpenSSL's alert, a record
+      // it can authenticate, instead of a clear frame it must refuse.
+      LogBadPeer(ToString() + ": closing with a TLS alert: " + s.ToString());
+      iovec v{alert.data(), alert.size()};
+      size_t ignored;
+      (void)socket_.Writev(&v, 1, &ignored);  // a few bytes into an empty send buffer
+      CloseAfterFatalError(s);
+      return s;
+    }
+    SendFatalError(kNegotiationCallId,
+                   server_negotiator_->token_refused()
+                       ? ErrorStatusPB::FATAL_INVALID_AUTHENTICATION_TOKEN
+                       : ErrorStatusPB::FATAL_UNAUTHORIZED,
+                   s);
+    return s;
+  }
+  std::unique_ptr<TlsSession> session;
+  if (steps.tls_handshake_done) session = server_negotiator_->TakeTlsSession();
+  ApplyNegotiationSteps(steps, server_negotiator_->agreed(), std::move(session));
+  if (steps.done) {
+    identity_ = server_negotiator_->identity();
+    state_ = State::kAwaitingContext;
+  }
+  return Status::OK();
+}
+
+namespace {
+thread_local std::shared_ptr<Connection>* tls_answered = nullptr;
+}  // namespace
+
+void Connection::NoteAnsweredConnections(std::shared_ptr<Connection>* slot) { tls_answered = slot; }
+
+void Connection::QueueResponse(const std::shared_ptr<Connection>& conn, int32_t call_id,
+                               std::unique_ptr<wire::OutboundFrame> frame) {
+  Reactor* r = conn->reactor_;
+  if (r->IsCurrentThread()) {
+    DeliverResponse(conn.get(), call_id, std::move(frame));
+  } else if (conn->server_calls_in_flight_.load(std::memory_order_relaxed) <= 1 &&
+             r->TryRunHere([&] {
+               conn->reactor_->AssertCurrentThread();
+               DeliverResponse(conn.get(), call_id, std::move(frame));
+               if (tls_answered != nullptr && conn->calls_in_flight() == 0) *tls_answered = conn;
+             })) {
+    // Written from this thread: the reactor slept and need not wake.
+  } else {
+    // False: the reactor has shut down and the response is dropped.
+    conn->reactor_->ScheduleResponse(conn, call_id, std::move(frame));
+  }
+}
+
+void Connection::DeliverResponse(Connection* conn, int32_t call_id,
+                                 std::unique_ptr<wire::OutboundFrame> frame) {
+  conn->reactor_->AssertCurrentThread();
+  if (conn->state_ == State::kClosed) return;
+  conn->server_calls_.Remove(call_id);
+  if (conn->state_ == State::kClosingAfterFlush) return;
+  conn->QueueFrame(std::move(frame));
+}
+
+void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB code,
+                                const Status& why) {
+  if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
+  LogBadPeer(ToString() + ": closing after " + ErrorStatusPB::RpcErrorCodePB_Name(code) + ": " +
+             why.ToString());
+  ResponseHeader header;
+  header.set_call_id(call_id);
+  header.set_is_error(true);
+  ErrorStatusPB err;
+  err.set_message(why.message());
+  err.set_code(code);
+  QueueMessage(&header, err);
+  CloseAfterFatalError(why);
+}
+
+void Connection::CloseAfterFatalError(const Status& why) {
+  // A refused negotiation is a failed one: Shutdown, which counts those,
+  // will see kClosingAfterFlush.
+  bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
+                     state_ == State::kAwaitingConnectionHeader;
+  if (TransportMetrics* m = reactor_->options().metrics.get(); m != nullptr && negotiating) {
+    m->CountNegotiationFailure(TransportMetrics::Classify(why));
+  }
+  state_ = State::kClosingAfterFlush;
+  close_reason_ = Status::NetworkError(why.message());
+  // Whether or not the peer reads the error, the connection goes.
+  std::weak_ptr<Connection> weak = shared_from_this();
+  reactor_->ScheduleTimer(MonoTime::Now() + MonoDelta::FromSeconds(1), [weak]() {
+    if (auto c = weak.lock()) {
+      c->reactor_->AssertCurrentThread();  // timers run on the reactor
+      c->Shutdown(c->close_reason_);
+    }
+  });
+}
+
+}  // namespace osprey::transport
