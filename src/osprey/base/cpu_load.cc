@@ -82,6 +82,8 @@ std::atomic<int64_t> next_refresh_ns{0};
 std::atomic<bool> room{false};
 // SetRunnableForTests's count, or -1 for none.
 std::atomic<int> runnable_for_tests{-1};
+// SetSpinSlotsForTests's count, or -1 for none.
+std::atomic<int> spin_slots_for_tests{-1};
 
 }  // namespace
 
@@ -154,7 +156,14 @@ std::optional<int> CpuLoad::ParseRunnable(std::string_view loadavg) {
   return runnable;
 }
 
-CpuLoad::SpinSlot::SpinSlot() : taken_(spinning.fetch_add(1) < CPUs() - 1) {
+void CpuLoad::SetSpinSlotsForTests(std::optional<int> slots) {
+  CHECK(!slots || *slots >= 0) << "a slot count is never negative";
+  spin_slots_for_tests.store(slots.value_or(-1), std::memory_order_relaxed);
+}
+
+CpuLoad::SpinSlot::SpinSlot() : taken_(false) {
+  const int forced = spin_slots_for_tests.load(std::memory_order_relaxed);
+  taken_ = spinning.fetch_add(1) < (forced >= 0 ? forced : CPUs() - 1);
   if (!taken_) spinning.fetch_sub(1);
 }
 

@@ -25,6 +25,10 @@ class CpuLoad {
   // /proc/loadavg's, so that whether a thread may spin does not depend on
   // what else the machine runs; nullopt reads /proc/loadavg again.
   static void SetRunnableForTests(std::optional<int> runnable);
+  // Tests: how many threads of the process may spin at once, instead of
+  // CPUs() - 1, so that a test can have every waiting thread spin;
+  // nullopt goes back to CPUs() - 1.
+  static void SetSpinSlotsForTests(std::optional<int> slots);
 
   // A place among the threads of this process that spin at once, of which
   // there are one fewer than CPUs for it, so that one CPU is always left
