@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "osprey/wire/rpc_header.pb.h"
+
 namespace osprey::transport::connection_internal {
 
 inline constexpr int32_t kNegotiationCallId = -33;
@@ -30,3 +32,20 @@ int64_t WorkerSetLimit();
 void LogBadPeer(const std::string& line);
 
 }  // namespace osprey::transport::connection_internal
+
+namespace osprey::transport {
+// The names connection*.cc use unqualified, said once (this header is
+// theirs alone).
+using connection_internal::kConnectionContextCallId;
+using connection_internal::kConnectionErrorCallId;
+using connection_internal::kMaxFramesPerWritev;
+using connection_internal::kMaxReadsPerEvent;
+using connection_internal::kNegotiationCallId;
+using connection_internal::LogBadPeer;
+using connection_internal::worker_sets_open;
+using connection_internal::WorkerSetLimit;
+using wire::ErrorStatusPB;
+using wire::NegotiatePB;
+using wire::RequestHeader;
+using wire::ResponseHeader;
+}  // namespace osprey::transport

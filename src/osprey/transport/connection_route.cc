@@ -26,19 +26,6 @@
 
 namespace osprey::transport {
 
-using connection_internal::kConnectionContextCallId;
-using connection_internal::kConnectionErrorCallId;
-using connection_internal::kMaxFramesPerWritev;
-using connection_internal::kMaxReadsPerEvent;
-using connection_internal::kNegotiationCallId;
-using connection_internal::LogBadPeer;
-using connection_internal::worker_sets_open;
-using connection_internal::WorkerSetLimit;
-using wire::ErrorStatusPB;
-using wire::NegotiatePB;
-using wire::RequestHeader;
-using wire::ResponseHeader;
-
 namespace connection_internal {
 std::atomic<int64_t> worker_sets_open{0};
 int64_t WorkerSetLimit() {
