@@ -475,7 +475,7 @@ TEST(HotPathSwitchesTest, CallerAndWorkerReadsOffNoThreadWaitsOnASocket) {
   for (int i = 0; i < 300; ++i) ASSERT_TRUE(CheckedAdd(proxy, i, 1).ok());
   EXPECT_EQ(0, CallerReads(client));
   EXPECT_EQ(0, WorkerReads(server.messenger));
-  // A deadline and a cancel still end blocking calls.
+  // A deadline still ends a blocking call.
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromMilliseconds(20));
   Status s = SyncSleep(proxy, 300'000, &ctl);

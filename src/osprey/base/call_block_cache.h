@@ -7,7 +7,7 @@
 // one way only: the freeing thread's cache fills, the allocating thread's
 // runs dry, and from then on every such object goes through the shared
 // arena and its lock (a sixth of a c async run's samples, in
-// docs/performance.md). Both objects come from blocks of one size, and a
+// docs/perf-results/journal.md). Both objects come from blocks of one size, and a
 // thread keeps the blocks it frees for its own next allocation: a
 // reactor's sent frames become its next InboundCalls and a worker's
 // finished InboundCalls its next frames, so in the steady state neither

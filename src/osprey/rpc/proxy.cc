@@ -182,7 +182,7 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
         // `polling` and wake it. Not when the callback runs on the caller's
         // own thread (it read its own answer, Reactor::WaitAsReader): no one
         // sleeps then, and the write would wake the eventfd's next borrower
-        // for nothing (docs/performance.md, "The self-wake, again").
+        // for nothing (docs/perf-results/journal.md, "The self-wake, again").
         const transport::WakeFdLease* lease = w.polling.load();
         if (lease != nullptr && !pthread_equal(w.caller, pthread_self())) lease->Wake();
         w.done.CountDown();
