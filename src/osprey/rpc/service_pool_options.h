@@ -4,14 +4,35 @@
 
 #include <cstddef>
 
+#include "osprey/base/monotime.h"
+
 namespace osprey {
 
 struct ServicePoolOptions {
   // 0 runs handlers on the reactor thread: fastest for handlers that never
   // block, and a stalled handler stalls every connection of that reactor.
   int worker_threads = 1;
-  // Calls waiting for a worker; one more is refused ERROR_SERVER_TOO_BUSY.
+  // Calls waiting for a worker; beyond it a call is refused
+  // ERROR_SERVER_TOO_BUSY (or, with deadline_order, the queued call with the
+  // latest deadline is).
   size_t queue_length = 50;
+  // Queued calls are run earliest deadline first (first come, first served
+  // among equal deadlines), and a full queue makes room for a call by
+  // refusing the queued one with the latest deadline, if that is later than
+  // the new call's: Kudu's service queue. false: first in, first out, and a
+  // full queue refuses the newcomer.
+  bool deadline_order = true;
+  // Overload control by queue delay (CoDel's detection): when every call
+  // taken from the queue over `queue_delay_interval` had waited longer than
+  // `queue_delay_target`, the queue is overloaded until a call waits less.
+  // While overloaded, the newest call is served first, a call that has
+  // waited past the target is refused at once, and a call is refused at
+  // admission when the queue already holds more than the workers can run
+  // within the target. So no queue_length lets the wait grow past the
+  // callers' deadlines. false: the queue only orders and bounds.
+  bool overload_control = true;
+  MonoDelta queue_delay_target = MonoDelta::FromMilliseconds(5);
+  MonoDelta queue_delay_interval = MonoDelta::FromMilliseconds(100);
 };
 
 }  // namespace osprey
