@@ -164,6 +164,7 @@ TEST(MetricsTest, InFlightDeadlineDropsAndEveryClientOutcomeAreCounted) {
     return Value(s, "osprey_server_calls_deadline_expired_in_queue_total", {{"method", kSleep}}) ==
            1;
   }));
+  EXPECT_EQ(1, server.service->sleeps_started.load());  // B never ran
   EXPECT_TRUE(WaitUntil([&] {
     return Value(s, "osprey_server_calls_in_flight", {{"method", kSleep}}) == 0;
   }));

@@ -189,6 +189,10 @@ TEST(OverloadTest, CallStormAgainstSmallQueue) {
   ServicePoolOptions pool;
   pool.worker_threads = 1;
   pool.queue_length = 50;
+  // The full queue's refusals, first in first out: 20 ms handlers are far
+  // over the overload control's delay target, which would refuse queued
+  // calls too (ServiceQueueOverloadTest, OverloadControlTest).
+  pool.overload_control = false;
   ASSERT_TRUE(server.Start(1, pool).ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, server.address);
@@ -274,6 +278,95 @@ TEST(OverloadTest, CallStormAgainstSmallQueue) {
   // reactors joined), none can, so a second run would show now.
   client->Shutdown();
   for (int i = 0; i < kCalls; ++i) ASSERT_EQ(1, calls[i].callbacks.load()) << "call " << i;
+}
+
+double MetricOf(Messenger* m, const std::string& name, const MetricLabels& labels) {
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name == name && v.labels == labels) return v.value;
+  }
+  return -1;
+}
+
+// Issue 42: a client that sends 500 calls and vanishes left the queue (60)
+// full of calls nobody would read, and the next live client's call was
+// refused ERROR_SERVER_TOO_BUSY. Its calls now leave the queue when its
+// connection closes. Failed on the old code: the live call was refused.
+TEST(OverloadControlTest, AVanishedClientsCallsLeaveTheQueueAtOnce) {
+  TestServer server;
+  ServicePoolOptions pool;
+  pool.worker_threads = 1;
+  pool.queue_length = 60;
+  ASSERT_TRUE(server.Start(1, pool).ok());
+  Messenger* s = server.messenger.get();
+  const MetricLabels sleep_method = {{"method", "osprey.rpc_test.CalculatorService.Sleep"}};
+
+  // The only worker is held.
+  auto holder = MakeClient(1);
+  CalculatorServiceProxy holder_proxy(holder, server.address);
+  SleepRequestPB held;
+  held.set_sleep_micros(CalculatorService::kHeldSleep);
+  SleepResponsePB held_resp;
+  RpcController held_ctl;
+  held_ctl.set_timeout(MonoDelta::FromSeconds(60));
+  CountDownLatch held_done(1);
+  holder_proxy.SleepAsync(held, &held_resp, &held_ctl, [&] { held_done.CountDown(); });
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
+
+  // 500 calls, then the client is gone.
+  constexpr int kVanishing = 500;
+  {
+    auto vanishing = MakeClient(1);
+    CalculatorServiceProxy proxy(vanishing, server.address);
+    struct Call {
+      SleepResponsePB resp;
+      RpcController ctl;
+    };
+    auto calls = std::make_unique<Call[]>(kVanishing);
+    SleepRequestPB req;
+    req.set_sleep_micros(10);
+    CountDownLatch done(kVanishing);
+    for (int i = 0; i < kVanishing; ++i) {
+      calls[i].ctl.set_timeout(MonoDelta::FromSeconds(60));
+      proxy.SleepAsync(req, &calls[i].resp, &calls[i].ctl, [&done] { done.CountDown(); });
+    }
+    ASSERT_TRUE(WaitUntil([&] {
+      return MetricOf(s, "osprey_server_calls_received_total", sleep_method) == kVanishing + 1;
+    })) << MetricOf(s, "osprey_server_calls_received_total", sleep_method);
+    vanishing->Shutdown();
+    ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30)));
+  }
+  // The server saw it go: only the holder's connection is left.
+  ASSERT_TRUE(WaitUntil([&] {
+    std::vector<ConnectionInfo> conns;
+    return s->DumpConnections(&conns).ok() && conns.size() == 1;
+  }));
+
+  // A live client's call is queued, not refused, and answered once the
+  // worker is free.
+  auto live = MakeClient(1);
+  CalculatorServiceProxy live_proxy(live, server.address);
+  AddRequestPB add;
+  add.set_x(2);
+  add.set_y(3);
+  AddResponsePB sum;
+  RpcController live_ctl;
+  live_ctl.set_timeout(MonoDelta::FromSeconds(60));
+  CountDownLatch live_done(1);
+  live_proxy.AddAsync(add, &sum, &live_ctl, [&] { live_done.CountDown(); });
+  ASSERT_TRUE(WaitUntil([&] {
+    return MetricOf(s, "osprey_server_calls_received_total",
+                    {{"method", "osprey.rpc_test.CalculatorService.Add"}}) == 1;
+  }));
+  EXPECT_EQ(1, MetricOf(s, "osprey_server_queue_length",
+                        {{"service", "osprey.rpc_test.CalculatorService"}}));
+  server.service->ReleaseHeldSleeps();
+  ASSERT_TRUE(live_done.WaitFor(MonoDelta::FromSeconds(30)));
+  EXPECT_TRUE(live_ctl.status().ok()) << live_ctl.status().ToString();
+  EXPECT_EQ(5u, sum.result());
+  ASSERT_TRUE(held_done.WaitFor(MonoDelta::FromSeconds(30)));
+  EXPECT_TRUE(held_ctl.status().ok()) << held_ctl.status().ToString();
+  // None of the vanished client's calls ran.
+  EXPECT_EQ(1, server.service->sleeps_started.load());
 }
 
 }  // namespace

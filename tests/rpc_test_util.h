@@ -76,7 +76,13 @@ class CalculatorService : public CalculatorServiceIf {
   }
   void Sleep(const SleepRequestPB* req, SleepResponsePB*, RpcContext* ctx) override {
     Count(&sleeps_started);
-    std::this_thread::sleep_for(std::chrono::microseconds(req->sleep_micros()));
+    if (req->sleep_micros() == kHeldSleep) {
+      // Held until the test lets it go (ReleaseHeldSleeps), at most 60 s.
+      std::unique_lock<std::mutex> l(count_mu_);
+      count_cv_.wait_for(l, std::chrono::seconds(60), [this] { return held_released_; });
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(req->sleep_micros()));
+    }
     ctx->RespondSuccess();
     Count(&sleeps_finished);
   }
@@ -128,6 +134,14 @@ class CalculatorService : public CalculatorServiceIf {
     return WaitForCount(sleeps_finished, n, timeout);
   }
 
+  // A Sleep of this many microseconds waits for ReleaseHeldSleeps instead.
+  static constexpr uint32_t kHeldSleep = 0xffffffff;
+  void ReleaseHeldSleeps() {
+    std::lock_guard<std::mutex> l(count_mu_);
+    held_released_ = true;
+    count_cv_.notify_all();
+  }
+
   std::atomic<int> sleeps_started{0};
   std::atomic<int> sleeps_finished{0};  // the sleep is over, its answer queued
   std::atomic<int> adds_run{0};
@@ -145,6 +159,7 @@ class CalculatorService : public CalculatorServiceIf {
   }
   std::mutex count_mu_;
   std::condition_variable count_cv_;
+  bool held_released_ = false;  // guarded by count_mu_
 };
 
 // A server Messenger with a CalculatorService on 127.0.0.1:<free port>.

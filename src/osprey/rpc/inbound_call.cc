@@ -103,7 +103,12 @@ void InboundCall::MarkHandlerStarted(MonoTime start) {
 }
 
 void InboundCall::CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code) {
-  if (metrics_ != nullptr) metrics_->CountOutcome(ok, code);
+  if (metrics_ != nullptr) {
+    metrics_->CountOutcome(ok, code);
+    if (ok && deadline_ != MonoTime::Max() && MonoTime::Now() > deadline_) {
+      metrics_->answered_after_deadline->Increment();
+    }
+  }
   if (slow_calls_ == nullptr) return;
   // The coarse clock first: only a call near the threshold pays for Now().
   MonoDelta margin = MonoDelta::FromMilliseconds(20);

@@ -65,6 +65,8 @@ class InboundCall : public TrackedCall {
   const Sockaddr& remote_address() const { return conn_->remote(); }
   // Any thread: the client's connection closed, so no answer can reach it.
   bool connection_closed() const { return conn_->closed_any_thread(); }
+  // Whether it came on `conn` (the calls of a connection that closed).
+  bool came_on(const transport::Connection* conn) const { return conn_.get() == conn; }
   const std::string& remote_user() const { return conn_->user(); }
   const AuthenticatedIdentity& remote_identity() const { return conn_->identity(); }
   MonoTime received_at() const { return received_at_; }

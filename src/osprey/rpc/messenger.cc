@@ -693,6 +693,7 @@ class Messenger::InboundHandler final : public transport::InboundCallHandler {
   void HandleInboundCall(const std::shared_ptr<transport::Connection>& conn,
                          wire::InboundRequest frame, transport::InboundCallTrace* trace) override;
   void EndOfInboundCalls() override { QueueHeldCalls(); }
+  void ConnectionClosed(const transport::Connection* conn) override;
 
  private:
   Messenger* const m_;
@@ -766,6 +767,16 @@ void Messenger::InboundHandler::HandleInboundCall(
   held.pool = std::move(pool);
   held.calls.push_back(std::move(call));
   if (held.calls.size() >= kMaxHeldCalls) QueueHeldCalls();
+}
+
+void Messenger::InboundHandler::ConnectionClosed(const transport::Connection* conn) {
+  std::vector<std::shared_ptr<ServicePool>> pools;
+  {
+    MutexLock l(m_->mu_);
+    pools.reserve(m_->services_.size());
+    for (const auto& [name, pool] : m_->services_) pools.push_back(pool);
+  }
+  for (const auto& pool : pools) pool->DropCallsOf(conn);
 }
 
 }  // namespace osprey

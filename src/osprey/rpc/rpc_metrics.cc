@@ -45,6 +45,21 @@ ServerMethodMetrics::ServerMethodMetrics(MetricRegistry* registry, std::string m
   deadline_expired_in_queue =
       MakeCounter(registry, "osprey_server_calls_deadline_expired_in_queue_total",
                   "Calls dropped because their deadline passed while they waited in the queue.", m);
+  constexpr const char* kRefusedHelp =
+      "Calls the service queue refused ERROR_SERVER_TOO_BUSY other than because it was full, by "
+      "method and reason: evicted (pushed out of a full queue by a call with an earlier "
+      "deadline), overloaded (refused at admission while the queue's delay is over its target), "
+      "would_miss_deadline (the calls ahead would keep it past its deadline), waited_too_long "
+      "(waited past the delay target while overloaded).";
+  const char* reasons[kRefusals] = {"evicted", "overloaded", "would_miss_deadline",
+                                    "waited_too_long"};
+  for (int i = 0; i < kRefusals; ++i) {
+    refused[i] = MakeCounter(registry, "osprey_server_calls_refused_total", kRefusedHelp,
+                             {{"method", method_}, {"reason", reasons[i]}});
+  }
+  answered_after_deadline = MakeCounter(
+      registry, "osprey_server_calls_answered_after_deadline_total",
+      "Calls answered successfully after their client's deadline had passed: wasted work.", m);
   handler_latency =
       MakeHistogram(registry, "osprey_server_handler_latency_seconds",
                     "Time each handler ran, from its start until it returned, by method.", m);

@@ -4,9 +4,10 @@
 //  - ServerMethodMetrics: made when a service is registered, one per
 //    method; calls by outcome ("ok", "application_error", or the RPC error
 //    code, lower case), handler latency, time in the queue, calls refused
-//    because the queue was full, calls dropped because their deadline
-//    passed in the queue, and calls received; calls in flight are received
-//    minus answered, computed when read.
+//    because the queue was full, and refused for the other reasons of
+//    ServiceQueue, calls dropped because their deadline passed in the
+//    queue, successful answers sent past the deadline, and calls received; calls in flight are
+//    received minus answered, computed when read.
 //  - ClientMethodMetrics: made on a method's first call through a
 //    messenger; call latency, calls by outcome (ok, timed_out, cancelled,
 //    network_error, remote_error, service_unavailable, other), calls
@@ -45,6 +46,12 @@ class ServerMethodMetrics {
   Counter* received;
   Counter* rejected_queue_full;
   Counter* deadline_expired_in_queue;
+  // Calls the service queue did not run, answered ERROR_SERVER_TOO_BUSY,
+  // by reason (ServiceQueue's refusals; queue_full is rejected_queue_full).
+  enum Refusal { kEvicted, kOverloaded, kWouldMissDeadline, kWaitedTooLong, kRefusals };
+  std::array<Counter*, kRefusals> refused;
+  // Successful answers sent after the client's deadline: work wasted.
+  Counter* answered_after_deadline;
   LatencyHistogram* handler_latency;
   LatencyHistogram* queue_time;
 

@@ -20,7 +20,7 @@ ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOp
                          std::shared_ptr<MessengerMetrics> metrics)
     : service_(std::move(service)),
       options_(options),
-      queue_(options.queue_length),
+      queue_(QueueOptions(options)),
       messenger_metrics_(std::move(metrics)) {
   const bool counting = messenger_metrics_ != nullptr && messenger_metrics_->counting();
   for (const ServiceMethod* m : service_->methods()) {
@@ -28,6 +28,17 @@ ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOp
     ServerMethodMetrics* metrics = counting ? messenger_metrics_->ServerMethod(label) : nullptr;
     observers_.emplace(m, MethodObservers{std::move(label), metrics});
   }
+}
+
+ServicePool::Queue::Options ServicePool::QueueOptions(const ServicePoolOptions& options) {
+  Queue::Options q;
+  q.capacity = options.queue_length;
+  q.workers = options.worker_threads;
+  q.deadline_order = options.deadline_order;
+  q.overload_control = options.overload_control;
+  q.delay_target = options.queue_delay_target;
+  q.delay_interval = options.queue_delay_interval;
+  return q;
 }
 
 const ServicePool::MethodObservers* ServicePool::ObserversFor(const ServiceMethod* method) const {
@@ -43,6 +54,34 @@ Status ServicePool::Start() {
                                    std::to_string(options_.worker_threads));
   }
   if (options_.queue_length == 0) return Status::InvalidArgument("queue_length must be at least 1");
+  if (options_.overload_control && (options_.queue_delay_target <= MonoDelta() ||
+                                    options_.queue_delay_interval <= MonoDelta())) {
+    return Status::InvalidArgument(
+        "queue_delay_target and queue_delay_interval must be above 0 with overload_control");
+  }
+  if (messenger_metrics_ != nullptr && messenger_metrics_->counting() &&
+      options_.worker_threads > 0) {
+    // Read through a weak reference: the registry may outlive this pool.
+    std::weak_ptr<ServicePool> weak = weak_from_this();
+    MetricLabels labels = {{"service", service_->service_name()}};
+    Status g = messenger_metrics_->registry()->AddGauge(
+        "osprey_server_queue_length", "Calls waiting in the service queue, by service.", labels,
+        [weak] {
+          auto pool = weak.lock();
+          return pool != nullptr ? static_cast<double>(pool->queue_.size()) : 0.0;
+        });
+    if (g.ok()) {
+      g = messenger_metrics_->registry()->AddGauge(
+          "osprey_server_queue_overloaded",
+          "1 while the service queue's delay control says overloaded (newest first, refusing "
+          "at admission), else 0.",
+          labels, [weak] {
+            auto pool = weak.lock();
+            return pool != nullptr && pool->queue_.overloaded() ? 1.0 : 0.0;
+          });
+    }
+    if (!g.ok()) return g;
+  }
   MutexLock l(shutdown_mu_);
   {
     MutexLock live(live_mu_);
@@ -91,8 +130,10 @@ void ServicePool::QueueInboundCall(std::unique_ptr<InboundCall> call) {
     }
     return;
   }
-  ServiceQueue<InboundCall>::PutResult result = queue_.Put(&call);
-  if (result != ServiceQueue<InboundCall>::PutResult::kQueued) Refuse(std::move(call), result);
+  thread_local Queue::RefusedList pushed_out;
+  Queue::PutResult result = queue_.Put(&call, &pushed_out);
+  if (result != Queue::PutResult::kQueued) Refuse(std::move(call), result);
+  RefuseAll(&pushed_out);
 }
 
 void ServicePool::QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* calls) {
@@ -100,27 +141,78 @@ void ServicePool::QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* c
     for (auto& c : *calls) QueueInboundCall(std::move(c));
   } else {
     // Per thread and reused: a read's batch allocates nothing here.
-    thread_local std::vector<ServiceQueue<InboundCall>::PutResult> results;
-    queue_.PutAll(calls, &results);
+    thread_local std::vector<Queue::PutResult> results;
+    thread_local Queue::RefusedList pushed_out;
+    queue_.PutAll(calls, &results, &pushed_out);
     for (size_t i = 0; i < calls->size(); ++i) {
       if ((*calls)[i] != nullptr) Refuse(std::move((*calls)[i]), results[i]);
     }
+    RefuseAll(&pushed_out);
   }
   calls->clear();
 }
 
-void ServicePool::Refuse(std::unique_ptr<InboundCall> call,
-                         ServiceQueue<InboundCall>::PutResult why) {
-  if (why == ServiceQueue<InboundCall>::PutResult::kShuttingDown) {
-    call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
-                         Status::ServiceUnavailable("server is shutting down"));
-    return;
+void ServicePool::DropCallsOf(const transport::Connection* conn) {
+  if (options_.worker_threads == 0) return;  // nothing queued
+  std::vector<std::unique_ptr<InboundCall>> dropped;
+  size_t n = queue_.RemoveIf([conn](const InboundCall& c) { return c.came_on(conn); }, &dropped);
+  if (n == 0) return;
+  dropped_calls_of_closed_connections_.fetch_add(n, std::memory_order_relaxed);
+  VLOG(1) << "dropped " << n << " queued call(s) of a closed client connection";
+}
+
+void ServicePool::RefuseAll(Queue::RefusedList* refused) {
+  for (auto& r : *refused) Refuse(std::move(r.call), r.why);
+  refused->clear();
+}
+
+void ServicePool::Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why) {
+  using R = Queue::PutResult;
+  const std::string& name = service_->service_name();
+  ServerMethodMetrics* m = call->metrics();
+  std::string message;
+  switch (why) {
+    case R::kShuttingDown:
+      call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
+                           Status::ServiceUnavailable("server is shutting down"));
+      return;
+    case R::kQueued:  // not a refusal; never passed
+    case R::kFull:
+      if (m != nullptr) m->rejected_queue_full->Increment();
+      message = "the service queue of " + name + " is full (" +
+                std::to_string(options_.queue_length) + " calls); try again later";
+      break;
+    case R::kEvicted:
+      if (m != nullptr) m->refused[ServerMethodMetrics::kEvicted]->Increment();
+      message = "the service queue of " + name + " is full (" +
+                std::to_string(options_.queue_length) +
+                " calls) and pushed this call out for one with an earlier deadline; try again "
+                "later";
+      break;
+    case R::kOverloaded:
+      if (m != nullptr) m->refused[ServerMethodMetrics::kOverloaded]->Increment();
+      message = "the service queue of " + name +
+                " is overloaded (its calls wait longer than its delay target); try again later";
+      break;
+    case R::kWouldMissDeadline:
+      if (m != nullptr) m->refused[ServerMethodMetrics::kWouldMissDeadline]->Increment();
+      message = "the service queue of " + name +
+                " holds calls that would keep this one past its deadline; try again later";
+      break;
+    case R::kExpired:
+      if (m != nullptr) m->deadline_expired_in_queue->Increment();
+      call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
+                           Status::TimedOut("call waited in the service queue past its deadline"));
+      return;
+    case R::kWaitedTooLong:
+      if (m != nullptr) m->refused[ServerMethodMetrics::kWaitedTooLong]->Increment();
+      message = "the service queue of " + name +
+                " is overloaded, and this call waited in it longer than its delay target; try "
+                "again later";
+      break;
   }
-  if (call->metrics() != nullptr) call->metrics()->rejected_queue_full->Increment();
   call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                       Status::ServiceUnavailable(
-                           "the service queue of " + service_->service_name() + " is full (" +
-                           std::to_string(options_.queue_length) + " calls); try again later"));
+                       Status::ServiceUnavailable(message));
 }
 
 void ServicePool::RunWorker() {
@@ -131,7 +223,14 @@ void ServicePool::RunWorker() {
   std::unique_ptr<InboundCall> call;
   int64_t took = -1;
   bool from_poll = false;
-  while (queue_.Take(&call, took, from_poll)) {
+  Queue::RefusedList shed;  // calls that waited too long while overloaded
+  while (queue_.Take(&call, took, from_poll, &shed)) {
+    RefuseAll(&shed);
+    if (call == nullptr) {  // only calls to refuse
+      took = -1;
+      from_poll = false;
+      continue;
+    }
     MonoTime start = MonoTime::Now();
     ServerMethodMetrics* m = RunCall(std::move(call), start);
     MonoDelta ran = MonoTime::Now() - start;
@@ -149,6 +248,7 @@ void ServicePool::RunWorker() {
       }
     }
   }
+  RefuseAll(&shed);  // shed by the Take that found the queue shutting down
   transport::Connection::NoteAnsweredConnections(nullptr);
   std::shared_ptr<ServicePool> last;  // if abandoned, this pool dies with it
   {

@@ -51,6 +51,10 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   // As QueueInboundCall for each, in order, with one lock of the queue:
   // the calls a reactor read together. Leaves *calls empty.
   void QueueInboundCalls(std::vector<std::unique_ptr<InboundCall>>* calls);
+  // The client connection `conn` closed: its calls still queued leave the
+  // queue at once, unrun and unanswered, so that they hold no place a live
+  // caller needs. Reactor thread of `conn`.
+  void DropCallsOf(const transport::Connection* conn);
   // Whether calls run on workers (else on the reactor, at once).
   bool has_workers() const { return options_.worker_threads > 0; }
 
@@ -66,14 +70,17 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   // for itself).
   bool OnWorkerThread() const;
   // Queued calls dropped unrun because their client's connection had
-  // closed by the time a worker reached them.
+  // closed (DropCallsOf, or a worker finding it closed).
   uint64_t dropped_calls_of_closed_connections() const {
     return dropped_calls_of_closed_connections_.load(std::memory_order_relaxed);
   }
 
  private:
-  // Answers a call the queue did not take, saying why.
-  void Refuse(std::unique_ptr<InboundCall> call, ServiceQueue<InboundCall>::PutResult why);
+  using Queue = ServiceQueue<InboundCall>;
+  // Answers a call the queue did not take or pushed out, saying why.
+  void Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why);
+  void RefuseAll(Queue::RefusedList* refused);
+  static Queue::Options QueueOptions(const ServicePoolOptions& options);
   void RunWorker();
   // Leader/follower on the server: after answering the last call in flight
   // of `conn` itself, a worker with nothing queued waits on that
@@ -89,7 +96,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
 
   const std::unique_ptr<ServiceIf> service_;
   const ServicePoolOptions options_;
-  ServiceQueue<InboundCall> queue_;
+  Queue queue_;
   Mutex shutdown_mu_;  // one Shutdown() joins the workers; the next waits
   std::vector<std::thread> workers_ GUARDED_BY(shutdown_mu_);
   // Workers that have not returned yet, and the reference that keeps an

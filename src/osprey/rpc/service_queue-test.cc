@@ -19,8 +19,14 @@ namespace osprey {
 namespace {
 
 struct TestCall {
-  explicit TestCall(int id) : id(id) {}
+  explicit TestCall(int id, MonoTime received = MonoTime::Now(),
+                    MonoTime deadline = MonoTime::Max())
+      : id(id), received(received), due(deadline) {}
+  MonoTime received_at() const { return received; }
+  MonoTime deadline() const { return due; }
   int id;
+  MonoTime received;
+  MonoTime due;
 };
 using Queue = ServiceQueue<TestCall>;
 
@@ -291,6 +297,275 @@ TEST(ServiceQueueTest, AWorkerBackFromPollingTakesTheCallItReadNoOtherIsWoken) {
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&d));
   sleeper.join();
   EXPECT_EQ(8, other_took.load());
+}
+
+// ------------------------------------------------ order, eviction, overload
+
+// A clock the test moves; calls are stamped with it.
+struct FakeClock {
+  MonoTime now = MonoTime() + MonoDelta::FromSeconds(1000);
+  void Advance(MonoDelta d) { now = now + d; }
+};
+
+Queue::Options DeadlineOptions(size_t capacity, FakeClock* clock, bool overload_control = true) {
+  Queue::Options o;
+  o.capacity = capacity;
+  o.workers = 1;
+  o.deadline_order = true;
+  o.overload_control = overload_control;
+  o.clock = [clock] { return clock->now; };
+  return o;
+}
+
+// A call received now, due `timeout_ms` later.
+std::unique_ptr<TestCall> CallDue(int id, const FakeClock& clock, int64_t timeout_ms) {
+  return std::make_unique<TestCall>(id, clock.now,
+                                    clock.now + MonoDelta::FromMilliseconds(timeout_ms));
+}
+
+// Takes one call (never blocks: the test knows one is queued) and reports
+// that the call before it ran `ran_ns`.
+int TakeId(Queue* q, int64_t ran_ns = 1000, Queue::RefusedList* shed = nullptr) {
+  std::unique_ptr<TestCall> got;
+  EXPECT_TRUE(q->Take(&got, ran_ns, false, shed));
+  return got != nullptr ? got->id : -1;
+}
+
+TEST(ServiceQueueOrderTest, EarliestDeadlineFirstAndFirstComeAmongEqualDeadlines) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(10, &clock, /*overload_control=*/false));
+  const int64_t timeouts[] = {50, 20, 50, 10, 20};
+  for (int i = 0; i < 5; ++i) {
+    auto c = CallDue(i, clock, timeouts[i]);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  std::vector<int> order;
+  for (int i = 0; i < 5; ++i) order.push_back(TakeId(&q, i == 0 ? -1 : 1000));
+  EXPECT_EQ((std::vector<int>{3, 1, 4, 0, 2}), order);
+}
+
+TEST(ServiceQueueOrderTest, AFullQueueEvictsTheLatestDeadlineForAnEarlierOne) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(3, &clock, /*overload_control=*/false));
+  for (int i = 0; i < 3; ++i) {
+    auto c = CallDue(i, clock, 100 + 10 * i);  // call 2 is due last
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  Queue::RefusedList pushed_out;
+  // Due later than every queued call: the newcomer is refused, none evicted.
+  auto late = CallDue(10, clock, 500);
+  EXPECT_EQ(Queue::PutResult::kFull, q.Put(&late, &pushed_out));
+  ASSERT_NE(nullptr, late);
+  EXPECT_TRUE(pushed_out.empty());
+  // Due sooner than call 2: call 2 is pushed out, the newcomer queued.
+  auto early = CallDue(11, clock, 105);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&early, &pushed_out));
+  ASSERT_EQ(1u, pushed_out.size());
+  EXPECT_EQ(2, pushed_out[0].call->id);
+  EXPECT_EQ(Queue::PutResult::kEvicted, pushed_out[0].why);
+  EXPECT_EQ(3u, q.size());
+  // Without a list to hand evicted calls back in, nothing is evicted.
+  auto earlier = CallDue(12, clock, 1);
+  EXPECT_EQ(Queue::PutResult::kFull, q.Put(&earlier));
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) order.push_back(TakeId(&q, i == 0 ? -1 : 1000));
+  EXPECT_EQ((std::vector<int>{0, 11, 1}), order);
+}
+
+TEST(ServiceQueueOrderTest, FifoWhenDeadlineOrderIsOff) {
+  FakeClock clock;
+  Queue::Options o = DeadlineOptions(2, &clock, false);
+  o.deadline_order = false;
+  Queue q(o);
+  auto a = CallDue(0, clock, 50);
+  auto b = CallDue(1, clock, 10);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&a));
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&b));
+  Queue::RefusedList pushed_out;
+  auto c = CallDue(2, clock, 1);
+  EXPECT_EQ(Queue::PutResult::kFull, q.Put(&c, &pushed_out));  // no eviction
+  EXPECT_TRUE(pushed_out.empty());
+  EXPECT_EQ(0, TakeId(&q, -1));
+  EXPECT_EQ(1, TakeId(&q));
+}
+
+// Drives `q` into overload: calls that waited 6 ms (target 5) taken over a
+// whole 100 ms interval. Each run reported as `run_ns`. Leaves the queue
+// holding `left` calls received at the end, ids from 100.
+void Overload(Queue* q, FakeClock* clock, int64_t run_ns, int left) {
+  int id = 1000;
+  auto put = [&] {
+    auto c = CallDue(id++, *clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q->Put(&c));
+  };
+  put();
+  put();
+  for (int step = 0; step <= 10 && !q->overloaded(); ++step) {
+    clock->Advance(MonoDelta::FromMilliseconds(6));
+    put();  // never empty
+    TakeId(q, run_ns);
+    clock->Advance(MonoDelta::FromMilliseconds(4));
+  }
+  // Another 10 runs to settle the handler's average time.
+  for (int i = 0; i < 10; ++i) {
+    put();
+    TakeId(q, run_ns);
+  }
+  ASSERT_TRUE(q->overloaded());
+  // Drain to one queued call, then add `left` fresh ones.
+  while (q->size() > 1) TakeId(q, run_ns);
+  for (int i = 0; i < left; ++i) {
+    auto c = CallDue(100 + i, *clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q->Put(&c));
+  }
+}
+
+TEST(ServiceQueueOverloadTest, SustainedDelaySwitchesToNewestFirstAndAnEmptyQueueSwitchesBack) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  // Waits under the target: no switch, however long the queue stays busy.
+  for (int i = 0; i < 30; ++i) {
+    auto c = CallDue(i, clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+    clock.Advance(MonoDelta::FromMilliseconds(4));
+    EXPECT_EQ(i, TakeId(&q, 1000));
+    EXPECT_FALSE(q.overloaded());
+  }
+  Overload(&q, &clock, 1000, 3);
+  EXPECT_EQ(1u, q.overload_episodes());
+  // Newest first: 102, then 101 ...
+  EXPECT_EQ(102, TakeId(&q, 1000));
+  EXPECT_EQ(101, TakeId(&q, 1000));
+  // ... until the queue is empty: first come, first served again.
+  while (q.size() > 0) TakeId(&q, 1000);
+  EXPECT_FALSE(q.overloaded());
+  for (int i = 0; i < 3; ++i) {
+    auto c = CallDue(200 + i, clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  EXPECT_EQ(200, TakeId(&q, 1000));
+}
+
+TEST(ServiceQueueOverloadTest, OverloadedAdmitsOnlyWhatTheWorkersRunWithinTheTarget) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  // Handlers of 1 ms, target 5 ms, one worker: about 5 calls admitted.
+  Overload(&q, &clock, 1000000, 0);
+  size_t admitted = q.size();
+  int refused = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto c = CallDue(300 + i, clock, 10000);
+    Queue::PutResult r = q.Put(&c);
+    if (r == Queue::PutResult::kQueued) {
+      admitted++;
+    } else {
+      EXPECT_EQ(Queue::PutResult::kOverloaded, r);
+      EXPECT_NE(nullptr, c);
+      refused++;
+    }
+  }
+  EXPECT_GE(admitted, 4u);
+  EXPECT_LE(admitted, 8u);
+  EXPECT_EQ(50 - static_cast<int>(admitted) + 1, refused);
+}
+
+TEST(ServiceQueueOverloadTest, OverloadedPushesOutCallsThatWaitedPastTheTarget) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  Overload(&q, &clock, 20000, 3);  // 20 µs handlers: room for 250
+  clock.Advance(MonoDelta::FromMilliseconds(6));
+  Queue::RefusedList pushed_out;
+  auto fresh = CallDue(400, clock, 10000);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&fresh, &pushed_out));
+  // The four calls queued 6 ms ago (the one Overload left and 100..102).
+  ASSERT_EQ(4u, pushed_out.size());
+  for (const auto& r : pushed_out) EXPECT_EQ(Queue::PutResult::kWaitedTooLong, r.why);
+  EXPECT_EQ(1u, q.size());
+  // Without newcomers the old calls are still served, newest first; a
+  // worker's Take sheds only those whose deadline passed.
+  auto second = CallDue(401, clock, 8);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&second));
+  auto third = CallDue(402, clock, 10000);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&third));
+  clock.Advance(MonoDelta::FromMilliseconds(9));
+  Queue::RefusedList shed;
+  // Deadline order: 401 (due in 8 ms) is at the front, then 400, 402.
+  EXPECT_EQ(402, TakeId(&q, 20000, &shed));
+  ASSERT_EQ(1u, shed.size());
+  EXPECT_EQ(401, shed[0].call->id);
+  EXPECT_EQ(Queue::PutResult::kExpired, shed[0].why);
+  shed.clear();
+  EXPECT_EQ(400, TakeId(&q, 20000, &shed));  // waited 9 ms, still served
+  EXPECT_TRUE(shed.empty());
+}
+
+TEST(ServiceQueueOverloadTest, ATakeThatFindsOnlyExpiredCallsReturnsNoneToRun) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  Overload(&q, &clock, 20000, 0);
+  ASSERT_EQ(1u, q.size());
+  auto doomed = CallDue(500, clock, 1);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&doomed));
+  TakeId(&q, 20000);  // the newest, 500, is not the one left: take the other
+  clock.Advance(MonoDelta::FromMilliseconds(2));
+  ASSERT_EQ(1u, q.size());
+  Queue::RefusedList shed;
+  std::unique_ptr<TestCall> got;
+  ASSERT_TRUE(q.Take(&got, 20000, false, &shed));
+  EXPECT_EQ(nullptr, got);
+  ASSERT_EQ(1u, shed.size());
+  EXPECT_EQ(Queue::PutResult::kExpired, shed[0].why);
+  EXPECT_EQ(0u, q.size());
+}
+
+TEST(ServiceQueueOverloadTest, ACallTheQueueAheadWouldKeepPastItsDeadlineIsRefusedAtOnce) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  // Teach the queue that handlers take 1 ms (under the target: no overload).
+  for (int i = 0; i < 40; ++i) {
+    auto c = CallDue(i, clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+    TakeId(&q, 1000000);
+  }
+  ASSERT_FALSE(q.overloaded());
+  // Calls due in 10 ms: about ten fit; the next would wait past its
+  // deadline behind them, and is refused at once.
+  Queue::PutResult r = Queue::PutResult::kQueued;
+  int queued = 0;
+  std::unique_ptr<TestCall> hopeless;
+  while (r == Queue::PutResult::kQueued && queued < 100) {
+    hopeless = CallDue(100 + queued, clock, 10);
+    r = q.Put(&hopeless);
+    if (r == Queue::PutResult::kQueued) queued++;
+  }
+  EXPECT_EQ(Queue::PutResult::kWouldMissDeadline, r);
+  EXPECT_GE(queued, 10);
+  EXPECT_LE(queued, 12);
+  ASSERT_NE(nullptr, hopeless);
+  auto fine = CallDue(201, clock, 50);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&fine));
+  // Due before them all, it runs first: queued.
+  auto urgent = CallDue(203, clock, 2);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&urgent));
+  // No deadline at all: never refused for it.
+  auto endless = std::make_unique<TestCall>(202, clock.now);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&endless));
+}
+
+TEST(ServiceQueueOverloadTest, RemoveIfTakesOutTheMatchingCalls) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(10, &clock));
+  for (int i = 0; i < 6; ++i) {
+    auto c = CallDue(i, clock, 1000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  std::vector<std::unique_ptr<TestCall>> out;
+  EXPECT_EQ(3u, q.RemoveIf([](const TestCall& c) { return c.id % 2 == 1; }, &out));
+  ASSERT_EQ(3u, out.size());
+  EXPECT_EQ(3u, q.size());
+  EXPECT_EQ(0, TakeId(&q, -1));
+  EXPECT_EQ(2, TakeId(&q));
+  EXPECT_EQ(4, TakeId(&q));
 }
 
 }  // namespace

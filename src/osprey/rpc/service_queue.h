@@ -1,80 +1,146 @@
-// ServiceQueue: the bounded FIFO between the threads that read one
-// service's calls and the workers that run them, with the policy for when a
-// queued call wakes a worker: one asleep in Take(), or one waiting on a
-// connection's socket (BeginPoll), by writing the eventfd it registered.
+// ServiceQueue: the bounded queue between the threads that read one
+// service's calls and the workers that run them: which call runs next,
+// which calls are refused, and when a queued call wakes a worker: one
+// asleep in Take(), or one waiting on a connection's socket (BeginPoll), by
+// writing the eventfd it registered.
+//
+// Order: earliest deadline first, first come first served among equal
+// deadlines (Options::deadline_order; else first in, first out). A full
+// queue makes room by pushing out the queued call with the latest deadline
+// when the newcomer's is earlier (Kudu's LifoServiceQueue does the same).
+//
+// Overload (Options::overload_control): QueueDelayControl watches how long
+// taken calls waited. While it says overloaded, the newest call (the latest
+// deadline) is taken first, calls that waited past the target are pushed
+// out by newcomers, and a newcomer is refused when the queue already holds
+// what the workers can run within the target. Always with overload_control, a
+// newcomer that the calls ahead of it would keep past its deadline is
+// refused at once rather than left to expire. Refusing is the caller's
+// work: the queue hands back every call it will not run, with the reason.
+//
 // Put() is called by whichever thread read the request under a reactor's
 // loop lock (the reactor, or a worker reading in its place), Take(),
-// BeginPoll() and EndPoll() by the workers, Shutdown() by the pool's owner;
-// every method is thread-safe. A template over the call type so that it can be tested with
-// calls of its own (service_queue-test.cc); the pool uses InboundCall.
+// BeginPoll() and EndPoll() by the workers, RemoveIf() by a reactor whose
+// connection closed, Shutdown() by the pool's owner; every method is
+// thread-safe. A template over the call type (deadline() and received_at()
+// as InboundCall's) so that it can be tested with calls of its own
+// (service_queue-test.cc); the pool uses InboundCall.
 #pragma once
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
+#include "osprey/rpc/queue_delay_control.h"
 
 namespace osprey {
 
 template <class Call>
 class ServiceQueue {
  public:
-  enum class PutResult { kQueued, kFull, kShuttingDown };
+  // Why a call is not queued (kQueued: it is). kEvicted and kWaitedTooLong
+  // are reasons only for calls pushed out after they were queued.
+  enum class PutResult {
+    kQueued,
+    kFull,               // queue_length calls queued, none with a later deadline
+    kOverloaded,         // overloaded, and the queue holds the target's worth
+    kWouldMissDeadline,  // the calls ahead would keep it past its deadline
+    kShuttingDown,
+    kEvicted,        // pushed out of a full queue by a call with an earlier deadline
+    kWaitedTooLong,  // waited past the delay target while overloaded
+    kExpired,        // its deadline passed while it waited
+  };
+  // A call the queue will not run, for the caller to answer.
+  struct Refused {
+    std::unique_ptr<Call> call;
+    PutResult why;
+  };
+  using RefusedList = std::vector<Refused>;
 
-  explicit ServiceQueue(size_t capacity) : capacity_(capacity) {}
+  struct Options {
+    size_t capacity = 50;
+    // Workers that take from this queue: how many calls run at once.
+    int workers = 1;
+    bool deadline_order = true;
+    bool overload_control = true;
+    MonoDelta delay_target = MonoDelta::FromMilliseconds(5);
+    MonoDelta delay_interval = MonoDelta::FromMilliseconds(100);
+    // The time a worker takes a call at; tests inject their own.
+    std::function<MonoTime()> clock;
+  };
+
+  // First in, first out, bounded, and nothing else: the wake-up policy's
+  // tests.
+  explicit ServiceQueue(size_t capacity) : ServiceQueue(FifoOptions(capacity)) {}
+  explicit ServiceQueue(Options options)
+      : options_(std::move(options)),
+        capacity_(options_.capacity),
+        control_(options_.delay_target, options_.delay_interval) {
+    if (!options_.clock) options_.clock = [] { return MonoTime::Now(); };
+    if (options_.workers < 1) options_.workers = 1;
+  }
   ServiceQueue(const ServiceQueue&) = delete;
   ServiceQueue& operator=(const ServiceQueue&) = delete;
 
-  // Queues *call (taking it) unless the queue is full or shutting down, in
-  // which case *call is left with the caller to refuse.
-  PutResult Put(std::unique_ptr<Call>* call) EXCLUDES(mu_) {
-    bool wake;
+  // Queues *call (taking it), or leaves it in *call and says why the
+  // caller must refuse it. Calls already queued that this one pushes out
+  // are appended to *pushed_out, for the caller to answer; with no list
+  // (null) none is pushed out and a full queue refuses the newcomer.
+  PutResult Put(std::unique_ptr<Call>* call, RefusedList* pushed_out = nullptr) EXCLUDES(mu_) {
+    bool wake = false;
+    PutResult result;
     {
       MutexLock l(mu_);
-      if (shutting_down_) return PutResult::kShuttingDown;
-      if (queue_.size() >= capacity_) return PutResult::kFull;
-      queue_.push_back(std::move(*call));
-      wake = ShouldWakeWorker();
-      if (!wake) WakePollerIfNeeded();
+      result = PutLocked(call, pushed_out, &wake);
     }
     if (wake) not_empty_.Signal();
-    return PutResult::kQueued;
+    return result;
   }
 
   // Put() of each of *calls in order, under one lock: the calls a reactor
   // read together. Each one queued is taken from *calls; those left are
   // the caller's to refuse, for the reason in the same place of *results
   // (kQueued where taken).
-  void PutAll(std::vector<std::unique_ptr<Call>>* calls, std::vector<PutResult>* results)
-      EXCLUDES(mu_) {
+  void PutAll(std::vector<std::unique_ptr<Call>>* calls, std::vector<PutResult>* results,
+              RefusedList* pushed_out = nullptr) EXCLUDES(mu_) {
     results->assign(calls->size(), PutResult::kQueued);
     int wakes = 0;
     {
       MutexLock l(mu_);
       for (size_t i = 0; i < calls->size(); ++i) {
-        if (shutting_down_) {
-          (*results)[i] = PutResult::kShuttingDown;
-          continue;
-        }
-        if (queue_.size() >= capacity_) {
-          (*results)[i] = PutResult::kFull;
-          continue;
-        }
-        queue_.push_back(std::move((*calls)[i]));
-        if (ShouldWakeWorker()) {
-          wakes++;
-        } else {
-          WakePollerIfNeeded();
-        }
+        bool wake = false;
+        (*results)[i] = PutLocked(&(*calls)[i], pushed_out, &wake);
+        if (wake) wakes++;
       }
     }
     for (int i = 0; i < wakes; ++i) not_empty_.Signal();
+  }
+
+  // Takes out every queued call for which `pred` holds (the calls of a
+  // connection that closed), appending them to *out. Returns how many.
+  template <class Pred>
+  size_t RemoveIf(Pred pred, std::vector<std::unique_ptr<Call>>* out) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    size_t n = 0;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (pred(**it)) {
+        out->push_back(std::move(*it));
+        it = queue_.erase(it);
+        n++;
+      } else {
+        ++it;
+      }
+    }
+    if (n > 0 && queue_.empty()) control_.OnEmpty();
+    return n;
   }
 
   // A worker about to wait on a socket instead of in Take() (the
@@ -109,13 +175,17 @@ class ServiceQueue {
   // A worker's loop: reports how long its last call ran (`last_run_ns`, or
   // -1 before its first), then blocks for the next call. False once the
   // queue shuts down; the worker then exits. `from_poll`: the worker comes
-  // from EndPoll().
-  bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns, bool from_poll = false) EXCLUDES(mu_) {
+  // from EndPoll(). While overloaded, queued calls whose deadline passed
+  // are appended to *shed (if given), for the worker to answer; true with
+  // *out null when they were all there was (the worker then reports no
+  // run, -1, at its next Take).
+  bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns, bool from_poll = false,
+            RefusedList* shed = nullptr) EXCLUDES(mu_) {
     bool wake;
     {
       MutexLock l(mu_);
       if (from_poll && coming_ > 0) coming_--;
-      if (!TakeLocked(out, last_run_ns, &wake)) return false;
+      if (!TakeLocked(out, last_run_ns, shed, &wake)) return false;
     }
     // Signalled after the lock is dropped, so the woken worker need not
     // wait for it.
@@ -144,6 +214,15 @@ class ServiceQueue {
     return queue_.size();
   }
   size_t capacity() const { return capacity_; }
+  // Whether QueueDelayControl says overloaded, and how many times it has.
+  bool overloaded() const EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return control_.overloaded();
+  }
+  uint64_t overload_episodes() const EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return control_.episodes();
+  }
 
   // Workers blocked in Take(), and workers running a call they took.
   int sleeping_workers() const EXCLUDES(mu_) {
@@ -156,7 +235,88 @@ class ServiceQueue {
   }
 
  private:
-  bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, bool* wake) REQUIRES(mu_) {
+  static Options FifoOptions(size_t capacity) {
+    Options o;
+    o.capacity = capacity;
+    o.deadline_order = false;
+    o.overload_control = false;
+    return o;
+  }
+
+  PutResult PutLocked(std::unique_ptr<Call>* call, RefusedList* pushed_out, bool* wake)
+      REQUIRES(mu_) {
+    if (shutting_down_) return PutResult::kShuttingDown;
+    const Call& c = **call;
+    const bool overloaded = options_.overload_control && control_.overloaded();
+    // A newcomer pushes out the calls that waited past the target: while
+    // calls keep coming, the old ones would only be served after them.
+    if (overloaded && pushed_out != nullptr) ShedStale(c.received_at(), true, pushed_out);
+    // Where it goes: after every call with a deadline no later than its own
+    // (scanned from the back: with one timeout for all, no step at all).
+    size_t pos = queue_.size();
+    if (options_.deadline_order) {
+      while (pos > 0 && queue_[pos - 1]->deadline() > c.deadline()) --pos;
+    }
+    if (options_.overload_control) {
+      if (overloaded && queue_.size() >= AdmitLimit()) return PutResult::kOverloaded;
+      // Calls ahead of it; newest first: none.
+      size_t ahead = overloaded ? 0 : pos;
+      if (avg_run_ns_ > 0 && c.deadline() != MonoTime::Max()) {
+        MonoDelta wait = MonoDelta::FromNanoseconds(static_cast<int64_t>(ahead) * avg_run_ns_ /
+                                                    options_.workers);
+        if (c.received_at() + wait > c.deadline()) return PutResult::kWouldMissDeadline;
+      }
+    }
+    if (queue_.size() >= capacity_) {
+      // The latest deadline is at the back.
+      if (!options_.deadline_order || pushed_out == nullptr || pos == queue_.size()) {
+        return PutResult::kFull;
+      }
+      pushed_out->push_back(Refused{std::move(queue_.back()), PutResult::kEvicted});
+      queue_.pop_back();
+      pos = std::min(pos, queue_.size());
+    }
+    if (pos == queue_.size()) {
+      queue_.push_back(std::move(*call));
+    } else {
+      queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(*call));
+    }
+    *wake = ShouldWakeWorker();
+    if (!*wake) WakePollerIfNeeded();
+    return PutResult::kQueued;
+  }
+
+  // While overloaded: how many calls the workers run within the target.
+  size_t AdmitLimit() const REQUIRES(mu_) {
+    if (avg_run_ns_ <= 0) return capacity_;
+    int64_t n = control_.target().ToNanoseconds() * options_.workers / avg_run_ns_;
+    return static_cast<size_t>(std::max<int64_t>(n, options_.workers));
+  }
+
+  // Pushes out, from the front, the calls whose deadline passed by `now`,
+  // and with `waited_too_long` those that waited past the delay target.
+  void ShedStale(MonoTime now, bool waited_too_long, RefusedList* out) REQUIRES(mu_) {
+    const MonoDelta target = control_.target();
+    // In arrival order the front is the oldest; in deadline order a call
+    // with a later deadline may be older, and waits for a later pass.
+    while (!queue_.empty()) {
+      const Call& front = *queue_.front();
+      PutResult why;
+      if (front.deadline() <= now) {
+        why = PutResult::kExpired;
+      } else if (waited_too_long && now - front.received_at() > target) {
+        why = PutResult::kWaitedTooLong;
+      } else {
+        break;
+      }
+      out->push_back(Refused{std::move(queue_.front()), why});
+      queue_.pop_front();
+    }
+    // Emptied by shedding, not by workers keeping up: still overloaded.
+  }
+
+  bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, RefusedList* shed, bool* wake)
+      REQUIRES(mu_) {
     *wake = false;
     ReportRun(last_run_ns);
     bool watchdog = false;  // this worker is the queue's watchdog (see below)
@@ -189,8 +349,30 @@ class ServiceQueue {
     }
     if (watchdog) watchdog_ = false;
     if (queue_.empty()) return false;  // shutting down
-    *out = std::move(queue_.front());
-    queue_.pop_front();
+    if (options_.overload_control) {
+      const MonoTime now = options_.clock();
+      if (control_.overloaded() && shed != nullptr) {
+        // Newest first leaves the oldest behind: those whose deadline
+        // passed go now. (With no newcomer, the rest are still served.)
+        ShedStale(now, false, shed);
+        if (queue_.empty()) {
+          out->reset();  // nothing to run; the worker answers *shed, then comes back
+          return true;
+        }
+      }
+      if (control_.overloaded()) {
+        *out = std::move(queue_.back());
+        queue_.pop_back();
+      } else {
+        *out = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      control_.OnTake(now, now - (*out)->received_at());
+      if (queue_.empty()) control_.OnEmpty();
+    } else {
+      *out = std::move(queue_.front());
+      queue_.pop_front();
+    }
     // More waiting than this worker will take: maybe another should run.
     // Decided before this worker counts as running, so that a busy queue
     // wakes a second worker rather than appointing a watchdog.
@@ -206,6 +388,9 @@ class ServiceQueue {
     // Exponentially weighted, 1/8 per call: follows a change of handler
     // cost within tens of calls.
     avg_run_ns_ += (last_run_ns - avg_run_ns_) / 8;
+    // A call behind one running handler waits up to a handler's time
+    // without any backlog: the delay target is at least two of them.
+    if (options_.overload_control) control_.set_floor(MonoDelta::FromNanoseconds(2 * avg_run_ns_));
   }
 
   // Whether a just-queued call should wake a sleeping worker; counts the
@@ -252,8 +437,10 @@ class ServiceQueue {
   static constexpr int kCallsPerRunner = 4;
   static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
 
+  Options options_;  // set in the constructor, read-only after
   const size_t capacity_;
   mutable Mutex mu_;
+  QueueDelayControl control_ GUARDED_BY(mu_);
   CondVar not_empty_;
   std::deque<std::unique_ptr<Call>> queue_ GUARDED_BY(mu_);
   bool shutting_down_ GUARDED_BY(mu_) = false;

@@ -140,6 +140,9 @@ class InboundCallHandler {
   // all been handed over. A handler may hold calls back until then, to
   // queue them together; it must not hold them past this.
   virtual void EndOfInboundCalls() {}
+  // Reactor thread of `conn`, a server connection that closed with calls
+  // not answered yet: those still waiting to run can be let go.
+  virtual void ConnectionClosed(const Connection* conn) { (void)conn; }
 };
 
 }  // namespace osprey::transport

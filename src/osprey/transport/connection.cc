@@ -287,6 +287,10 @@ void Connection::Shutdown(const Status& why) {
     }
     c->Finish(call_status);
   }
+  if (role_ == Role::kServer && server_calls_.size() > 0 &&
+      reactor_->inbound_handler() != nullptr) {
+    reactor_->inbound_handler()->ConnectionClosed(this);
+  }
   server_calls_.Clear();
   reactor_->RemoveConnection(this);
 }
