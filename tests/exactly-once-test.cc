@@ -46,6 +46,7 @@ class Ledger : public LedgerServiceIf {
       ctx->RespondFailure(Status::InvalidArgument("nothing to add"));
       return;
     }
+    ++started;
     if (req->sleep_ms() > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
     {
@@ -81,6 +82,7 @@ class Ledger : public LedgerServiceIf {
   }
   std::atomic<int> resets{0};
   std::atomic<int> refusals{0};
+  std::atomic<int> started{0};  // handlers that began adding
   std::atomic<int> any_user_checks{0};
 
  private:
@@ -566,11 +568,17 @@ TEST_F(ExactlyOnceTest, AnAttemptThatDidNotRunLeavesNothingAndItsRetryRuns) {
   RawConn conn;
   ASSERT_NO_FATAL_FAILURE(Connect(&conn));
   // Four sleeping calls hold the four workers; the tracked call behind them
-  // waits past its 50 ms deadline and is refused unrun.
+  // waits past its 50 ms deadline and is refused unrun. (It is sent once
+  // the four run: queued with them, it would go first, its deadline being
+  // the earliest.)
   for (int i = 0; i < 4; ++i) {
     const wire::RequestIdPB busy = Id("busy", i + 1, 1);
     ASSERT_TRUE(conn.Send(AddFrame(100 + i, &busy, 0, /*sleep_ms=*/400)).ok());
   }
+  for (int i = 0; i < 2000 && ledger_->started.load() < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(4, ledger_->started.load());
   const wire::RequestIdPB id = Id("client-g", 1, 1);
   ASSERT_TRUE(conn.Send(AddFrame(1, &id, 9, 0, /*timeout_ms=*/50)).ok());
   Answer a;
@@ -742,6 +750,7 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
   LedgerServiceProxy proxy(client, addr_);
+  MonoDelta occupier_timeout = MonoDelta::FromSeconds(5);
   auto occupy = [&](uint32_t sleep_ms, std::vector<std::unique_ptr<RpcController>>* ctls,
                     CountDownLatch* done) {
     for (int i = 0; i < 2; ++i) {
@@ -753,6 +762,9 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
       req->set_sleep_ms(sleep_ms);
       auto resp = std::make_shared<LedgerAddResponsePB>();
       ctls->push_back(std::make_unique<RpcController>());
+      // Due before the call that knocks: in deadline order a call due
+      // sooner would push a queued one out instead of being refused.
+      ctls->back()->set_timeout(occupier_timeout);
       proxy.AddUntrackedAsync(*req, resp.get(), ctls->back().get(),
                               [req, resp, done] { done->CountDown(); });
     }
@@ -779,6 +791,7 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
   {
     std::vector<std::unique_ptr<RpcController>> busy;
     CountDownLatch drained(2);
+    occupier_timeout = MonoDelta::FromMilliseconds(300);
     occupy(1500, &busy, &drained);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     // Sync, with a deadline the queue will not drain by: it gives up at it.
@@ -948,7 +961,10 @@ TEST(RetryCancelTest, ACancelRacingARetryEndsTheCallAborted) {
   ASSERT_TRUE(server->RegisterService(std::make_unique<AlwaysBusy>()).ok());
   Sockaddr addr;
   ASSERT_TRUE(server->Listen(Sockaddr::Loopback(0), &addr).ok());
-  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  // No retry budget: the calls retry until cancelled, as many times as it
+  // takes (the budget would end them after a few, ServiceUnavailable).
+  ASSERT_TRUE(
+      MessengerBuilder("client").set_num_reactors(1).set_retry_budget(false).Build(&client).ok());
   kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);
   RetryPolicy policy;
   policy.max_attempts = 1000000;

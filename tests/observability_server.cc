@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
     req.set_y(1);
     AddResponsePB resp;
     RpcController ctl;
-    ctl.set_timeout(MonoDelta::FromSeconds(10));
+    // Due after the queued Sleeps: a call due sooner would push one of them
+    // out of the full queue (deadline order) rather than be refused.
+    ctl.set_timeout(MonoDelta::FromSeconds(60));
     Status st = proxy.Add(req, &resp, &ctl);
     if (st.IsServiceUnavailable()) {
       ++refused;

@@ -369,5 +369,126 @@ TEST(OverloadControlTest, AVanishedClientsCallsLeaveTheQueueAtOnce) {
   EXPECT_EQ(1, server.service->sleeps_started.load());
 }
 
+// A server that refuses every call ERROR_SERVER_TOO_BUSY: its one worker
+// and its one queue place are held, by calls due in 60 s. A call due later
+// is refused; one due sooner would push the queued one out (deadline
+// order), so the tests' calls are due later.
+constexpr MonoDelta kAfterTheHolders = MonoDelta::FromSeconds(120);
+struct RefusingServer {
+  TestServer server;
+  std::shared_ptr<Messenger> holder;
+  std::unique_ptr<CalculatorServiceProxy> proxy;
+  SleepRequestPB held;
+  SleepResponsePB resp[2];
+  RpcController ctl[2];
+  std::unique_ptr<CountDownLatch> done;
+
+  void Start() {
+    ServicePoolOptions pool;
+    pool.worker_threads = 1;
+    pool.queue_length = 1;
+    ASSERT_TRUE(server.Start(1, pool).ok());
+    holder = MakeClient(1);
+    proxy = std::make_unique<CalculatorServiceProxy>(holder, server.address);
+    held.set_sleep_micros(CalculatorService::kHeldSleep);
+    done = std::make_unique<CountDownLatch>(2);
+    for (int i = 0; i < 2; ++i) {
+      ctl[i].set_timeout(MonoDelta::FromSeconds(60));
+      proxy->SleepAsync(held, &resp[i], &ctl[i], [this] { done->CountDown(); });
+      if (i == 0) ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
+    }
+    ASSERT_TRUE(WaitUntil([&] {
+      return MetricOf(server.messenger.get(), "osprey_server_queue_length",
+                      {{"service", "osprey.rpc_test.CalculatorService"}}) == 1;
+    }));
+  }
+  double AddsReceived() {
+    return MetricOf(server.messenger.get(), "osprey_server_calls_received_total",
+                    {{"method", "osprey.rpc_test.CalculatorService.Add"}});
+  }
+  ~RefusingServer() {
+    if (server.service != nullptr) server.service->ReleaseHeldSleeps();
+    if (done != nullptr) EXPECT_TRUE(done->WaitFor(MonoDelta::FromSeconds(30)));
+  }
+};
+
+RetryPolicy QuickRetries() {
+  RetryPolicy p;
+  p.max_attempts = 10;
+  p.initial_backoff = MonoDelta::FromMicroseconds(100);
+  p.max_backoff = MonoDelta::FromMilliseconds(1);
+  return p;
+}
+
+// Calls `n` Adds one after another, each with QuickRetries; returns how
+// many ended with a message containing `said`.
+int AddsWithRetries(const std::shared_ptr<Messenger>& client, const Sockaddr& to, int n,
+                    const std::string& said) {
+  CalculatorServiceProxy proxy(client, to);
+  EXPECT_TRUE(proxy.set_retry_policy(QuickRetries()).ok());
+  int matched = 0;
+  for (int i = 0; i < n; ++i) {
+    Status s = CheckedAdd(proxy, 1, 2, kAfterTheHolders);
+    EXPECT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+    if (s.message().find(said) != std::string::npos) matched++;
+  }
+  return matched;
+}
+
+// Retries stay within about 10% of the calls: a refusing server is sent
+// at most 1.1 x the calls offered (plus the budget's minimum), not ten
+// attempts each.
+TEST(ClientGuardsTest, TheRetryBudgetCapsRetriesToARefusingServer) {
+  RefusingServer refusing;
+  ASSERT_NO_FATAL_FAILURE(refusing.Start());
+  constexpr int kCalls = 200;
+  auto client = MakeClient(1, MessengerBuilder("client").set_retry_budget(true, 0.1, 0));
+  int spent = AddsWithRetries(client, refusing.server.address, kCalls, "retry budget is spent");
+  double sent = refusing.AddsReceived();
+  EXPECT_GE(sent, kCalls);
+  EXPECT_LE(sent, kCalls * 1.1 + 1) << "attempts sent for " << kCalls << " calls";
+  EXPECT_GE(spent, kCalls - kCalls / 10 - 1);
+}
+
+TEST(ClientGuardsTest, WithoutTheBudgetEveryCallIsRetriedToItsLastAttempt) {
+  RefusingServer refusing;
+  ASSERT_NO_FATAL_FAILURE(refusing.Start());
+  constexpr int kCalls = 20;
+  auto client = MakeClient(1, MessengerBuilder("client").set_retry_budget(false));
+  EXPECT_EQ(0, AddsWithRetries(client, refusing.server.address, kCalls, "retry budget"));
+  EXPECT_EQ(kCalls * QuickRetries().max_attempts, refusing.AddsReceived());
+}
+
+// Adaptive throttling: once the server refuses nearly everything, calls are
+// refused on the client and never sent.
+TEST(ClientGuardsTest, ThrottlingRefusesLocallyWhatTheServerWouldRefuse) {
+  RefusingServer refusing;
+  ASSERT_NO_FATAL_FAILURE(refusing.Start());
+  constexpr int kCalls = 1000;
+  auto client = MakeClient(1, MessengerBuilder("client").set_client_throttling(true));
+  CalculatorServiceProxy proxy(client, refusing.server.address);
+  int local = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    Status s = CheckedAdd(proxy, 1, 2, kAfterTheHolders);
+    ASSERT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+    if (s.message().find("adaptive throttling") != std::string::npos) local++;
+  }
+  // With no call accepted the probability is r / (r + 1): after the first
+  // few nearly every call stays on the client.
+  EXPECT_GE(local, kCalls - 100);
+  EXPECT_EQ(kCalls - local, refusing.AddsReceived());
+}
+
+TEST(ClientGuardsTest, ThrottlingIsOffByDefault) {
+  RefusingServer refusing;
+  ASSERT_NO_FATAL_FAILURE(refusing.Start());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, refusing.server.address);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(CheckedAdd(proxy, 1, 2, kAfterTheHolders).IsServiceUnavailable());
+  }
+  EXPECT_EQ(50, refusing.AddsReceived());
+}
+
 }  // namespace
 }  // namespace osprey::rpc_test

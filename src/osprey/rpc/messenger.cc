@@ -168,6 +168,23 @@ MessengerBuilder& MessengerBuilder::set_reflection(bool enabled) {
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_retry_budget(bool enabled, double ratio, int min_retries,
+                                                     MonoDelta window) {
+  retry_budget_ = enabled;
+  retry_budget_ratio_ = ratio;
+  retry_budget_min_ = min_retries;
+  retry_budget_window_ = window;
+  return *this;
+}
+
+MessengerBuilder& MessengerBuilder::set_client_throttling(bool enabled, double k,
+                                                          MonoDelta window) {
+  client_throttling_ = enabled;
+  throttle_k_ = k;
+  throttle_window_ = window;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -297,6 +314,24 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.http_allowed_hosts = http_allowed_hosts_;
   obs.slow_call_threshold = slow_call_threshold_;
   obs.remembered = remembered_;
+  if (retry_budget_ && (!(retry_budget_ratio_ >= 0 && retry_budget_ratio_ <= 100) ||
+                        retry_budget_min_ < 0 || retry_budget_window_ <= MonoDelta())) {
+    return Status::InvalidArgument(
+        "set_retry_budget: the ratio must be from 0 to 100, the minimum 0 or more and the window "
+        "above 0");
+  }
+  if (client_throttling_ &&
+      (!(throttle_k_ >= 1 && throttle_k_ <= 1000) || throttle_window_ <= MonoDelta())) {
+    return Status::InvalidArgument(
+        "set_client_throttling: k must be from 1 to 1000 and the window above 0");
+  }
+  obs.retry_budget = retry_budget_;
+  obs.retry_budget_ratio = retry_budget_ratio_;
+  obs.retry_budget_min = retry_budget_min_;
+  obs.retry_budget_window = retry_budget_window_;
+  obs.client_throttling = client_throttling_;
+  obs.throttle_k = throttle_k_;
+  obs.throttle_window = throttle_window_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
@@ -364,7 +399,8 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
                                  .client_ttl = obs.remembered.client_ttl,
                                  .max_bytes = obs.remembered.max_bytes,
                                  .max_bytes_per_user = obs.remembered.max_bytes_per_user,
-                                 .clock = obs.remembered.clock})) {
+                                 .clock = obs.remembered.clock})),
+      guard_settings_(obs) {
   options.metrics = metrics_->transport();
   if (metrics_->counting()) {
     MetricRegistry* r = metrics_->registry();
@@ -423,6 +459,35 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
     reactors_.push_back(std::make_shared<transport::Reactor>(
         name_ + "-reactor-" + std::to_string(i), options, inbound_.get(), i));
   }
+}
+
+std::shared_ptr<ServerGuards> Messenger::GuardsFor(const Sockaddr& server, bool retrying) {
+  const Settings& g = guard_settings_;
+  if (!g.client_throttling && !(retrying && g.retry_budget)) return nullptr;
+  auto make = [&g] {
+    auto guards = std::make_shared<ServerGuards>();
+    if (g.retry_budget) {
+      guards->retry_budget = std::make_unique<RetryBudget>(
+          g.retry_budget_ratio, static_cast<uint64_t>(g.retry_budget_min), g.retry_budget_window);
+    }
+    if (g.client_throttling) {
+      guards->throttle = std::make_unique<ClientThrottle>(g.throttle_k, g.throttle_window);
+    }
+    return guards;
+  };
+  std::string key = server.ToString();
+  MutexLock l(guards_mu_);
+  auto it = guards_.find(key);
+  if (it != guards_.end()) return it->second;
+  if (guards_.size() >= kMaxGuardedServers) {
+    // Forget the servers no call is using now, then share one if still full.
+    std::erase_if(guards_, [](const auto& e) { return e.second.use_count() == 1; });
+    if (guards_.size() >= kMaxGuardedServers) {
+      if (overflow_guards_ == nullptr) overflow_guards_ = make();
+      return overflow_guards_;
+    }
+  }
+  return guards_.emplace(std::move(key), make()).first->second;
 }
 
 MetricRegistry* Messenger::metrics() { return metrics_->registry(); }

@@ -45,6 +45,8 @@
 
 namespace osprey {
 
+struct ServerGuards;
+
 namespace transport {
 class Acceptor;
 class Reactor;
@@ -221,6 +223,22 @@ class MessengerBuilder {
   // .proto files. It describes nothing else linked into the process.
   MessengerBuilder& set_reflection(bool enabled);
 
+  // Client overload guards, per server this messenger calls (see
+  // ServerGuards). The retry budget: retries of calls with a RetryPolicy
+  // are capped at `ratio` of the calls started to the same server over
+  // `window`, plus `min_retries` per window (0.1, 10, 10 s by default); a
+  // ratio of 0 with no minimum never retries, and `enabled` false turns the
+  // cap off. ERROR_SERVER_TOO_BUSY is retried only within it, after the
+  // policy's jittered backoff.
+  MessengerBuilder& set_retry_budget(bool enabled, double ratio = 0.1, int min_retries = 10,
+                                     MonoDelta window = MonoDelta::FromSeconds(10));
+  // Google SRE's adaptive throttling (ClientThrottle): a call is refused
+  // locally, ServiceUnavailable and never sent, with probability
+  // max(0, (requests - k x accepts) / (requests + 1)) over `window`. Off by
+  // default.
+  MessengerBuilder& set_client_throttling(bool enabled, double k = 2.0,
+                                          MonoDelta window = MonoDelta::FromSeconds(120));
+
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -243,6 +261,13 @@ class MessengerBuilder {
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;
   bool reflection_ = false;
+  bool retry_budget_ = true;
+  double retry_budget_ratio_ = 0.1;
+  int retry_budget_min_ = 10;
+  MonoDelta retry_budget_window_ = MonoDelta::FromSeconds(10);
+  bool client_throttling_ = false;
+  double throttle_k_ = 2.0;
+  MonoDelta throttle_window_ = MonoDelta::FromSeconds(120);
 };
 
 class Messenger {
@@ -301,7 +326,20 @@ class Messenger {
     MonoDelta slow_call_threshold;
     // What the server remembers of exactly-once answers.
     RememberedResults remembered;
+    // Client overload guards (MessengerBuilder::set_retry_budget and
+    // set_client_throttling).
+    bool retry_budget = true;
+    double retry_budget_ratio = 0.1;
+    int retry_budget_min = 10;
+    MonoDelta retry_budget_window;
+    bool client_throttling = false;
+    double throttle_k = 2.0;
+    MonoDelta throttle_window;
   };
+  // Proxy: the overload guards of calls to `server`, or null when neither
+  // applies (no throttling, and no retries: `retrying` false).
+  std::shared_ptr<ServerGuards> GuardsFor(const Sockaddr& server, bool retrying);
+  bool client_throttling() const { return guard_settings_.client_throttling; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);
@@ -356,6 +394,12 @@ class Messenger {
   // Answers of methods that track results, by request id. Shared with the
   // calls, which may answer after the messenger is gone.
   const std::shared_ptr<ResultTracker> result_tracker_;
+  const Settings guard_settings_;
+  // Per server; at most kMaxGuardedServers, past which servers share one.
+  static constexpr size_t kMaxGuardedServers = 4096;
+  Mutex guards_mu_;
+  std::unordered_map<std::string, std::shared_ptr<ServerGuards>> guards_ GUARDED_BY(guards_mu_);
+  std::shared_ptr<ServerGuards> overflow_guards_ GUARDED_BY(guards_mu_);
   std::unique_ptr<HttpEndpoints> http_;
   std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};

@@ -43,6 +43,7 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       seq_no_(prior->seq_no_),
       attempt_no_(prior->attempt_no_ + 1),
       retry_(true),
+      guards_(prior->guards_),
       retry_policy_(prior->retry_policy_),
       idempotent_(prior->idempotent_),
       requeue_(prior->requeue_) {
@@ -87,6 +88,20 @@ bool OutboundCall::ScheduleRetry() {
   std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
   MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
   if (!deadline().IsMax() && at >= deadline()) return false;
+  if (guards_ != nullptr) {
+    if (guards_->retry_budget != nullptr && !guards_->retry_budget->TryRetry(LoopTime())) {
+      not_retried_because_ = "its server's retry budget is spent";
+      return false;
+    }
+    if (guards_->throttle != nullptr) {
+      thread_local std::mt19937_64 draw(std::random_device{}());
+      if (guards_->throttle->ShouldRefuse(LoopTime(),
+                                          std::uniform_real_distribution<double>(0, 1)(draw))) {
+        not_retried_because_ = "the client's adaptive throttling refused the retry";
+        return false;
+      }
+    }
+  }
   std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
   next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
   if (controller_->Retrying(next)) {
@@ -115,6 +130,15 @@ bool OutboundCall::ScheduleRetry() {
   return true;
 }
 
+uint32_t OutboundCall::TimeoutMillisToSend(MonoDelta remaining) {
+  // Rounded up: truncated, a call with 2.9 ms left would tell the server 2,
+  // and a server that refuses calls it cannot finish in time would refuse
+  // some it could. At least 1: 0 means no timeout at all.
+  int64_t ns = remaining.ToNanoseconds();
+  int64_t ms = ns <= 0 ? 1 : (ns - 1) / 1000000 + 1;
+  return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
+}
+
 std::string OutboundCall::Describe() const {
   return method_->service() + "." + method_->method() + " RPC";
 }
@@ -122,8 +146,7 @@ std::string OutboundCall::Describe() const {
 Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) {
   uint32_t timeout_ms = 0;  // none
   if (!deadline().IsMax()) {
-    int64_t ms = (deadline() - LoopTime()).ToMilliseconds();
-    timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
+    timeout_ms = TimeoutMillisToSend(deadline() - LoopTime());
   }
   std::string request_id;
   if (request_tracker_ != nullptr) {
@@ -190,6 +213,14 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
   Complete(Status::OK(), nullptr, std::move(frame.storage), std::move(frame.sidecars));
 }
 
+bool OutboundCall::ServerAccepted(const Status& status, const wire::ErrorStatusPB* error) {
+  // Answered by the server, with anything but a refusal to run it.
+  if (status.ok()) return true;
+  if (error == nullptr) return false;  // never answered: network, timeout, local
+  return error->code() != wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY &&
+         error->code() != wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN;
+}
+
 void OutboundCall::OnFailure(const Status& status) { Complete(status, nullptr, nullptr, {}); }
 
 void OutboundCall::set_observers(ClientMethodMetrics* metrics, SlowCallLog* slow_calls) {
@@ -203,6 +234,9 @@ void OutboundCall::Complete(const Status& attempt_status,
                             std::unique_ptr<wire::ErrorStatusPB> error,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
   Status status = attempt_status;
+  if (guards_ != nullptr && guards_->throttle != nullptr && ServerAccepted(status, error.get())) {
+    guards_->throttle->RecordAccepted(LoopTime());
+  }
   if (retry_ && ShouldRetry(status, error.get())) {
     if (cancel_requested()) {
       // Cancel() came as this attempt failed: the call ends as cancelled,
@@ -211,6 +245,8 @@ void OutboundCall::Complete(const Status& attempt_status,
       error.reset();
     } else if (ScheduleRetry()) {
       return;
+    } else if (not_retried_because_ != nullptr) {
+      status = status.CloneAndPrepend(std::string("not retried (") + not_retried_because_ + ")");
     }
   }
   // The controller and response may be gone the moment the callback runs

@@ -14,6 +14,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/retry_policy.h"
+#include "osprey/rpc/server_guards.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/reactor.h"
 
@@ -68,6 +69,13 @@ class OutboundCall final : public transport::ClientCall {
   // `idempotent`: the caller allows a retry after the request may have
   // reached the server.
   void set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue);
+  // The overload guards of its server: a retry needs the retry budget's
+  // leave (and the throttle's), and each attempt's answer tells the
+  // throttle whether the server accepted it.
+  void set_guards(std::shared_ptr<ServerGuards> guards) { guards_ = std::move(guards); }
+  // The timeout_millis a request carries when `remaining` is left of its
+  // deadline: whole milliseconds rounded up, from 1 to UINT32_MAX.
+  static uint32_t TimeoutMillisToSend(MonoDelta remaining);
 
  private:
   struct RetryOf {};
@@ -78,6 +86,9 @@ class OutboundCall final : public transport::ClientCall {
   bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
   // True if a retry was scheduled; false: this attempt's outcome is final.
   bool ScheduleRetry();
+  // Whether an attempt that ended so was accepted by the server (for the
+  // throttle): answered with anything but a refusal.
+  static bool ServerAccepted(const Status& status, const wire::ErrorStatusPB* error);
 
   void Complete(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                 std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars);
@@ -98,6 +109,8 @@ class OutboundCall final : public transport::ClientCall {
   int64_t seq_no_ = 0;
   int64_t attempt_no_ = 1;
   bool retry_ = false;
+  std::shared_ptr<ServerGuards> guards_;  // shared with retries; null: none
+  const char* not_retried_because_ = nullptr;
   RetryPolicy retry_policy_;
   bool idempotent_ = false;
   Requeue requeue_;

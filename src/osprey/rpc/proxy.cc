@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <random>
 #include <type_traits>
 
 #include "osprey/base/countdown_latch.h"
@@ -113,6 +114,25 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     call->set_request_id(tracker, tracker->Begin());
   }
   const RetryPolicy& policy = start.retry_policy ? *start.retry_policy : proxy_policy;
+  if (std::shared_ptr<ServerGuards> guards =
+          messenger_->GuardsFor(*remote, policy.max_attempts > 1)) {
+    MonoTime now = MonoTime::Now();
+    if (guards->throttle != nullptr) {
+      thread_local std::mt19937_64 draw(std::random_device{}());
+      if (guards->throttle->ShouldRefuse(now, std::uniform_real_distribution<double>(0, 1)(draw))) {
+        // Before set_retry: refused here, it is not retried either.
+        call->FailUnsent(Status::ServiceUnavailable(
+            method->service() + "." + method->method() + " RPC to " + remote->ToString() +
+            " refused by the client's adaptive throttling: the server has refused most calls "
+            "lately"));
+        return;
+      }
+    }
+    if (guards->retry_budget != nullptr && policy.max_attempts > 1) {
+      guards->retry_budget->RecordCall(now);
+    }
+    call->set_guards(std::move(guards));
+  }
   if (policy.max_attempts > 1) {
     // A retry goes to the same address (a named proxy's last resolution,
     // without resolving on the reactor thread), on the same messenger if it

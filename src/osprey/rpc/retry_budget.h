@@ -1,0 +1,48 @@
+// RetryBudget: caps the retries a messenger sends one server at a share of
+// the calls it started to it over a sliding window (Google SRE's retry
+// budget, about 10%), so that a server refusing calls under overload is not
+// sent more by the clients' retries: with every call retried, calls sent
+// stay within (1 + ratio) x calls offered, plus `min_retries` per window so
+// that a client making few calls can still retry them. Any thread: calls on
+// every reactor of a messenger share one per server (a mutex).
+#pragma once
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/sliding_window.h"
+
+namespace osprey {
+
+class RetryBudget {
+ public:
+  RetryBudget(double ratio, uint64_t min_retries, MonoDelta window)
+      : ratio_(ratio), min_retries_(min_retries), counts_(window) {}
+
+  // A call's first attempt started at `now`.
+  void RecordCall(MonoTime now) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    counts_.Add(now, kCalls);
+  }
+  // Whether a retry may be sent at `now`; if so, it is counted.
+  bool TryRetry(MonoTime now) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    const double allowed =
+        static_cast<double>(min_retries_) + ratio_ * static_cast<double>(counts_.Sum(now, kCalls));
+    if (static_cast<double>(counts_.Sum(now, kRetries)) + 1 > allowed) return false;
+    counts_.Add(now, kRetries);
+    return true;
+  }
+  uint64_t retries_in_window(MonoTime now) EXCLUDES(mu_) {
+    MutexLock l(mu_);
+    return counts_.Sum(now, kRetries);
+  }
+
+ private:
+  enum { kCalls, kRetries };
+  const double ratio_;
+  const uint64_t min_retries_;
+  Mutex mu_;
+  SlidingWindowCounts<2> counts_ GUARDED_BY(mu_);
+};
+
+}  // namespace osprey
