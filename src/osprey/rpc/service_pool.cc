@@ -22,6 +22,7 @@ ServicePool::ServicePool(std::unique_ptr<ServiceIf> service, const ServicePoolOp
       options_(options),
       queue_(QueueOptions(options)),
       messenger_metrics_(std::move(metrics)) {
+  BuildRefusals();
   const bool counting = messenger_metrics_ != nullptr && messenger_metrics_->counting();
   for (const ServiceMethod* m : service_->methods()) {
     std::string label = service_->service_name() + "." + m->name;
@@ -168,51 +169,67 @@ void ServicePool::RefuseAll(Queue::RefusedList* refused) {
 
 void ServicePool::Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why) {
   using R = Queue::PutResult;
-  const std::string& name = service_->service_name();
-  ServerMethodMetrics* m = call->metrics();
-  std::string message;
-  switch (why) {
-    case R::kShuttingDown:
-      call->RespondFailure(wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
-                           Status::ServiceUnavailable("server is shutting down"));
-      return;
-    case R::kQueued:  // not a refusal; never passed
-    case R::kFull:
-      if (m != nullptr) m->rejected_queue_full->Increment();
-      message = "the service queue of " + name + " is full (" +
-                std::to_string(options_.queue_length) + " calls); try again later";
-      break;
-    case R::kEvicted:
-      if (m != nullptr) m->refused[ServerMethodMetrics::kEvicted]->Increment();
-      message = "the service queue of " + name + " is full (" +
-                std::to_string(options_.queue_length) +
-                " calls) and pushed this call out for one with an earlier deadline; try again "
-                "later";
-      break;
-    case R::kOverloaded:
-      if (m != nullptr) m->refused[ServerMethodMetrics::kOverloaded]->Increment();
-      message = "the service queue of " + name +
-                " is overloaded (its calls wait longer than its delay target); try again later";
-      break;
-    case R::kWouldMissDeadline:
-      if (m != nullptr) m->refused[ServerMethodMetrics::kWouldMissDeadline]->Increment();
-      message = "the service queue of " + name +
-                " holds calls that would keep this one past its deadline; try again later";
-      break;
-    case R::kExpired:
-      if (m != nullptr) m->deadline_expired_in_queue->Increment();
-      call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                           Status::TimedOut("call waited in the service queue past its deadline"));
-      return;
-    case R::kWaitedTooLong:
-      if (m != nullptr) m->refused[ServerMethodMetrics::kWaitedTooLong]->Increment();
-      message = "the service queue of " + name +
-                " is overloaded, and this call waited in it longer than its delay target; try "
-                "again later";
-      break;
+  if (ServerMethodMetrics* m = call->metrics()) {
+    switch (why) {
+      case R::kQueued:
+      case R::kShuttingDown:
+        break;
+      case R::kFull:
+        m->rejected_queue_full->Increment();
+        break;
+      case R::kEvicted:
+        m->refused[ServerMethodMetrics::kEvicted]->Increment();
+        break;
+      case R::kOverloaded:
+        m->refused[ServerMethodMetrics::kOverloaded]->Increment();
+        break;
+      case R::kWouldMissDeadline:
+        m->refused[ServerMethodMetrics::kWouldMissDeadline]->Increment();
+        break;
+      case R::kWaitedTooLong:
+        m->refused[ServerMethodMetrics::kWaitedTooLong]->Increment();
+        break;
+      case R::kExpired:
+        m->deadline_expired_in_queue->Increment();
+        break;
+    }
   }
-  call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                       Status::ServiceUnavailable(message));
+  // Made once (BuildRefusals): a refusal builds no text.
+  call->RespondError(refusals_[static_cast<size_t>(why)]);
+}
+
+static_assert(static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kExpired) + 1 == 8,
+              "refusals_ holds one answer per PutResult");
+
+void ServicePool::BuildRefusals() {
+  using R = Queue::PutResult;
+  const std::string& name = service_->service_name();
+  const std::string queue = "the service queue of " + name;
+  auto set = [this](R why, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) {
+    wire::ErrorStatusPB& e = refusals_[static_cast<size_t>(why)];
+    e.set_code(code);
+    e.set_message(status.ToString());
+  };
+  const auto busy = wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY;
+  set(R::kShuttingDown, wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
+      Status::ServiceUnavailable("server is shutting down"));
+  const std::string full = queue + " is full (" + std::to_string(options_.queue_length) + " calls)";
+  set(R::kQueued, busy, Status::ServiceUnavailable(full + "; try again later"));  // never sent
+  set(R::kFull, busy, Status::ServiceUnavailable(full + "; try again later"));
+  set(R::kEvicted, busy,
+      Status::ServiceUnavailable(
+          full + " and pushed this call out for one with an earlier deadline; try again later"));
+  set(R::kOverloaded, busy,
+      Status::ServiceUnavailable(
+          queue + " is overloaded (its calls wait longer than its delay target); try again later"));
+  set(R::kWouldMissDeadline, busy,
+      Status::ServiceUnavailable(
+          queue + " holds calls that would keep this one past its deadline; try again later"));
+  set(R::kWaitedTooLong, busy,
+      Status::ServiceUnavailable(queue +
+                                 " is overloaded, and this call waited in it longer than its "
+                                 "delay target; try again later"));
+  set(R::kExpired, busy, Status::TimedOut("call waited in the service queue past its deadline"));
 }
 
 void ServicePool::RunWorker() {

@@ -5,6 +5,7 @@
 // Messenger's caller (or its shutdown thread).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -80,6 +81,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   // Answers a call the queue did not take or pushed out, saying why.
   void Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why);
   void RefuseAll(Queue::RefusedList* refused);
+  void BuildRefusals();
   static Queue::Options QueueOptions(const ServicePoolOptions& options);
   void RunWorker();
   // Leader/follower on the server: after answering the last call in flight
@@ -109,6 +111,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   // Made in the constructor, read-only after.
   const std::shared_ptr<MessengerMetrics> messenger_metrics_;
   std::unordered_map<const ServiceMethod*, MethodObservers> observers_;
+  // The answer to each refusal, by Queue::PutResult.
+  std::array<wire::ErrorStatusPB, 8> refusals_;
 };
 
 }  // namespace osprey
