@@ -41,6 +41,7 @@ Each option is an environment variable or the flag beside it (the flag wins):
   SERVER_REACTORS=2   --server-reactors N  server reactors in the sweeps
   WORKER_THREADS=1    --worker-threads N   server worker threads in the sweeps
                       --peers            run the peers comparison instead (below)
+                      --overload         the overload benchmark instead (below)
   BEFORE_BENCH=       --curve [--before PATH]  the latency-throughput curve
                                          instead (below); --before: an earlier
                                          rpc-bench drawn on the same chart
@@ -79,6 +80,68 @@ against the achieved rate in RESULTS_DIR/curve.png, rows in curve.csv
 the earlier first, for a before/after chart from one interleaved run.
 NUM_SAMPLES does not apply; RUN_SECONDS is each point's length.
 
+--overload: the server under overload. One rpc-bench -server_only process per
+(handler, queue length), pinned to CPU 0 (taskset -c 0) with
+-server_reactors 1 -worker_threads 1, and the client pinned to CPU 1 (with a
+line saying so, nothing is pinned when taskset is missing or there is one
+CPU). For each handler it first measures the capacity C: a closed loop of
+Sleep calls (-mode async, 2500/handler_us in flight, 2 to 48) for
+OVERLOAD_CAPACITY_SECONDS, whose calls answered per second are C (under
+overload the server batches more calls per read and write, so goodput can
+exceed this C by a fraction). Then each cell offers an open loop
+(-rate_schedule, poisson arrivals) of Sleep(handler) calls with a deadline,
+at each load times C, for OVERLOAD_SECONDS; and, with the first handler, the
+burst OVERLOAD_BURST (SECONDS:LOAD phases, LOAD times C) for each queue
+length, its time series in 100 ms windows. Between cells it waits 1 s for
+the server to drain. Writes:
+  RESULTS_DIR/overload.csv        one row per cell: offered, goodput,
+                                  refusal, timeout and late rates, latency
+                                  percentiles, whether the client kept to
+                                  its schedule (behind_windows; valid), the
+                                  server's CPU over the cell (/proc/PID/stat
+                                  utime+stime), an estimate of its CPU per
+                                  call not served ((server CPU - answered x
+                                  handler) / (refused + timed out)) and its
+                                  peak RSS (VmHWM)
+  RESULTS_DIR/burst-q<LEN>.csv    the burst's windows
+  RESULTS_DIR/overload-summary.md goodput/C, shares refused and timed out,
+                                  p99/deadline, server CPU per refusal, peak
+                                  RSS, valid?; and the bursts' recovery
+  RESULTS_DIR/overload-goodput-h<US>.png  goodput/C against offered/C, a
+                                  line per queue length (one per handler)
+  RESULTS_DIR/overload-burst.png  goodput over time through the burst, a line
+                                  per queue length
+  raw reports in overload-raw/, server output in overload-servers/.
+Its variables (environment only):
+  OVERLOAD_SECONDS=3            each cell's length
+  OVERLOAD_LOADS="0.5 1 1.5 2 4"  offered load, times C
+  OVERLOAD_QUEUES="50 1000 100000"  server --rpc_service_queue_length values
+  OVERLOAD_HANDLERS="20:50 1000:20"  HANDLER_US:DEADLINE_MS pairs: the Sleep
+                                cost and the call's deadline (-call_timeout_ms)
+  OVERLOAD_BURST="5:0.8,10:4,10:0.8"  the burst's SECONDS:LOAD phases ("":
+                                no burst)
+  OVERLOAD_CAPACITY_SECONDS=2   the capacity run's length
+  OVERLOAD_MAX_LAG_US=1000      rpc-bench -max_start_lag_us: a call started
+                                later than this marks its window behind and
+                                the cell invalid (raise it on a machine whose
+                                timers stall, e.g. a VM; max lag is reported)
+  OVERLOAD_QUICK=1              a smoke run: the first handler, loads 0.5 and
+                                2, queue 1000, 1 s cells, a 3 s burst (the
+                                variables above still override it)
+  SERVER_FLAGS=                 more flags for the server, e.g.
+                                "-overload_control=false -queue_deadline_order=false"
+                                to measure the mechanisms off; or -handler=sleep
+  SERVER_ADDRESS=HOST:PORT      drive a server already running (Kudu's
+                                kudu-calc-server, whose Sleep sleeps) instead
+                                of starting ours: OVERLOAD_QUEUES and
+                                SERVER_FLAGS do not apply; SERVER_PID=<pid>
+                                of it (same machine) adds its CPU and RSS
+  CLIENT_FLAGS=                 more flags for the client (e.g. -client_threads 3
+                                -arrivals=uniform -seed 7)
+It ends only the servers it started, by PID. Exit status 1 if a run failed
+(no report) or the plots could not be drawn; cells where the client fell
+behind are kept, marked valid=no.
+
 Plots need gnuplot: scripts/install-deps.sh installs it (gnuplot-nox) at start.
 EOF
 }
@@ -99,6 +162,7 @@ WORKER_THREADS="${WORKER_THREADS:-1}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
 PEERS_MODE=0
 CURVE_MODE=0
+OVERLOAD_MODE=0
 BEFORE_BENCH="${BEFORE_BENCH:-}"
 CURVE_POINTS="${CURVE_POINTS:-10,25,50,75,90,100,110,120}"
 
@@ -108,6 +172,7 @@ while [[ $# -gt 0 ]]; do
     -h|--help) usage; exit 0 ;;
     --peers) PEERS_MODE=1; shift; continue ;;
     --curve) CURVE_MODE=1; shift; continue ;;
+    --overload) OVERLOAD_MODE=1; shift; continue ;;
     --*=*) set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; continue ;;
   esac
   [[ $# -ge 2 ]] || die "$opt needs a value (see --help)"
@@ -188,6 +253,275 @@ if [[ $CURVE_MODE -eq 1 ]]; then
   fi
   exec python3 "$ROOT/scripts/latency_curve.py" --rpc-bench "$RPC_BENCH" "${before_args[@]}" \
     --results-dir "$RESULTS_DIR" --run-seconds "$RUN_SECONDS" --points "$CURVE_POINTS"
+fi
+
+# --------------------------------------------------------- overload mode
+if [[ $OVERLOAD_MODE -eq 1 ]]; then
+  PLOT_PY="$ROOT/scripts/overload-plot.py"
+  if [[ "${OVERLOAD_QUICK:-0}" == 1 ]]; then
+    OVERLOAD_SECONDS="${OVERLOAD_SECONDS:-1}"
+    OVERLOAD_LOADS="${OVERLOAD_LOADS:-0.5 2}"
+    OVERLOAD_QUEUES="${OVERLOAD_QUEUES:-1000}"
+    OVERLOAD_HANDLERS="${OVERLOAD_HANDLERS:-20:50}"
+    OVERLOAD_BURST="${OVERLOAD_BURST-1:0.8,1:4,1:0.8}"
+    OVERLOAD_CAPACITY_SECONDS="${OVERLOAD_CAPACITY_SECONDS:-1}"
+  fi
+  OVERLOAD_SECONDS="${OVERLOAD_SECONDS:-3}"
+  OVERLOAD_LOADS="${OVERLOAD_LOADS:-0.5 1 1.5 2 4}"
+  OVERLOAD_QUEUES="${OVERLOAD_QUEUES:-50 1000 100000}"
+  OVERLOAD_HANDLERS="${OVERLOAD_HANDLERS:-20:50 1000:20}"
+  OVERLOAD_BURST="${OVERLOAD_BURST-5:0.8,10:4,10:0.8}"
+  OVERLOAD_CAPACITY_SECONDS="${OVERLOAD_CAPACITY_SECONDS:-2}"
+  OVERLOAD_MAX_LAG_US="${OVERLOAD_MAX_LAG_US:-1000}"
+  SERVER_FLAGS="${SERVER_FLAGS:-}"
+  SERVER_ADDRESS="${SERVER_ADDRESS:-}"
+  SERVER_PID="${SERVER_PID:-}"
+  CLIENT_FLAGS="${CLIENT_FLAGS:-}"
+  POSNUM='^([0-9]+\.?[0-9]*|\.[0-9]+)$'
+  [[ "$OVERLOAD_SECONDS" =~ $POSNUM ]] && awk -v s="$OVERLOAD_SECONDS" 'BEGIN { exit !(s > 0) }' ||
+    die "OVERLOAD_SECONDS must be a positive number, got '$OVERLOAD_SECONDS'"
+  [[ "$OVERLOAD_CAPACITY_SECONDS" =~ $POSNUM ]] &&
+    awk -v s="$OVERLOAD_CAPACITY_SECONDS" 'BEGIN { exit !(s > 0) }' ||
+    die "OVERLOAD_CAPACITY_SECONDS must be a positive number, got '$OVERLOAD_CAPACITY_SECONDS'"
+  [[ "$OVERLOAD_MAX_LAG_US" =~ ^[1-9][0-9]*$ && "$OVERLOAD_MAX_LAG_US" -le 1000000 ]] ||
+    die "OVERLOAD_MAX_LAG_US must be from 1 to 1000000, got '$OVERLOAD_MAX_LAG_US'"
+  read -ra LOADS <<<"$OVERLOAD_LOADS"
+  read -ra QUEUES <<<"$OVERLOAD_QUEUES"
+  read -ra HANDLERS <<<"$OVERLOAD_HANDLERS"
+  [[ ${#LOADS[@]} -ge 1 && ${#LOADS[@]} -le 50 ]] || die "OVERLOAD_LOADS: 1 to 50 loads, got '$OVERLOAD_LOADS'"
+  for l in "${LOADS[@]}"; do
+    [[ "$l" =~ $POSNUM ]] && awk -v s="$l" 'BEGIN { exit !(s > 0 && s <= 100) }' ||
+      die "OVERLOAD_LOADS: '$l' is not a load above 0 and at most 100 (times C)"
+  done
+  [[ ${#HANDLERS[@]} -ge 1 && ${#HANDLERS[@]} -le 10 ]] || die "OVERLOAD_HANDLERS: 1 to 10 pairs, got '$OVERLOAD_HANDLERS'"
+  for h in "${HANDLERS[@]}"; do
+    [[ "$h" =~ ^[0-9]+:[1-9][0-9]*$ ]] ||
+      die "OVERLOAD_HANDLERS: '$h' is not HANDLER_US:DEADLINE_MS (e.g. 20:50)"
+  done
+  if [[ -n "$SERVER_ADDRESS" ]]; then
+    [[ -z "$SERVER_FLAGS" ]] || die "SERVER_FLAGS are for the server this script starts; with SERVER_ADDRESS set them on yours"
+    [[ -z "$SERVER_PID" || "$SERVER_PID" =~ ^[1-9][0-9]*$ ]] || die "SERVER_PID must be a process id, got '$SERVER_PID'"
+    QUEUES=(external)
+  else
+    [[ -z "$SERVER_PID" ]] || die "SERVER_PID goes with SERVER_ADDRESS (a server this script did not start)"
+    [[ ${#QUEUES[@]} -ge 1 && ${#QUEUES[@]} -le 10 ]] || die "OVERLOAD_QUEUES: 1 to 10 lengths, got '$OVERLOAD_QUEUES'"
+    for q in "${QUEUES[@]}"; do
+      [[ "$q" =~ ^[1-9][0-9]*$ && "$q" -le 1000000 ]] ||
+        die "OVERLOAD_QUEUES: '$q' is not a queue length from 1 to 1000000"
+    done
+  fi
+  BURST_PHASES=""
+  if [[ -n "$OVERLOAD_BURST" ]]; then
+    IFS=, read -ra bphases <<<"$OVERLOAD_BURST"
+    [[ ${#bphases[@]} -ge 1 && ${#bphases[@]} -le 20 ]] || die "OVERLOAD_BURST: 1 to 20 phases"
+    for p in "${bphases[@]}"; do
+      [[ "$p" =~ ^([0-9]+\.?[0-9]*):([0-9]+\.?[0-9]*)$ ]] &&
+        awk -v s="${BASH_REMATCH[1]}" -v l="${BASH_REMATCH[2]}" 'BEGIN { exit !(s > 0 && s <= 600 && l > 0 && l <= 100) }' ||
+        die "OVERLOAD_BURST: '$p' is not SECONDS:LOAD (seconds up to 600, load above 0 up to 100)"
+    done
+    BURST_PHASES="$OVERLOAD_BURST"
+  fi
+  read -ra SERVER_EXTRA <<<"$SERVER_FLAGS"
+  read -ra CLIENT_EXTRA <<<"$CLIENT_FLAGS"
+
+  SERVER_PIN=()
+  CLIENT_PIN=()
+  if command -v taskset >/dev/null && [[ "$(nproc)" -ge 2 ]]; then
+    SERVER_PIN=(taskset -c 0)
+    CLIENT_PIN=(taskset -c 1)
+    echo "benchmarks.sh: server on CPU 0, client on CPU 1 (taskset)" >&2
+  else
+    echo "benchmarks.sh: NOT pinning server and client to CPUs ($(command -v taskset >/dev/null ||
+      echo 'no taskset'; [[ "$(nproc)" -ge 2 ]] || echo "$(nproc) CPU")): they share the CPUs," \
+      "so C and the cells measure both" >&2
+  fi
+  CLK_TCK="$(getconf CLK_TCK)"
+  OCSV="$RESULTS_DIR/overload.csv"
+  RAW="$RESULTS_DIR/overload-raw"
+  SRV_DIR="$RESULTS_DIR/overload-servers"
+  rm -f "$OCSV" "$RESULTS_DIR"/burst-*.csv
+  mkdir -p "$RAW" "$SRV_DIR"
+
+  OSERVER_PID=""  # the server this script started, if running
+  stop_server() {
+    [[ -n "$OSERVER_PID" ]] || return 0
+    kill -TERM "$OSERVER_PID" 2>/dev/null || true
+    local i
+    for i in $(seq 1 100); do  # up to 10 s
+      kill -0 "$OSERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$OSERVER_PID" 2>/dev/null; then
+      echo "benchmarks.sh: server $OSERVER_PID ignored SIGTERM for 10 s; killing it" >&2
+      kill -KILL "$OSERVER_PID" 2>/dev/null || true
+    fi
+    wait "$OSERVER_PID" 2>/dev/null || true
+    OSERVER_PID=""
+  }
+  trap stop_server EXIT
+
+  # start_server QUEUE HANDLER_US: sets OSERVER_PID and ADDR.
+  start_server() {
+    local q="$1" h="$2" out="$SRV_DIR/h$2-q$1"
+    : >"$out.out"
+    "${SERVER_PIN[@]}" "$RPC_BENCH" -server_only -listen 127.0.0.1:0 -server_reactors 1 \
+      -worker_threads 1 --rpc_service_queue_length "$q" "${SERVER_EXTRA[@]}" \
+      >"$out.out" 2>"$out.err" </dev/null &
+    OSERVER_PID=$!
+    ADDR=""
+    local i
+    for i in $(seq 1 100); do  # up to 10 s
+      ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$out.out")"
+      [[ -n "$ADDR" ]] && break
+      kill -0 "$OSERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [[ -z "$ADDR" ]]; then
+      cat "$out.err" >&2
+      die "the server (queue $q) did not start; its output is in $out.err"
+    fi
+  }
+  # cpu_ticks PID: utime + stime of PID, or "-" (the fields after the
+  # command's closing parenthesis: state is 3rd, utime the 14th of the line).
+  cpu_ticks() {
+    [[ -n "$1" && -r /proc/$1/stat ]] || { echo -; return; }
+    sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+  }
+  peak_rss_kb() {
+    [[ -n "$1" && -r /proc/$1/status ]] || { echo ""; return; }
+    awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"
+  }
+  # client NAME SECONDS ARGS...: one rpc-bench client run, bounded in time;
+  # its stdout in $RAW/NAME.json, stderr in $RAW/NAME.err.
+  client() {
+    local name="$1" secs="$2"
+    shift 2
+    local limit
+    limit="$(awk -v s="$secs" 'BEGIN { printf "%d", s * 2 + 60 }')"
+    set +e
+    timeout -k 5 "$limit" "${CLIENT_PIN[@]}" "$RPC_BENCH" -server_address "$ADDR" -output=json \
+      "$@" "${CLIENT_EXTRA[@]}" >"$RAW/$name.json" 2>"$RAW/$name.err" </dev/null
+    local rc=$?
+    set -e
+    [[ $rc -eq 0 ]] || echo "  client exit $rc: $(tail -n 2 "$RAW/$name.err" | tr '\n' ' ')" >&2
+  }
+  scaled_schedule() {  # scaled_schedule "S:L,S:L" C -> "S:RATE,S:RATE"
+    awk -v spec="$1" -v c="$2" 'BEGIN { n = split(spec, p, ","); out = "";
+      for (i = 1; i <= n; i++) { split(p[i], f, ":"); r = f[2] * c; if (r < 1) r = 1;
+        out = out (i > 1 ? "," : "") f[1] ":" sprintf("%.0f", r) } print out }'
+  }
+
+  FAILED=0
+  RUNS=0
+  CELL_PAUSE=1
+  burst_done=0
+  if [[ -n "$SERVER_ADDRESS" ]]; then
+    HANDLER_BURNS=0  # Kudu's Sleep sleeps
+  elif [[ " $SERVER_FLAGS " == *" -handler=sleep "* || " $SERVER_FLAGS " == *" --handler=sleep "* ]]; then
+    HANDLER_BURNS=0
+  else
+    HANDLER_BURNS=1
+  fi
+  echo "benchmarks.sh: overload: handlers ${HANDLERS[*]} (us:deadline ms), queues ${QUEUES[*]}," \
+       "loads ${LOADS[*]} x C, ${OVERLOAD_SECONDS}s cells, burst '${OVERLOAD_BURST}'; in $RESULTS_DIR" >&2
+  for hd in "${HANDLERS[@]}"; do
+    h="${hd%%:*}"
+    d="${hd##*:}"
+    C=""
+    for q in "${QUEUES[@]}"; do
+      if [[ -n "$SERVER_ADDRESS" ]]; then
+        ADDR="$SERVER_ADDRESS"
+        PID_NOW="$SERVER_PID"
+      else
+        start_server "$q" "$h"
+        PID_NOW="$OSERVER_PID"
+      fi
+      if [[ -z "$C" ]]; then
+        # A few calls in flight keep the one worker busy while each waits
+        # well under the queue delay target.
+        inflight=$((2500 / (h > 0 ? h : 1)))
+        ((inflight < 2)) && inflight=2
+        ((inflight > 48)) && inflight=48
+        echo "[capacity] handler ${h}us: closed loop, $inflight in flight, ${OVERLOAD_CAPACITY_SECONDS}s" >&2
+        client "capacity-h$h" "$OVERLOAD_CAPACITY_SECONDS" -mode async -client_threads 2 \
+          -async_call_concurrency "$inflight" -handler_us "$h" -call_timeout_ms 10000 \
+          -warmup_seconds 0.3 -run_seconds "$OVERLOAD_CAPACITY_SECONDS"
+        C="$(python3 "$PLOT_PY" capacity <"$RAW/capacity-h$h.json")"
+        if ! awk -v c="$C" 'BEGIN { exit !(c > 0) }'; then
+          echo "benchmarks.sh: no calls answered in the capacity run of the ${h}us handler;" \
+               "skipping it" >&2
+          FAILED=$((FAILED + 1))
+          stop_server
+          break
+        fi
+        echo "  C = $C calls/s" >&2
+        sleep "$CELL_PAUSE"
+      fi
+      cells=()
+      for l in "${LOADS[@]}"; do cells+=("$l"); done
+      [[ -n "$BURST_PHASES" && "$hd" == "${HANDLERS[0]}" ]] && cells+=(burst)
+      for load in "${cells[@]}"; do
+        if [[ $load == burst ]]; then
+          schedule="$(scaled_schedule "$BURST_PHASES" "$C")"
+          secs="$(awk -v spec="$BURST_PHASES" 'BEGIN { n = split(spec, p, ","); t = 0;
+                  for (i = 1; i <= n; i++) { split(p[i], f, ":"); t += f[1] } print t }')"
+          name="burst-h$h-q$q"
+          series=(--series "$RESULTS_DIR/burst-q$q.csv")
+        else
+          rate="$(awk -v l="$load" -v c="$C" 'BEGIN { r = l * c; if (r < 1) r = 1; printf "%.0f", r }')"
+          schedule="$OVERLOAD_SECONDS:$rate"
+          secs="$OVERLOAD_SECONDS"
+          name="cell-h$h-q$q-l$load"
+          series=(--series "$RAW/$name.csv")
+        fi
+        RUNS=$((RUNS + 1))
+        echo "[$RUNS] handler ${h}us, deadline ${d}ms, queue $q, load $load: -rate_schedule $schedule" >&2
+        before="$(cpu_ticks "$PID_NOW")"
+        ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        client "$name" "$secs" -rate_schedule "$schedule" -arrivals poisson -seed "$RUNS" \
+          -handler_us "$h" -call_timeout_ms "$d" -window_ms 100 \
+          -max_start_lag_us "$OVERLOAD_MAX_LAG_US"
+        sleep "$CELL_PAUSE"  # the server drains what it still holds
+        after="$(cpu_ticks "$PID_NOW")"
+        ticks=-
+        [[ $before != - && $after != - ]] && ticks=$((after - before))
+        handler_cpu=0
+        [[ $HANDLER_BURNS == 1 ]] && handler_cpu="$h"
+        valid="$(python3 "$PLOT_PY" row --csv "$OCSV" "${series[@]}" timestamp="$ts" \
+          handler_us="$h" deadline_ms="$d" queue_length="$q" server_flags="$SERVER_FLAGS" \
+          capacity="$C" load="$load" server_cpu_ticks="$ticks" clk_tck="$CLK_TCK" \
+          handler_cpu_us="$handler_cpu" server_peak_rss_kb="$(peak_rss_kb "$PID_NOW")" \
+          <"$RAW/$name.json")"
+        echo "  valid: $valid" >&2
+        [[ $valid == run_failed ]] && FAILED=$((FAILED + 1))
+      done
+      [[ -n "$SERVER_ADDRESS" ]] || stop_server
+    done
+  done
+  trap - EXIT
+
+  [[ -s "$OCSV" ]] || die "no cell ran; see $RAW"
+  BURST_PHASES="$BURST_PHASES" python3 "$PLOT_PY" summarize "$RESULTS_DIR"
+  NO_PLOTS=0
+  if command -v gnuplot >/dev/null; then
+    if gnuplot "$RESULTS_DIR/overload-plots.gp" 2> >(grep -v '^Warning: empty [xy] range' >&2); then
+      echo "plots: $(tr '\n' ' ' <"$RESULTS_DIR/overload-pngs.txt")" >&2
+    else
+      echo "benchmarks.sh: gnuplot failed; overload-plots.gp is in $RESULTS_DIR" >&2
+      NO_PLOTS=1
+    fi
+  else
+    echo "benchmarks.sh: gnuplot is missing, so no plots (apt-get install -y gnuplot-nox;" \
+         "then: gnuplot $RESULTS_DIR/overload-plots.gp)" >&2
+    NO_PLOTS=1
+  fi
+  echo "results: $OCSV, $RESULTS_DIR/overload-summary.md" >&2
+  if [[ $FAILED -gt 0 ]]; then
+    echo "benchmarks.sh: $FAILED runs failed; see $RAW" >&2
+    exit 1
+  fi
+  [[ $NO_PLOTS == 0 ]] || exit 1
+  exit 0
 fi
 
 # ------------------------------------------------------------ peers mode

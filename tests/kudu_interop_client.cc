@@ -94,7 +94,7 @@ std::string Describe(const RpcController& ctl) {
   return s;
 }
 
-// Kudu's Sleep, which rpc-bench's proto lacks, by name.
+// Kudu's Sleep, called by name.
 Status Sleep(const CalculatorServiceProxy& proxy, const SleepRequestPB& req, SleepResponsePB* resp,
              RpcController* ctl) {
   return proxy.SyncRequest("Sleep", req, resp, ctl);

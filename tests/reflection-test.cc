@@ -107,7 +107,7 @@ TEST_F(ReflectionTest, ListsEveryServiceWithItsMethodsAndTypes) {
   EXPECT_EQ(calc.methods(0).response_type(), "osprey.rpc_test.AddResponsePB");
   EXPECT_EQ(calc.methods(5).name(), "WhoAmI");
   const auto& bench = resp.services(0);
-  ASSERT_EQ(bench.methods_size(), 3);
+  ASSERT_EQ(bench.methods_size(), 4);  // Add, AddExactlyOnce, Echo, Sleep
   EXPECT_EQ(bench.methods(1).name(), "AddExactlyOnce");
   EXPECT_TRUE(bench.methods(1).track_result());
   EXPECT_FALSE(bench.methods(0).track_result());

@@ -1,5 +1,7 @@
 #include "bench_service.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <random>
 #include <thread>
@@ -15,6 +17,39 @@ void BenchService::Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::
 void BenchService::Echo(const kudu::rpc_test::EchoRequestPB* req,
                         kudu::rpc_test::EchoResponsePB* resp, RpcContext* ctx) {
   resp->set_data(req->data());
+  ctx->RespondSuccess();
+}
+
+namespace {
+int64_t ThreadCpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+}  // namespace
+
+void BenchService::Sleep(const kudu::rpc_test::SleepRequestPB* req,
+                         kudu::rpc_test::SleepResponsePB* /*resp*/, RpcContext* ctx) {
+  if (req->client_timeout_defined() && ctx->GetClientDeadline() == MonoTime::Max()) {
+    // As Kudu's service: the caller said it set a timeout, and none came.
+    ctx->RespondFailure(Status::InvalidArgument("Timeout not defined"));
+    return;
+  }
+  const int64_t micros = req->sleep_micros();
+  if (sleep_mode_ == SleepMode::kSleep) {
+    std::this_thread::sleep_for(std::chrono::microseconds(micros));
+  } else if (micros > 0) {
+    // The thread's own CPU time, so time the thread spends preempted does
+    // not count: the call costs `micros` of CPU however busy the core is.
+    const int64_t until = ThreadCpuNanos() + micros * 1000;
+    while (ThreadCpuNanos() < until) {
+    }
+  }
+  if (req->return_app_error()) {
+    ctx->RespondFailure(
+        Status::RemoteError("Got some error: the request asked for an application error"));
+    return;
+  }
   ctx->RespondSuccess();
 }
 

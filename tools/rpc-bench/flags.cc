@@ -6,7 +6,10 @@
 
 #include "report.h"
 
-DEFINE_int32(client_threads, 16, "sync: client threads; async: client reactors (Messengers)");
+DEFINE_int32(client_threads, 16,
+             "sync: client threads; async and -rate_schedule: client reactors (Messengers), "
+             "each with its own connection (with -rate_schedule, each with a thread that "
+             "starts its share of the calls; default 2 there)");
 DEFINE_int32(async_call_concurrency, 60, "async: calls in flight at once, over all reactors");
 DEFINE_int32(worker_threads, 1, "server service-pool worker threads (0: run on reactors)");
 DEFINE_int32(server_reactors, 4, "server reactor threads");
@@ -68,6 +71,44 @@ DEFINE_double(warmup_seconds, 0, "seconds of calls before measuring starts");
 DEFINE_double(target_rate, 0,
               "open loop: calls per second over all threads or loops; 0: "
               "closed loop");
+DEFINE_string(arrivals, "uniform",
+              "open loop (-target_rate or -rate_schedule): when calls start; uniform: "
+              "equal gaps; poisson: exponential gaps (a Poisson process), from -seed");
+DEFINE_uint64(seed, 1,
+              "-arrivals=poisson: the seed of the gaps (std::mt19937_64; client thread i "
+              "uses seed + i), so a run can be repeated");
+DEFINE_int32(call_timeout_ms, 10000,
+             "each call's timeout in milliseconds, 1 to 3600000 (Kudu's rpc-bench: 10 s); "
+             "with -rate_schedule, its deadline counts from its scheduled start, and an "
+             "answer after it is late, not goodput");
+DEFINE_int32(handler_us, -1,
+             "0 to 10000000: each call is Kudu's Sleep(sleep_micros = N), which the "
+             "server spends as -handler says (Kudu's kudu-calc-server sleeps); -1: Add, or "
+             "Echo with -payload_bytes");
+DEFINE_string(handler, "burn",
+              "rpc-bench's server (in-process or -server_only): how Sleep spends its "
+              "sleep_micros; burn: on the CPU (its thread's CPU time); sleep: asleep");
+DEFINE_bool(queue_deadline_order, true,
+            "rpc-bench's server: its service queue runs the earliest deadline first and, "
+            "when full, refuses the queued call of latest deadline "
+            "(ServicePoolOptions::deadline_order); false: first in, first out");
+DEFINE_bool(overload_control, true,
+            "rpc-bench's server: its service queue sheds calls while they wait longer "
+            "than -queue_delay_target_us (ServicePoolOptions::overload_control)");
+DEFINE_int32(queue_delay_target_us, 5000,
+             "rpc-bench's server: the queue delay overload control aims for, 1 to "
+             "10000000 microseconds (ServicePoolOptions::queue_delay_target)");
+DEFINE_string(rate_schedule, "",
+              "overload mode: SECONDS:RATE,SECONDS:RATE,... phases of an open loop, each "
+              "SECONDS long at RATE calls per second (e.g. 5:36000,10:180000,10:36000); "
+              "timeouts and refusals are outcomes, not failures; reports goodput, "
+              "refusals, timeouts and late answers, overall and per -window_ms");
+DEFINE_int32(max_start_lag_us, 1000,
+             "-rate_schedule: a call started more than this many microseconds after its "
+             "scheduled time marks its window behind (the run invalid), 1 to 1000000");
+DEFINE_int32(window_ms, 100,
+             "-rate_schedule: the length of the report's time-series windows, 1 to 60000 "
+             "ms");
 
 namespace osprey::bench {
 
@@ -75,8 +116,51 @@ namespace {
 // --rpc_encryption and --rpc_authentication, parsed by ValidateFlags.
 RpcEncryption g_encryption = RpcEncryption::kDisabled;
 RpcAuthentication g_authentication = RpcAuthentication::kDisabled;
+std::vector<Phase> g_schedule;  // -rate_schedule
+
+bool IsDefault(const char* flag) { return gflags::GetCommandLineFlagInfoOrDie(flag).is_default; }
+
+// "5:36000,10:180000" into phases; exits 2 naming what is wrong.
+std::vector<Phase> ParseSchedule(const std::string& text) {
+  std::vector<Phase> phases;
+  const std::string hint = " (-rate_schedule is SECONDS:RATE,SECONDS:RATE,...)";
+  size_t pos = 0;
+  double total = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) BadFlag("-rate_schedule: '" + item + "' has no ':'" + hint);
+    auto number = [&](const std::string& s, const char* what) {
+      char* end = nullptr;
+      double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+        BadFlag("-rate_schedule: " + std::string(what) + " '" + s + "' in '" + item +
+                "' is not a number" + hint);
+      }
+      return v;
+    };
+    Phase p{number(item.substr(0, colon), "SECONDS"), number(item.substr(colon + 1), "RATE")};
+    if (!(p.seconds > 0) || p.seconds > 86400) {
+      BadFlag("-rate_schedule: SECONDS must be above 0 and at most 86400, got '" + item + "'");
+    }
+    if (!(p.rate > 0) || p.rate > 10000000) {
+      BadFlag("-rate_schedule: RATE must be above 0 and at most 10000000 calls/s, got '" + item +
+              "'");
+    }
+    total += p.seconds;
+    phases.push_back(p);
+    if (phases.size() > 1000) BadFlag("-rate_schedule: more than 1000 phases");
+    pos = comma + 1;
+  }
+  if (total > 86400) BadFlag("-rate_schedule: the phases add up to more than 86400 s");
+  return phases;
+}
 
 }  // namespace
+
+const std::vector<Phase>& RateSchedule() { return g_schedule; }
 
 [[noreturn]] void BadFlag(const std::string& msg) {
   std::fprintf(stderr, "rpc-bench: %s\n", msg.c_str());
@@ -177,6 +261,77 @@ void ValidateFlags() {
   }
   if (FLAGS_mode != "sync" && FLAGS_mode != "async" && FLAGS_mode != "both") {
     BadFlag("-mode must be sync, async or both, got '" + FLAGS_mode + "'");
+  }
+  if (FLAGS_arrivals != "uniform" && FLAGS_arrivals != "poisson") {
+    BadFlag("-arrivals must be uniform or poisson, got '" + FLAGS_arrivals + "'");
+  }
+  if (FLAGS_call_timeout_ms < 1 || FLAGS_call_timeout_ms > 3600000) {
+    BadFlag("-call_timeout_ms must be from 1 to 3600000, got " +
+            std::to_string(FLAGS_call_timeout_ms));
+  }
+  if (FLAGS_handler_us < -1 || FLAGS_handler_us > 10000000) {
+    BadFlag("-handler_us must be -1 (Add or Echo) or from 0 to 10000000 (Sleep), got " +
+            std::to_string(FLAGS_handler_us));
+  }
+  if (FLAGS_handler_us >= 0 && FLAGS_payload_bytes > 0) {
+    BadFlag(
+        "-handler_us makes every call Sleep, which carries no payload; it takes no "
+        "-payload_bytes");
+  }
+  if (FLAGS_handler != "burn" && FLAGS_handler != "sleep") {
+    BadFlag("-handler must be burn or sleep, got '" + FLAGS_handler + "'");
+  }
+  if (FLAGS_queue_delay_target_us < 1 || FLAGS_queue_delay_target_us > 10000000) {
+    BadFlag("-queue_delay_target_us must be from 1 to 10000000, got " +
+            std::to_string(FLAGS_queue_delay_target_us));
+  }
+  if (FLAGS_max_start_lag_us < 1 || FLAGS_max_start_lag_us > 1000000) {
+    BadFlag("-max_start_lag_us must be from 1 to 1000000, got " +
+            std::to_string(FLAGS_max_start_lag_us));
+  }
+  if (FLAGS_window_ms < 1 || FLAGS_window_ms > 60000) {
+    BadFlag("-window_ms must be from 1 to 60000, got " + std::to_string(FLAGS_window_ms));
+  }
+  if (!FLAGS_server_address.empty()) {
+    for (const char* f :
+         {"handler", "queue_deadline_order", "overload_control", "queue_delay_target_us"}) {
+      if (!IsDefault(f)) {
+        BadFlag("-" + std::string(f) +
+                " sets rpc-bench's own server; with -server_address set it on the server you "
+                "point at");
+      }
+    }
+  }
+  g_schedule.clear();
+  if (!FLAGS_rate_schedule.empty()) {
+    if (FLAGS_server_only) BadFlag("-rate_schedule is the client's load; -server_only takes none");
+    if (FLAGS_target_rate > 0) {
+      BadFlag("-rate_schedule and -target_rate both set the open loop's rate; give one");
+    }
+    if (!IsDefault("mode")) {
+      BadFlag(
+          "-rate_schedule runs the overload mode (async calls from open-loop threads); it "
+          "takes no -mode");
+    }
+    if (FLAGS_warmup_seconds > 0) {
+      BadFlag(
+          "-rate_schedule measures every phase; for a warm-up, begin with a phase of its "
+          "own (it takes no -warmup_seconds)");
+    }
+    g_schedule = ParseSchedule(FLAGS_rate_schedule);
+    double windows = Arrivals::TotalNanos(g_schedule) / 1e6 / FLAGS_window_ms;
+    if (windows > 1000000) {
+      BadFlag("-rate_schedule over -window_ms makes more than 1000000 windows; raise -window_ms");
+    }
+    // Two client messengers by default: enough threads to start the calls
+    // on time, few enough to leave the client's core to them.
+    if (IsDefault("client_threads")) FLAGS_client_threads = 2;
+  } else {
+    if (FLAGS_arrivals != "uniform" && !(FLAGS_target_rate > 0)) {
+      BadFlag("-arrivals applies to the open loop: give -target_rate or -rate_schedule");
+    }
+    if (!IsDefault("window_ms")) BadFlag("-window_ms is for -rate_schedule's time series");
+    if (!IsDefault("max_start_lag_us")) BadFlag("-max_start_lag_us is for -rate_schedule");
   }
   if (FLAGS_output != "text" && FLAGS_output != "json") {
     BadFlag("-output must be text or json, got '" + FLAGS_output + "'");

@@ -5,7 +5,9 @@
 #include <gflags/gflags.h>
 
 #include <string>
+#include <vector>
 
+#include "arrivals.h"
 #include "osprey/rpc/messenger.h"
 
 DECLARE_int32(client_threads);
@@ -29,6 +31,17 @@ DECLARE_string(http_listen);
 DECLARE_string(output);
 DECLARE_double(warmup_seconds);
 DECLARE_double(target_rate);
+DECLARE_string(arrivals);
+DECLARE_uint64(seed);
+DECLARE_int32(call_timeout_ms);
+DECLARE_int32(handler_us);
+DECLARE_string(handler);
+DECLARE_bool(queue_deadline_order);
+DECLARE_bool(overload_control);
+DECLARE_int32(queue_delay_target_us);
+DECLARE_string(rate_schedule);
+DECLARE_int32(window_ms);
+DECLARE_int32(max_start_lag_us);
 
 namespace osprey::bench {
 
@@ -41,6 +54,9 @@ constexpr int kExitBadFlags = 2;
 void PrecheckFlags(int argc, char** argv);
 // Refuses values out of range, and resolves -enable_encryption.
 void ValidateFlags();
+
+// -rate_schedule's phases, parsed by ValidateFlags; empty without it.
+const std::vector<Phase>& RateSchedule();
 
 // A MessengerBuilder with the encryption flags applied.
 MessengerBuilder BenchMessengerBuilder(const std::string& name);

@@ -6,96 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 
+#include "arrivals.h"
+#include "call_slot.h"
 #include "flags.h"
 #include "osprey/base/countdown_latch.h"
 #include "rpc_bench.osprey.h"
 
 namespace osprey::bench {
-namespace {
-
-using kudu::rpc_test::AddRequestPB;
-using kudu::rpc_test::AddResponsePB;
-using kudu::rpc_test::CalculatorServiceProxy;
-using kudu::rpc_test::EchoRequestPB;
-using kudu::rpc_test::EchoResponsePB;
-
-// Open loop: calls in flight beyond this are not started (counted as
-// errors), so a stalled server cannot make the client grow without bound.
-constexpr int64_t kMaxOpenLoopInFlight = 100000;
-
-[[noreturn]] void WrongResult(const std::string& what) {
-  std::fprintf(stderr, "rpc-bench: FATAL: wrong result: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::_Exit(1);
-}
-
-// One call's request and response, and how to check the answer.
-struct CallSlot {
-  AddRequestPB add_req;
-  AddResponsePB add_resp;
-  EchoRequestPB echo_req;
-  EchoResponsePB echo_resp;
-  RpcController ctl;
-  uint32_t seq = 0;
-
-  void Prepare(int payload, uint32_t seed) {
-    seq = seed;
-    ctl.Reset();
-    ctl.set_timeout(MonoDelta::FromSeconds(10));  // as Kudu's rpc-bench
-    if (payload == 0) {
-      add_req.set_x(seed);
-      add_req.set_y(seed * 7 + 1);
-    } else {
-      std::string* d = echo_req.mutable_data();
-      d->assign(static_cast<size_t>(payload), static_cast<char>('a' + seed % 26));
-      (*d)[0] = static_cast<char>(seed & 0xff);
-    }
-  }
-  void Issue(CalculatorServiceProxy* proxy, int payload, ResponseCallback cb) {
-    if (payload == 0) {
-      proxy->AddAsync(add_req, &add_resp, &ctl, std::move(cb));
-    } else {
-      proxy->EchoAsync(echo_req, &echo_resp, &ctl, std::move(cb));
-    }
-  }
-  Status IssueSync(CalculatorServiceProxy* proxy, int payload) {
-    return payload == 0 ? proxy->Add(add_req, &add_resp, &ctl)
-                        : proxy->Echo(echo_req, &echo_resp, &ctl);
-  }
-  // Fatal on a wrong answer; false for an RPC error.
-  // `who` names the caller ("async loop 3"); it is formatted only on error,
-  // never on the measured path.
-  bool Check(int payload, RunState* state, const char* who_kind, int who_index) {
-    auto who = [&] {
-      return std::string(who_kind) + " " + std::to_string(who_index) + " call " +
-             std::to_string(seq);
-    };
-    if (!ctl.status().ok()) {
-      const wire::ErrorStatusPB* err = ctl.error_response();
-      if (err != nullptr && err->code() == wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY) {
-        state->refused.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        state->RecordError(who() + ": " + ctl.status().ToString());
-      }
-      return false;
-    }
-    if (payload == 0) {
-      uint32_t want = add_req.x() + add_req.y();
-      if (add_resp.result() != want) {
-        WrongResult(who() + " Add(" + std::to_string(add_req.x()) + ", " +
-                    std::to_string(add_req.y()) + ") returned " +
-                    std::to_string(add_resp.result()) + ", expected " + std::to_string(want));
-      }
-    } else if (echo_resp.data() != echo_req.data()) {
-      WrongResult(who() + " Echo of " + std::to_string(payload) + " bytes returned " +
-                  std::to_string(echo_resp.data().size()) + " different bytes");
-    }
-    return true;
-  }
-};
 
 std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
   std::shared_ptr<Messenger> m;
@@ -104,13 +25,29 @@ std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
   return m;
 }
 
+int64_t NowNanos() { return (MonoTime::Now() - MonoTime()).ToNanoseconds(); }
+
+namespace {
+
+using kudu::rpc_test::CalculatorServiceProxy;
+
 // Per-thread or per-loop tallies, merged at the end.
 struct alignas(64) Tally {
   uint64_t calls = 0;
   Histogram latency;
 };
 
-int64_t NowNanos() { return (MonoTime::Now() - MonoTime()).ToNanoseconds(); }
+// The open loop's schedule for thread or issuer `index`: its share of
+// -target_rate until stopped.
+Arrivals OpenLoopArrivals(const Settings& cfg, int index) {
+  std::vector<Phase> endless;
+  if (cfg.target_rate > 0) {
+    endless.push_back({std::numeric_limits<double>::infinity(), cfg.target_rate});
+  }
+  return Arrivals(std::move(endless), 1.0 / cfg.client_threads, cfg.poisson,
+                  cfg.seed + static_cast<uint64_t>(index),
+                  static_cast<double>(index) / cfg.client_threads);
+}
 
 // ---------------------------------------------------------------- sync mode
 
@@ -120,24 +57,21 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
   CallSlot slot;
   uint32_t seq = static_cast<uint32_t>(index) << 20;
   // Open loop: this thread's share of the schedule.
-  int64_t interval_ns =
-      cfg.target_rate > 0 ? static_cast<int64_t>(1e9 * cfg.client_threads / cfg.target_rate) : 0;
-  int64_t next_start = NowNanos() + (interval_ns * index) / std::max(cfg.client_threads, 1);
+  const bool open_loop = cfg.target_rate > 0;
+  Arrivals arrivals = OpenLoopArrivals(cfg, index);
+  const int64_t t0 = NowNanos();
   while (!state->stop.load(std::memory_order_relaxed)) {
     int64_t start;
-    if (interval_ns > 0) {
+    if (open_loop) {
+      start = t0 + arrivals.Next();
       int64_t now = NowNanos();
-      if (next_start > now) {
-        std::this_thread::sleep_for(std::chrono::nanoseconds(next_start - now));
-      }
-      start = next_start;
-      next_start += interval_ns;
+      if (start > now) std::this_thread::sleep_for(std::chrono::nanoseconds(start - now));
     } else {
       start = NowNanos();
     }
-    slot.Prepare(cfg.payload, seq++);
-    (void)slot.IssueSync(&proxy, cfg.payload);  // Check reads the outcome
-    bool ok = slot.Check(cfg.payload, state, "sync thread", index);
+    slot.Prepare(cfg, seq++);
+    (void)slot.IssueSync(&proxy, cfg);  // Check reads the outcome
+    bool ok = slot.Check(cfg, state, "sync thread", index);
     if (ok && state->measuring.load(std::memory_order_relaxed)) {
       tally->calls++;
       tally->latency.Record(static_cast<uint64_t>(NowNanos() - start));
@@ -171,12 +105,12 @@ class CallLoop {
       finished_->CountDown();
       return;
     }
-    slot_.Prepare(cfg_.payload, seq_++);
+    slot_.Prepare(cfg_, seq_++);
     start_ns_ = NowNanos();
-    slot_.Issue(proxy_, cfg_.payload, [this] { OnDone(); });
+    slot_.Issue(proxy_, cfg_, [this] { OnDone(); });
   }
   void OnDone() {
-    bool ok = slot_.Check(cfg_.payload, state_, "async loop", index_);
+    bool ok = slot_.Check(cfg_, state_, "async loop", index_);
     if (ok && state_->measuring.load(std::memory_order_relaxed)) {
       tally_->calls++;
       tally_->latency.Record(static_cast<uint64_t>(NowNanos() - start_ns_));
@@ -204,24 +138,23 @@ class OpenLoopIssuer {
       : cfg_(cfg), index_(index), proxy_(proxy), state_(state) {}
 
   void Run() {
-    int64_t interval_ns = static_cast<int64_t>(1e9 * cfg_.client_threads / cfg_.target_rate);
-    int64_t next = NowNanos() + (interval_ns * index_) / std::max(cfg_.client_threads, 1);
+    Arrivals arrivals = OpenLoopArrivals(cfg_, index_);
+    const int64_t t0 = NowNanos();
     uint32_t seq = static_cast<uint32_t>(index_) << 20;
     while (!state_->stop.load(std::memory_order_relaxed)) {
+      int64_t scheduled = t0 + arrivals.Next();
       int64_t now = NowNanos();
-      if (next > now) std::this_thread::sleep_for(std::chrono::nanoseconds(next - now));
-      int64_t scheduled = next;
-      next += interval_ns;
+      if (scheduled > now) std::this_thread::sleep_for(std::chrono::nanoseconds(scheduled - now));
       if (in_flight_.load() >= kMaxOpenLoopInFlight) {
         state_->RecordError("open loop: " + std::to_string(kMaxOpenLoopInFlight) +
                             " calls in flight, call not started");
         continue;
       }
       auto* slot = new CallSlot();
-      slot->Prepare(cfg_.payload, seq++);
+      slot->Prepare(cfg_, seq++);
       in_flight_++;
-      slot->Issue(proxy_, cfg_.payload, [this, slot, scheduled] {
-        bool ok = slot->Check(cfg_.payload, state_, "open-loop issuer", index_);
+      slot->Issue(proxy_, cfg_, [this, slot, scheduled] {
+        bool ok = slot->Check(cfg_, state_, "open-loop issuer", index_);
         if (ok && state_->measuring.load(std::memory_order_relaxed)) {
           // Callbacks of one messenger run on its single reactor thread.
           tally_.calls++;
@@ -383,11 +316,12 @@ Results RunAsync(const Settings& cfg) {
   return r;
 }
 
-void ProbeServer(const Sockaddr& addr, int payload) {
+void ProbeServer(const Settings& cfg) {
+  const Sockaddr& addr = cfg.server;
   auto m = NewClientMessenger("bench-probe");
   CalculatorServiceProxy proxy(m, addr);
   CallSlot slot;
-  slot.Prepare(payload, 1);
+  slot.Prepare(cfg, 1);
   slot.ctl.set_timeout(MonoDelta::FromSeconds(5));
   // Other clients may already fill a short service queue; a refusal says the
   // server is there and busy, so the probe tries again within its deadline.
@@ -399,7 +333,7 @@ void ProbeServer(const Sockaddr& addr, int payload) {
   busy_only.retry_server_shutting_down = false;
   busy_only.retry_network_errors = false;
   Status s = slot.ctl.set_retry_policy(busy_only);
-  if (s.ok()) s = slot.IssueSync(&proxy, payload);
+  if (s.ok()) s = slot.IssueSync(&proxy, cfg);
   if (!s.ok()) BadFlag("server at " + addr.ToString() + " is not usable: " + s.ToString());
   m->Shutdown();
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -26,6 +27,13 @@ struct Settings {
   double warmup_seconds;
   double target_rate;
   Sockaddr server;
+  // -1: Add or Echo (-payload_bytes); 0 or more: Kudu's Sleep of so many
+  // microseconds (-handler_us).
+  int handler_us = -1;
+  int call_timeout_ms = 10000;  // each call's timeout
+  // Open loop: exponential gaps (a Poisson process) from `seed`, or equal.
+  bool poisson = false;
+  uint64_t seed = 1;
 };
 
 struct Results {
@@ -83,11 +91,17 @@ struct RunState {
   }
 };
 
+// A client messenger of one reactor, with the encryption flags; exits 2
+// if it cannot start.
+std::shared_ptr<Messenger> NewClientMessenger(const std::string& name);
+// Monotonic nanoseconds (MonoTime's).
+int64_t NowNanos();
+
 Results RunSync(const Settings& cfg);
 Results RunAsync(const Settings& cfg);
 
-// One call to the server, so that an unreachable or wrong server is a
-// clear error (exit 2) before the run.
-void ProbeServer(const Sockaddr& addr, int payload);
+// One call to the server (the call the run makes), so that an unreachable
+// or wrong server is a clear error (exit 2) before the run.
+void ProbeServer(const Settings& cfg);
 
 }  // namespace osprey::bench

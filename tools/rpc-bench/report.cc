@@ -11,7 +11,6 @@
 
 namespace osprey::bench {
 
-namespace {
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -29,6 +28,7 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
+namespace {
 // The client's whole latency histogram, so that runs of several processes
 // can be merged exactly: the non-empty buckets as [upper_bound, count], the
 // upper bound included, in nanoseconds. A bucket's lower bound is the upper

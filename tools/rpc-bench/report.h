@@ -11,6 +11,8 @@ namespace osprey::bench {
 
 // Six significant digits as Kudu prints, never in exponent form.
 std::string Num(double v);
+// `s` as a JSON string, quoted and escaped.
+std::string JsonString(const std::string& s);
 void PrintText(const Settings& cfg, const Results& r);
 // `server_metrics`: the in-process server's registry, whose per-method
 // histograms the report includes (null: a remote server, none).

@@ -7,9 +7,24 @@
 //        -async_call_concurrency call loops spread over them; each loop
 //        issues its next call from the previous call's callback.
 // With -target_rate the run is open-loop: calls start on a fixed schedule
+// (-arrivals=uniform) or as a Poisson process (-arrivals=poisson, -seed),
 // and latency counts from the scheduled start.
+// Overload (-rate_schedule=SECONDS:RATE,...): instead of the modes above,
+// -client_threads client Messengers (2 by default), each with a thread that
+// starts its share of an open loop whose rate changes by phase; calls in
+// flight are bounded. Each call has a deadline (-call_timeout_ms) from its
+// scheduled start, and its outcome is goodput (answered in time), late
+// (answered after), refused (ERROR_SERVER_TOO_BUSY), timed out, or another
+// error; reported in total and per -window_ms window, with a window marked
+// behind when the generator started a call over 1 ms late
+// (-max_start_lag_us) or could not start it (then the run measured the client, not the server:
+// invalid). -handler_us N makes every call Kudu's Sleep(N): rpc-bench's server burns N microseconds
+// of CPU (or sleeps, -handler=sleep), Kudu's server sleeps. The server's queue:
+// --rpc_service_queue_length, -queue_deadline_order, -overload_control and -queue_delay_target_us
+// (ServicePoolOptions).
 //
-// flags.h: the flags; load.h: the load generators; report.h: the reports.
+// flags.h: the flags; load.h: the closed- and open-loop generators;
+// overload.h: the overload mode; report.h: the reports.
 #include <glog/logging.h>
 #include <signal.h>
 
@@ -21,16 +36,11 @@
 #include "bench_service.h"
 #include "flags.h"
 #include "load.h"
+#include "overload.h"
 #include "report.h"
 
 namespace osprey::bench {
 namespace {
-
-using kudu::rpc_test::AddRequestPB;
-using kudu::rpc_test::AddResponsePB;
-using kudu::rpc_test::CalculatorServiceIf;
-using kudu::rpc_test::EchoRequestPB;
-using kudu::rpc_test::EchoResponsePB;
 
 // The service queue's length: --rpc_service_queue_length, or deep enough
 // that the calls this run offers never overflow it, so that the run
@@ -71,7 +81,12 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
   pool.queue_length = ServiceQueueLength();
-  if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(), pool);
+  pool.deadline_order = FLAGS_queue_deadline_order;
+  pool.overload_control = FLAGS_overload_control;
+  pool.queue_delay_target = MonoDelta::FromMicroseconds(FLAGS_queue_delay_target_us);
+  const auto sleep_mode =
+      FLAGS_handler == "sleep" ? BenchService::SleepMode::kSleep : BenchService::SleepMode::kBurn;
+  if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(sleep_mode), pool);
   if (s.ok()) s = server->Listen(addr, bound);
   if (s.ok() && http_bound != nullptr) *http_bound = *bound;
   if (s.ok() && http_apart) s = server->ListenHttp(http_addr, http_bound);
@@ -95,6 +110,10 @@ int ServeOnly() {
       FLAGS_rpc_service_queue_length > 0 ? "--rpc_service_queue_length"
                                          : "the larger of 50, -client_threads and "
                                            "-async_call_concurrency");
+  std::printf("Service queue: %s, overload control %s (queue delay target %dus); Sleep %s\n",
+              FLAGS_queue_deadline_order ? "earliest deadline first" : "first in, first out",
+              FLAGS_overload_control ? "on" : "off", FLAGS_queue_delay_target_us,
+              FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
   if (FLAGS_metrics && http_bound.is_unix()) {
     std::string path = http_bound.unix_path();
     const bool abstract = path.rfind('@', 0) == 0;
@@ -136,6 +155,10 @@ int Main(int argc, char** argv) {
   cfg.run_seconds = FLAGS_run_seconds;
   cfg.warmup_seconds = FLAGS_warmup_seconds;
   cfg.target_rate = FLAGS_target_rate;
+  cfg.handler_us = FLAGS_handler_us;
+  cfg.call_timeout_ms = FLAGS_call_timeout_ms;
+  cfg.poisson = FLAGS_arrivals == "poisson";
+  cfg.seed = FLAGS_seed;
 
   std::shared_ptr<Messenger> server;
   if (FLAGS_server_address.empty()) {
@@ -144,7 +167,13 @@ int Main(int argc, char** argv) {
     Status s = Sockaddr::Parse(FLAGS_server_address, &cfg.server);
     if (!s.ok()) BadFlag("-server_address: " + s.message());
   }
-  ProbeServer(cfg.server, cfg.payload);
+  ProbeServer(cfg);
+
+  if (!RateSchedule().empty()) {
+    int rc = RunOverloadMode(cfg, RateSchedule());
+    if (server) server->Shutdown();
+    return rc;
+  }
 
   uint64_t errors = 0, refused = 0;
   for (bool async : {false, true}) {

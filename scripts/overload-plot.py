@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""The overload benchmark's rows, summary and plots (scripts/benchmarks.sh --overload).
+
+  overload-plot.py row --csv FILE [--series FILE] KEY=VALUE...
+      reads one rpc-bench -rate_schedule -output=json report on stdin and
+      appends its row to the CSV (the header first if the file is new);
+      with --series, writes its per-window time series there.
+  overload-plot.py capacity
+      reads a closed-loop -output=json report on stdin, prints its goodput
+      (calls answered per second; 0 if none).
+  overload-plot.py summarize DIR
+      reads DIR/overload.csv and DIR/burst-*.csv, writes
+      DIR/overload-summary.md, DIR/overload-plots.gp and its data in
+      DIR/overload-plot-data/ (gnuplot draws the PNGs from it).
+
+Server CPU per call not served is an estimate: (server CPU over the cell,
+from /proc/PID/stat) minus (answered calls x handler CPU), over (refused +
+timed-out calls). It charges the work of calls that ran but answered too
+late to the calls not served, and counts the handler's CPU only for a
+handler that burns it (rpc-bench -handler=burn); for a sleeping handler the
+handler CPU is 0.
+"""
+import csv
+import glob
+import json
+import os
+import sys
+
+HEADER = ["timestamp", "handler_us", "deadline_ms", "queue_length", "server_flags", "capacity",
+          "load", "offered_per_sec", "goodput_per_sec", "refusals_per_sec", "timeouts_per_sec",
+          "late_per_sec", "offered", "goodput", "refused", "timeouts", "late", "errors",
+          "unfinished", "p50_us", "p99_us", "p999_us", "refusal_p50_us", "refusal_p99_us",
+          "behind_windows", "schedule_windows", "max_start_lag_us", "server_cpu_s",
+          "server_cpu_us_per_unserved", "server_peak_rss_kb", "valid"]
+SERIES = ["t_s", "offered", "sent", "goodput", "refused", "timeouts", "late", "errors",
+          "behind"]
+
+
+def read_report(text):
+    """The last JSON object line of rpc-bench's stdout, or None."""
+    report = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                report = json.loads(line)
+            except ValueError:
+                pass
+    return report
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def cmd_row(args):
+    csv_path, series_path, kv = None, None, {}
+    i = 0
+    while i < len(args):
+        if args[i] == "--csv":
+            csv_path = args[i + 1]
+            i += 2
+        elif args[i] == "--series":
+            series_path = args[i + 1]
+            i += 2
+        else:
+            k, _, v = args[i].partition("=")
+            kv[k] = v
+            i += 1
+    if csv_path is None:
+        sys.exit("overload-plot.py row: --csv FILE is needed")
+    r = read_report(sys.stdin.read())
+    row = {k: "" for k in HEADER}
+    for k in ("timestamp", "handler_us", "deadline_ms", "queue_length", "server_flags",
+              "capacity", "load", "server_peak_rss_kb"):
+        row[k] = kv.get(k, "")
+    if r is None or r.get("mode") != "overload":
+        row["valid"] = "run_failed"
+    else:
+        for k in ("offered_per_sec", "goodput_per_sec", "refusals_per_sec", "timeouts_per_sec",
+                  "late_per_sec", "offered", "goodput", "refused", "timeouts", "late", "errors",
+                  "unfinished", "behind_windows", "max_start_lag_us"):
+            row[k] = fmt(r[k])
+        lat, ref = r["latency_us"], r["refusal_latency_us"]
+        row["p50_us"], row["p99_us"], row["p999_us"] = lat["p50"], lat["p99"], lat["p99.9"]
+        row["refusal_p50_us"], row["refusal_p99_us"] = ref["p50"], ref["p99"]
+        cpu_ticks = kv.get("server_cpu_ticks", "")
+        if cpu_ticks not in ("", "-"):
+            cpu_s = float(cpu_ticks) / float(kv.get("clk_tck", "100"))
+            row["server_cpu_s"] = fmt(cpu_s)
+            unserved = r["refused"] + r["timeouts"]
+            served = r["goodput"] + r["late"]
+            handler_cpu_s = served * float(kv.get("handler_cpu_us", "0")) / 1e6
+            if unserved > 0:
+                row["server_cpu_us_per_unserved"] = fmt(
+                    max(cpu_s - handler_cpu_s, 0.0) * 1e6 / unserved)
+        ok = not r["behind"] and r["errors"] == 0 and r["unfinished"] == 0
+        row["valid"] = "yes" if ok else "no"
+        row["schedule_windows"] = r["windows"]["schedule_windows"]
+        if series_path:
+            w = r["windows"]
+            with open(series_path, "w", newline="") as f:
+                out = csv.writer(f)
+                out.writerow(SERIES + ["goodput_per_sec", "offered_per_sec"])
+                secs = r["window_ms"] / 1000.0
+                for i in range(w["count"]):
+                    vals = [w[k][i] for k in SERIES]
+                    out.writerow(vals + [fmt(w["goodput"][i] / secs),
+                                         fmt(w["offered"][i] / secs)])
+    new = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
+    with open(csv_path, "a", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=HEADER)
+        if new:
+            out.writeheader()
+        out.writerow(row)
+    print(row["valid"])
+
+
+def cmd_capacity():
+    r = read_report(sys.stdin.read())
+    print(fmt(float(r["reqs_per_sec"])) if r and "reqs_per_sec" in r else "0")
+
+
+def num(s, default=None):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return default
+
+
+def cmd_summarize(out_dir):
+    rows = list(csv.DictReader(open(os.path.join(out_dir, "overload.csv"))))
+    lines = ["# Overload benchmark", ""]
+    caps = {}
+    for r in rows:
+        caps.setdefault((r["handler_us"], r["deadline_ms"]), r["capacity"])
+    lines.append("Capacity C (closed loop, calls answered per second): " + ", ".join(
+        f"{h} us handler: {float(c):.0f}/s" for (h, _), c in caps.items() if num(c)))
+    flags = sorted({r["server_flags"] for r in rows})
+    lines.append("Server flags: " + (", ".join(f"`{f}`" for f in flags if f) or "(defaults)"))
+    lines += ["",
+              "Shares are of the calls offered; p99 is of answered calls, from the scheduled "
+              "start; server CPU per call not served is an estimate (see "
+              "scripts/overload-plot.py); peak RSS is the server process's VmHWM so far. "
+              "A cell is valid when the client kept to its schedule (no call started later "
+              "than -max_start_lag_us, default 1 ms, after its time: else its window is "
+              "behind) and no call failed otherwise.", ""]
+    cols = ["handler", "deadline", "queue", "offered/C", "goodput/C", "refused", "timed out",
+            "late", "p99/deadline", "server CPU us per unserved", "peak RSS MB", "valid",
+            "windows behind (max start lag)"]
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "|".join("---" for _ in cols) + "|")
+    for r in rows:
+        cap = num(r["capacity"], 0)
+        offered = num(r["offered"], 0)
+        deadline_us = num(r["deadline_ms"], 1) * 1000
+
+        def share(k):
+            v = num(r[k])
+            return f"{v / offered:.1%}" if v is not None and offered else "-"
+        load = r["load"] if r["load"] == "burst" else (
+            f"{num(r['offered_per_sec'], 0) / cap:.2f}" if cap else "-")
+        good = f"{num(r['goodput_per_sec'], 0) / cap:.2f}" if cap and r["goodput_per_sec"] else "-"
+        p99 = num(r["p99_us"])
+        cpu = num(r["server_cpu_us_per_unserved"])
+        rss = num(r["server_peak_rss_kb"])
+        lines.append("| " + " | ".join([
+            f"{r['handler_us']} us", f"{r['deadline_ms']} ms", r["queue_length"], load, good,
+            share("refused"), share("timeouts"), share("late"),
+            f"{p99 / deadline_us:.2f}" if p99 is not None else "-",
+            f"{cpu:.1f}" if cpu is not None else "-",
+            f"{rss / 1024:.1f}" if rss is not None else "-", r["valid"],
+            f"{r['behind_windows']}/{r['schedule_windows']} ({num(r['max_start_lag_us'], 0) / 1000:.1f} ms)"
+            if r["behind_windows"] else "-"]) + " |")
+
+    # Bursts: goodput in the overload phase, and the recovery after it.
+    bursts = sorted(glob.glob(os.path.join(out_dir, "burst-*.csv")))
+    if bursts:
+        lines += ["", "## Burst (goodput per 100 ms window)", "",
+                  "| series | mean goodput/C in the high phase | windows behind | "
+                  "recovery after the high phase |", "|---|---|---|---|"]
+    data_dir = os.path.join(out_dir, "overload-plot-data")
+    os.makedirs(data_dir, exist_ok=True)
+    for f in os.listdir(data_dir):
+        os.remove(os.path.join(data_dir, f))
+    burst_series = []
+    burst_cap = None
+    for path in bursts:
+        name = os.path.basename(path)[len("burst-"):-len(".csv")]
+        b = list(csv.DictReader(open(path)))
+        meta = next((r for r in rows if r["load"] == "burst" and
+                     name == f"q{r['queue_length']}"), None)
+        cap = num(meta["capacity"], 0) if meta else 0
+        burst_cap = burst_cap or cap
+        phases = [p.split(":") for p in os.environ.get("BURST_PHASES", "").split(",") if p]
+        high = ""
+        recovery = "-"
+        if len(phases) >= 2:
+            t1 = float(phases[0][0])
+            t2 = t1 + float(phases[1][0])
+            hi = [num(w["goodput_per_sec"], 0) for w in b if t1 <= num(w["t_s"]) < t2]
+            if hi and cap:
+                high = f"{sum(hi) / len(hi) / cap:.2f}"
+            for w in b:
+                t = num(w["t_s"])
+                if t >= t2 and num(w["offered"], 0) > 0 and \
+                        num(w["goodput"], 0) >= 0.9 * num(w["offered"], 0):
+                    recovery = f"{t - t2:.1f} s"
+                    break
+            else:
+                recovery = "not within the run"
+        behind = sum(1 for w in b if w["behind"] not in ("0", ""))
+        lines.append(f"| {name} | {high or '-'} | {behind} | {recovery} |")
+        dat = os.path.join(data_dir, f"burst-{name}.dat")
+        with open(dat, "w") as f:
+            f.write("# t_s goodput_per_sec offered_per_sec\n")
+            for w in b:
+                f.write(f"{w['t_s']} {w['goodput_per_sec']} {w['offered_per_sec']}\n")
+        burst_series.append((dat, name))
+    with open(os.path.join(out_dir, "overload-summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    # Goodput against offered load, one chart per handler, one line per queue.
+    gp = ["set datafile commentschars '#'", "set grid", "set key top left font ',9'",
+          "set terminal pngcairo size 900,560 noenhanced"]
+    charts = {}
+    for r in rows:
+        if r["load"] == "burst" or r["valid"] == "run_failed":
+            continue
+        cap = num(r["capacity"], 0)
+        if not cap:
+            continue
+        key = (r["handler_us"], r["deadline_ms"])
+        charts.setdefault(key, {}).setdefault(r["queue_length"], []).append(
+            (num(r["offered_per_sec"], 0) / cap, num(r["goodput_per_sec"], 0) / cap,
+             r["valid"]))
+    pngs = []
+    for (h, d), series in charts.items():
+        items = []
+        for q, pts in sorted(series.items(), key=lambda kv: num(kv[0], 0)):
+            dat = os.path.join(data_dir, f"goodput-h{h}-q{q}.dat")
+            with open(dat, "w") as f:
+                f.write("# offered/C goodput/C valid\n")
+                for x, y, v in sorted(pts):
+                    f.write(f"{x:.4f} {y:.4f} {1 if v == 'yes' else 0}\n")
+            items.append(f"'{dat}' using 1:2 with linespoints pointtype 7 "
+                         f"title 'queue {q}'")
+        items.append("(x < 1 ? x : 1) with lines dashtype 2 linecolor rgb 'gray' "
+                     "title 'ideal: min(offered, C)'")
+        png = os.path.join(out_dir, f"overload-goodput-h{h}.png")
+        pngs.append(png)
+        gp += [f"set output '{png}'",
+               f"set title 'goodput against offered load: {h} us handler, {d} ms deadline'",
+               "set xlabel 'offered load / C'", "set ylabel 'goodput / C'",
+               "set xrange [0:*]", "set yrange [0:*]",
+               "plot " + ", \\\n     ".join(items), "set output"]
+    if burst_series:
+        png = os.path.join(out_dir, "overload-burst.png")
+        pngs.append(png)
+        items = [f"'{dat}' using 1:2 with lines linewidth 2 title 'goodput, {name}'"
+                 for dat, name in burst_series]
+        items.append(f"'{burst_series[0][0]}' using 1:3 with lines dashtype 2 linecolor "
+                     "rgb 'gray' title 'offered'")
+        gp += [f"set output '{png}'", "set title 'goodput through the burst (100 ms windows)'",
+               "set xlabel 'seconds'", "set ylabel 'calls per second'",
+               "set xrange [0:*]", "set yrange [0:*]",
+               "plot " + ", \\\n     ".join(items), "set output"]
+    with open(os.path.join(out_dir, "overload-plots.gp"), "w") as f:
+        f.write("\n".join(gp) + "\n")
+    with open(os.path.join(out_dir, "overload-pngs.txt"), "w") as f:
+        f.write("\n".join(pngs) + "\n")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cmd = sys.argv[1]
+    if cmd == "row":
+        cmd_row(sys.argv[2:])
+    elif cmd == "capacity":
+        cmd_capacity()
+    elif cmd == "summarize" and len(sys.argv) == 3:
+        cmd_summarize(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
