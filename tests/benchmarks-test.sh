@@ -2,7 +2,9 @@
 # CTest: scripts/benchmarks.sh as a new user runs it, with one sample of the
 # quick matrix: every run succeeds, the CSV holds a row per run, and both
 # plots are drawn (PNG files that are not blank: a plot has axes, a key and
-# lines in several colours).
+# lines in several colours); the latency curve; and --overload's quick run
+# (OVERLOAD_QUICK=1): its CSVs, summary and plots are whole, and at half the
+# capacity nearly every call offered is answered in time.
 #
 #   bash tests/benchmarks-test.sh path/to/rpc-bench
 set -euo pipefail
@@ -32,10 +34,9 @@ if grep -q run_failed "$TMP/results/results.csv"; then
   fail "a run failed"
 fi
 
-CHECK="plots"
-for png in reqs_per_sec.png cpu_per_req.png; do
-  [[ -s $TMP/results/$png ]] || { show "$TMP/err"; fail "$png was not drawn"; }
-  "$PYTHON" - "$TMP/results/$png" << 'PY' > "$TMP/png.check" 2>&1 ||
+# png_check FILE: a plot, not a blank picture (details in $TMP/png.check).
+png_check() {
+  "$PYTHON" - "$1" << 'PY' > "$TMP/png.check" 2>&1
 import sys
 from PIL import Image
 img = Image.open(sys.argv[1]).convert("RGB")
@@ -50,7 +51,12 @@ background = max(colours)[0]
 if background > 0.99 * w * h:
     sys.exit(f"{background} of {w * h} pixels are the background: nothing drawn")
 PY
-    { show "$TMP/png.check"; fail "$png is blank"; }
+}
+
+CHECK="plots"
+for png in reqs_per_sec.png cpu_per_req.png; do
+  [[ -s $TMP/results/$png ]] || { show "$TMP/err"; fail "$png was not drawn"; }
+  png_check "$TMP/results/$png" || { show "$TMP/png.check"; fail "$png is blank"; }
 done
 
 CHECK="the latency-throughput curve, before and after on one chart"
@@ -78,4 +84,51 @@ PY
   { show "$TMP/curve.check" "$TMP/curve/curve.csv"; fail "curve.csv is wrong"; }
 [[ -s $TMP/curve/curve.png ]] || { show "$TMP/err"; fail "curve.png was not drawn"; }
 
-echo "PASS: benchmarks.sh drew both plots from $rows runs, and the curve"
+CHECK="--overload, quick (OVERLOAD_QUICK=1)"
+# A deadline of 2 s, so that at half the capacity every call is answered in
+# time even when the machine is busy with other tests; what counts is that
+# the cells run and the outputs are whole, not how fast.
+set +e
+OVERLOAD_QUICK=1 OVERLOAD_HANDLERS=20:2000 timeout -k 5 150 bash "$ROOT/scripts/benchmarks.sh" \
+  --overload --rpc-bench "$BENCH" --results-dir "$TMP/overload" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || { show "$TMP/out" "$TMP/err"; fail "exit status $rc, expected 0"; }
+"$PYTHON" - "$TMP/overload" << 'PY' > "$TMP/overload.check" 2>&1 ||
+import csv, os, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(d, "overload.csv"))))
+if [r["load"] for r in rows] != ["0.5", "2", "burst"]:
+    sys.exit(f"cells {[r['load'] for r in rows]}, expected 0.5, 2 and burst")
+for r in rows:
+    if r["valid"] not in ("yes", "no"):
+        sys.exit(f"cell {r['load']} did not run: {r}")
+    if r["queue_length"] != "1000" or r["handler_us"] != "20" or r["deadline_ms"] != "2000":
+        sys.exit(f"cell {r['load']}: wrong settings {r}")
+    if not float(r["capacity"]) > 0 or int(r["errors"]) != 0:
+        sys.exit(f"cell {r['load']}: capacity {r['capacity']}, errors {r['errors']}")
+    for k in ("offered", "goodput", "refused", "timeouts", "late", "server_cpu_s",
+              "server_peak_rss_kb", "p99_us"):
+        if r[k] == "" or float(r[k]) < 0:
+            sys.exit(f"cell {r['load']}: {k} is '{r[k]}'")
+half = rows[0]
+offered, goodput = float(half["offered"]), float(half["goodput"])
+if not offered > 0 or goodput < 0.8 * offered:
+    sys.exit(f"at 0.5 C: {goodput:.0f} of {offered:.0f} calls offered answered in time, "
+             "expected at least 80%")
+burst = list(csv.DictReader(open(os.path.join(d, "burst-q1000.csv"))))
+if len(burst) < 30 or sum(int(w["offered"]) for w in burst) != int(rows[2]["offered"]):
+    sys.exit(f"burst-q1000.csv: {len(burst)} windows (expected 30 or more), or offered "
+             "does not add up")
+summary = open(os.path.join(d, "overload-summary.md")).read()
+table = [l for l in summary.splitlines() if l.startswith("| 20 us |")]
+if len(table) != 3 or "goodput/C" not in summary or "| q1000 |" not in summary:
+    sys.exit("overload-summary.md lacks its table rows:\n" + summary)
+PY
+  { show "$TMP/overload.check" "$TMP/err"; fail "$(cat "$TMP/overload.check")"; }
+for png in overload-goodput-h20.png overload-burst.png; do
+  [[ -s $TMP/overload/$png ]] || { show "$TMP/err"; fail "$png was not drawn"; }
+  png_check "$TMP/overload/$png" || { show "$TMP/png.check"; fail "$png is blank"; }
+done
+
+echo "PASS: benchmarks.sh drew both plots from $rows runs, the curve, and the overload cells"

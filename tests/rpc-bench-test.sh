@@ -7,8 +7,9 @@
 # with Kudu's --rpc_encryption flags, whose Encryption: line must say what
 # the connections negotiated (Kudu's header lines, in order, with
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
-# count), -output=json, -payload_bytes, that bad flags exit 2 with one line
-# on stderr, and a client run against a separate -server_only process that
+# count), -output=json, -payload_bytes, the overload mode (-rate_schedule:
+# outcomes and windows that add up, refusals and timeouts not failures), that
+# bad flags (the overload flags too) exit 2 with one line on stderr, and a client run against a separate -server_only process that
 # must shut down cleanly on SIGTERM; a server queue too short
 # (--rpc_service_queue_length): refusals counted apart from failures, exit 0
 # unless -fail_on_refusal; given wrong_sum_server, that a wrong
@@ -247,6 +248,69 @@ for line in lines:
         sys.exit(f"{r['mode']}: {r['errors']} errors")
 EOF
 
+# ---------------------------------------------------------- overload mode
+# -rate_schedule: every call offered has one outcome, the windows add up to
+# the totals, and refusals and timeouts are outcomes (exit 0), not failures.
+# Checks of counting, not of timing: the answers' split depends on the
+# server's queue and the machine's load.
+CHECK="-rate_schedule (overload mode), Sleep with -handler=burn, poisson arrivals"
+run overload -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 0.5:400,0.5:800 \
+  -arrivals=poisson -seed 3 -handler_us 20 -call_timeout_ms 2000 -window_ms 250
+[[ $RC -eq 0 ]] || { show "$TMP/overload.out" "$TMP/overload.err"; fail "exit status $RC, expected 0"; }
+CHECK="-rate_schedule at 2x a queue of 20 calls of 2 ms, deadline 30 ms: refusals and timeouts"
+run overloaded -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 1:1000 \
+  --rpc_service_queue_length 20 -handler_us 2000 -handler=sleep -call_timeout_ms 30
+[[ $RC -eq 0 ]] || { show "$TMP/overloaded.out" "$TMP/overloaded.err"; fail "exit status $RC, expected 0"; }
+CHECK="overload reports"
+python3 - "$TMP/overload.out" "$TMP/overloaded.out" <<'EOF' >"$TMP/overload.check" 2>&1 ||
+import json, sys
+for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 1000)):
+    lines = open(path).read().splitlines()
+    if len(lines) != 1:
+        sys.exit(f"{path}: {len(lines)} lines, expected 1 JSON object")
+    r = json.loads(lines[0])
+    if r["mode"] != "overload" or r["handler_us"] not in (20, 2000):
+        sys.exit(f"parameters not echoed: {lines[0][:300]}")
+    # Poisson or uniform, the count is near the schedule's.
+    if not 0.7 * want_calls <= r["offered"] <= 1.3 * want_calls:
+        sys.exit(f"{r['offered']} calls offered, expected about {want_calls}")
+    ends = r["goodput"] + r["late"] + r["refused"] + r["timeouts"] + r["errors"] + r["unfinished"]
+    if r["sent"] > r["offered"] or ends != r["sent"]:
+        sys.exit(f"outcomes {ends} do not add up to the {r['sent']} calls sent")
+    if r["errors"] != 0 or r["goodput"] == 0:
+        sys.exit(f"errors {r['errors']} ({r['first_error']}), goodput {r['goodput']}")
+    w = r["windows"]
+    if w["schedule_windows"] != want_windows or w["count"] < want_windows:
+        sys.exit(f"windows {w['schedule_windows']}/{w['count']}, expected {want_windows}")
+    for k in ("offered", "sent", "goodput", "refused", "timeouts", "late", "errors", "behind"):
+        if len(w[k]) != w["count"]:
+            sys.exit(f"series {k} has {len(w[k])} windows, expected {w['count']}")
+        if k != "behind" and sum(w[k]) != r[k]:
+            sys.exit(f"series {k} adds up to {sum(w[k])}, the total is {r[k]}")
+    if r["behind"] != (sum(w["behind"]) > 0) or r["behind_windows"] != sum(w["behind"]):
+        sys.exit("behind windows do not match the series")
+    lat = r["latency_us"]
+    if not 0 < lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]:
+        sys.exit(f"latency percentiles out of order: {lat}")
+r = json.loads(open(sys.argv[2]).read())
+# The server can run at most 500 calls/s of 2 ms: of 1000/s, many are
+# refused or time out, and the rest are answered.
+if r["refused"] + r["timeouts"] < 0.2 * r["offered"]:
+    sys.exit(f"only {r['refused']} refused and {r['timeouts']} timed out of {r['offered']}")
+EOF
+  { show "$TMP/overload.check" "$TMP/overload.out" "$TMP/overloaded.out"; fail "$(cat "$TMP/overload.check")"; }
+CHECK="-rate_schedule text report"
+run overloadtext -server_reactors 1 -worker_threads 1 -rate_schedule 0.3:300 -handler_us 0
+[[ $RC -eq 0 ]] || { show "$TMP/overloadtext.out" "$TMP/overloadtext.err"; fail "exit status $RC, expected 0"; }
+for pattern in '^Mode:             Overload \(open loop, uniform arrivals\)$' \
+               '^Call:             Sleep\(0us\), deadline 10000ms$' \
+               '^Rate schedule:    0\.3s at 300/s$' "^Goodput/sec:      ${NUM}\$" \
+               "^Refusals/sec:     ${NUM}\$" "^Timeouts/sec:     ${NUM}\$" '^Errors:           0$' \
+               '^Windows behind:   [0-9]+ of 3 '; do
+  grep -Eq "$pattern" "$TMP/overloadtext.out" ||
+    { show "$TMP/overloadtext.out"; fail "no line /$pattern/"; }
+done
+
 # -------------------------------------------------------------- progress
 # With -run_seconds >= 5 and stderr a terminal, a line a second with the
 # running rate; `script` gives the run a pseudo-terminal. Without one (all
@@ -275,7 +339,20 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-http_listen=127.0.0.1:0" "-server_only -http_listen=notanaddress" \
            "--rpc_service_queue_length=-1" "--rpc_service_queue_length=2000000" \
            "-server_address=127.0.0.1:9 --rpc_service_queue_length=5" \
-           "-spin_before_sleep_us=-1" "-spin_before_sleep_us=1001"; do
+           "-spin_before_sleep_us=-1" "-spin_before_sleep_us=1001" \
+           "-arrivals=bursty" "-arrivals=poisson" "-seed=-1" "-call_timeout_ms=0" \
+           "-call_timeout_ms=3600001" "-handler_us=-2" "-handler_us=10000001" \
+           "-handler_us=20 -payload_bytes=100" "-handler=spin" \
+           "-queue_delay_target_us=0" "-queue_delay_target_us=10000001" \
+           "-server_address=127.0.0.1:9 -overload_control=false" \
+           "-server_address=127.0.0.1:9 -handler=sleep" \
+           "-rate_schedule=5" "-rate_schedule=5:0" "-rate_schedule=0:100" \
+           "-rate_schedule=x:100" "-rate_schedule=1:100," "-rate_schedule=1:1e9" \
+           "-rate_schedule=90000:100" "-rate_schedule=1:100 -target_rate=50" \
+           "-rate_schedule=1:100 -mode=sync" "-rate_schedule=1:100 -warmup_seconds=1" \
+           "-rate_schedule=1:100 -server_only" "-rate_schedule=1:100 -window_ms=0" \
+           "-rate_schedule=86400:100 -window_ms=1" "-rate_schedule=1:100 -max_start_lag_us=0" \
+           "-window_ms=100" "-max_start_lag_us=500"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.

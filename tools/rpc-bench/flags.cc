@@ -130,6 +130,7 @@ std::vector<Phase> ParseSchedule(const std::string& text) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
     std::string item = text.substr(pos, comma - pos);
+    if (item.empty()) BadFlag("-rate_schedule: an empty phase (a comma too many?)" + hint);
     size_t colon = item.find(':');
     if (colon == std::string::npos) BadFlag("-rate_schedule: '" + item + "' has no ':'" + hint);
     auto number = [&](const std::string& s, const char* what) {
