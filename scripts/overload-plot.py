@@ -6,8 +6,8 @@
       appends its row to the CSV (the header first if the file is new);
       with --series, writes its per-window time series there.
   overload-plot.py capacity
-      reads a closed-loop -output=json report on stdin, prints its goodput
-      (calls answered per second; 0 if none).
+      reads a closed-loop or -rate_schedule -output=json report on stdin,
+      prints its goodput (calls answered (in time) per second; 0 if none).
   overload-plot.py summarize DIR
       reads DIR/overload.csv and DIR/burst-*.csv, writes
       DIR/overload-summary.md, DIR/overload-plots.gp and its data in
@@ -120,7 +120,10 @@ def cmd_row(args):
 
 def cmd_capacity():
     r = read_report(sys.stdin.read())
-    print(fmt(float(r["reqs_per_sec"])) if r and "reqs_per_sec" in r else "0")
+    if r and r.get("mode") == "overload":
+        print(fmt(float(r["goodput_per_sec"])))
+    else:
+        print(fmt(float(r["reqs_per_sec"])) if r and "reqs_per_sec" in r else "0")
 
 
 def num(s, default=None):
@@ -136,7 +139,8 @@ def cmd_summarize(out_dir):
     caps = {}
     for r in rows:
         caps.setdefault((r["handler_us"], r["deadline_ms"]), r["capacity"])
-    lines.append("Capacity C (closed loop, calls answered per second): " + ", ".join(
+    lines.append("Capacity C (calls answered per second, the larger of a closed loop and an "
+                 "open loop at twice its rate): " + ", ".join(
         f"{h} us handler: {float(c):.0f}/s" for (h, _), c in caps.items() if num(c)))
     flags = sorted({r["server_flags"] for r in rows})
     lines.append("Server flags: " + (", ".join(f"`{f}`" for f in flags if f) or "(defaults)"))
