@@ -147,7 +147,8 @@ def cmd_summarize(out_dir):
     lines += ["",
               "Shares are of the calls offered; p99 is of answered calls, from the scheduled "
               "start; server CPU per call not served is an estimate (see "
-              "scripts/overload-plot.py); peak RSS is the server process's VmHWM so far. "
+              "scripts/overload-plot.py), shown where at least 5% of the calls were refused "
+              "or timed out (overload.csv has it always); peak RSS is the server process's VmHWM so far. "
               "A cell is valid when the client kept to its schedule (no call started later "
               "than -max_start_lag_us, default 1 ms, after its time: else its window is "
               "behind) and no call failed otherwise.", ""]
@@ -169,6 +170,9 @@ def cmd_summarize(out_dir):
         good = f"{num(r['goodput_per_sec'], 0) / cap:.2f}" if cap and r["goodput_per_sec"] else "-"
         p99 = num(r["p99_us"])
         cpu = num(r["server_cpu_us_per_unserved"])
+        unserved = num(r["refused"], 0) + num(r["timeouts"], 0)
+        if cpu is not None and offered and unserved < 0.05 * offered:
+            cpu = None  # few calls not served: the estimate charges them everything
         rss = num(r["server_peak_rss_kb"])
         lines.append("| " + " | ".join([
             f"{r['handler_us']} us", f"{r['deadline_ms']} ms", r["queue_length"], load, good,
@@ -228,7 +232,7 @@ def cmd_summarize(out_dir):
     print("\n".join(lines))
 
     # Goodput against offered load, one chart per handler, one line per queue.
-    gp = ["set datafile commentschars '#'", "set grid", "set key top left font ',9'",
+    gp = ["set datafile commentschars '#'", "set grid", "set key below font ',9'",
           "set terminal pngcairo size 900,560 noenhanced"]
     charts = {}
     for r in rows:
