@@ -89,8 +89,9 @@ Sleep calls (-mode async, 2500/handler_us in flight, 2 to 48) for
 OVERLOAD_CAPACITY_SECONDS, then an open loop at twice that rate for as long
 (under overload the server reads and answers calls in larger batches, which
 costs less per call); C is the larger goodput of the two (or
-OVERLOAD_CAPACITY's, to compare runs with different SERVER_FLAGS at one C). Then each cell offers an open loop
-(-rate_schedule, poisson arrivals) of Sleep(handler) calls with a deadline,
+OVERLOAD_CAPACITY's, to compare runs with different SERVER_FLAGS at one C).
+Then each cell offers an open loop (-rate_schedule, poisson arrivals) of
+Sleep(handler) calls with a deadline,
 at each load times C, for OVERLOAD_SECONDS; and, with the first handler, the
 burst OVERLOAD_BURST (SECONDS:LOAD phases, LOAD times C) for each queue
 length, its time series in 100 ms windows. Between cells it waits 1 s for
@@ -128,7 +129,7 @@ Its variables (environment only):
                                 later than this marks its window behind and
                                 the cell invalid (raise it on a machine whose
                                 timers stall, e.g. a VM; max lag is reported)
-  OVERLOAD_QUICK=1              a smoke run: the first handler, loads 0.5 and
+  OVERLOAD_QUICK=1              a smoke run: handler 20:50 only, loads 0.5 and
                                 2, queue 1000, 1 s cells, a 3 s burst (the
                                 variables above still override it)
   SERVER_FLAGS=                 more flags for the server, e.g.
