@@ -369,6 +369,31 @@ TEST(OverloadControlTest, AVanishedClientsCallsLeaveTheQueueAtOnce) {
   EXPECT_EQ(1, server.service->sleeps_started.load());
 }
 
+// Work wasted: a handler that answers after its client's deadline is
+// counted in osprey_server_calls_answered_after_deadline_total.
+TEST(OverloadControlTest, AnAnswerSentAfterItsDeadlineIsCounted) {
+  TestServer server;
+  ASSERT_TRUE(server.Start(1).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, server.address);
+  const MetricLabels sleep_method = {{"method", "osprey.rpc_test.CalculatorService.Sleep"}};
+  Messenger* s = server.messenger.get();
+  SleepRequestPB req;
+  req.set_sleep_micros(1000);
+  SleepResponsePB resp;
+  RpcController in_time;
+  in_time.set_timeout(MonoDelta::FromSeconds(10));
+  ASSERT_TRUE(proxy.Sleep(req, &resp, &in_time).ok());
+  req.set_sleep_micros(200000);
+  RpcController late;
+  late.set_timeout(MonoDelta::FromMilliseconds(50));
+  EXPECT_TRUE(proxy.Sleep(req, &resp, &late).IsTimedOut());
+  ASSERT_TRUE(server.service->WaitForSleepsFinished(2));
+  EXPECT_TRUE(WaitUntil([&] {
+    return MetricOf(s, "osprey_server_calls_answered_after_deadline_total", sleep_method) == 1;
+  })) << MetricOf(s, "osprey_server_calls_answered_after_deadline_total", sleep_method);
+}
+
 // A server that refuses every call ERROR_SERVER_TOO_BUSY: its one worker
 // and its one queue place are held, by calls due in 60 s. A call due later
 // is refused; one due sooner would push the queued one out (deadline
