@@ -221,14 +221,16 @@ void ServicePool::BuildRefusals() {
           full + " and pushed this call out for one with an earlier deadline; try again later"));
   set(R::kOverloaded, busy,
       Status::ServiceUnavailable(
-          queue + " is overloaded (its calls wait longer than its delay target); try again later"));
+          queue +
+          " is overloaded (its calls wait longer than its delay target, and those this one would "
+          "wait behind exceed an eighth of its timeout); try again later"));
   set(R::kWouldMissDeadline, busy,
       Status::ServiceUnavailable(
           queue + " holds calls that would keep this one past its deadline; try again later"));
   set(R::kWaitedTooLong, busy,
       Status::ServiceUnavailable(queue +
                                  " is overloaded, and this call waited in it longer than its "
-                                 "delay target; try again later"));
+                                 "delay target and an eighth of its timeout; try again later"));
   set(R::kExpired, busy, Status::TimedOut("call waited in the service queue past its deadline"));
 }
 

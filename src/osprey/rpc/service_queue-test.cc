@@ -391,11 +391,12 @@ TEST(ServiceQueueOrderTest, FifoWhenDeadlineOrderIsOff) {
 
 // Drives `q` into overload: calls that waited 6 ms (target 5) taken over a
 // whole 100 ms interval. Each run reported as `run_ns`. Leaves the queue
-// holding `left` calls received at the end, ids from 100.
-void Overload(Queue* q, FakeClock* clock, int64_t run_ns, int left) {
+// holding `left` calls received at the end, ids from 100. Every call is due
+// `timeout_ms` after it came: 40 ms gives a patience of the 5 ms target.
+void Overload(Queue* q, FakeClock* clock, int64_t run_ns, int left, int64_t timeout_ms = 40) {
   int id = 1000;
   auto put = [&] {
-    auto c = CallDue(id++, *clock, 10000);
+    auto c = CallDue(id++, *clock, timeout_ms);
     ASSERT_EQ(Queue::PutResult::kQueued, q->Put(&c));
   };
   put();
@@ -415,7 +416,7 @@ void Overload(Queue* q, FakeClock* clock, int64_t run_ns, int left) {
   // Drain to one queued call, then add `left` fresh ones.
   while (q->size() > 1) TakeId(q, run_ns);
   for (int i = 0; i < left; ++i) {
-    auto c = CallDue(100 + i, *clock, 10000);
+    auto c = CallDue(100 + i, *clock, timeout_ms);
     ASSERT_EQ(Queue::PutResult::kQueued, q->Put(&c));
   }
 }
@@ -454,7 +455,7 @@ TEST(ServiceQueueOverloadTest, OverloadedAdmitsOnlyWhatTheWorkersRunWithinTheTar
   size_t admitted = q.size();
   int refused = 0;
   for (int i = 0; i < 50; ++i) {
-    auto c = CallDue(300 + i, clock, 10000);
+    auto c = CallDue(300 + i, clock, 40);  // patience: the target
     Queue::PutResult r = q.Put(&c);
     if (r == Queue::PutResult::kQueued) {
       admitted++;
@@ -497,6 +498,69 @@ TEST(ServiceQueueOverloadTest, OverloadedPushesOutCallsThatWaitedPastTheTarget) 
   shed.clear();
   EXPECT_EQ(400, TakeId(&q, 20000, &shed));  // waited 9 ms, still served
   EXPECT_TRUE(shed.empty());
+}
+
+// Reproduces CI's failure at 181c605: 10,000 calls given 60 s each, burst
+// into a queue of 20,000 on a slow machine, were refused "waited longer than
+// its delay target" though the workers answered them all within a second.
+// A call's patience is an eighth of its time: such a burst is served.
+TEST(ServiceQueueOverloadTest, CallsGivenLongTimeoutsAreNeitherShedNorRefusedAtTheTarget) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(20000, &clock));
+  Overload(&q, &clock, 20000, 0, /*timeout_ms=*/60000);
+  ASSERT_TRUE(q.overloaded());
+  // A 5 ms target holds 250 calls of 20 us; 60 s / 8 holds 375,000.
+  for (int i = 0; i < 2000; ++i) {
+    auto c = CallDue(600 + i, clock, 60000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c)) << "call " << i;
+  }
+  clock.Advance(MonoDelta::FromMilliseconds(200));
+  Queue::RefusedList pushed_out;
+  auto late = CallDue(5000, clock, 60000);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&late, &pushed_out));
+  EXPECT_TRUE(pushed_out.empty()) << pushed_out.size() << " calls pushed out";
+  EXPECT_EQ(2002u, q.size());
+  // Past 7.5 s, an eighth of their time, they are stale: pushed out.
+  clock.Advance(MonoDelta::FromMilliseconds(7400));
+  auto later = CallDue(5001, clock, 60000);
+  ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&later, &pushed_out));
+  EXPECT_EQ(2001u, pushed_out.size());
+  for (const auto& r : pushed_out) EXPECT_EQ(Queue::PutResult::kWaitedTooLong, r.why);
+}
+
+// Once calls wait past the target (watching, before overloaded), a newcomer
+// joins no more than its patience's worth of work: 5 ms for one due in
+// 40 ms, 50 ms for one due in 400 ms.
+TEST(ServiceQueueOverloadTest, AStandingQueueAdmitsEachNewcomerUpToItsPatience) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  for (int i = 0; i < 20; ++i) {  // 1 ms handlers, waits under the target
+    auto c = CallDue(i, clock, 40);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+    TakeId(&q, 1000000);
+  }
+  // Two calls, the first taken after 6 ms: watching.
+  for (int i = 0; i < 2; ++i) {
+    auto c = CallDue(50 + i, clock, 40);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
+  }
+  clock.Advance(MonoDelta::FromMilliseconds(6));
+  EXPECT_EQ(50, TakeId(&q, 1000000));
+  ASSERT_FALSE(q.overloaded());
+  int queued = 0;
+  Queue::PutResult r = Queue::PutResult::kQueued;
+  while (r == Queue::PutResult::kQueued && queued < 100) {
+    auto c = CallDue(100 + queued, clock, 40);
+    r = q.Put(&c);
+    if (r == Queue::PutResult::kQueued) queued++;
+  }
+  EXPECT_EQ(Queue::PutResult::kOverloaded, r);
+  EXPECT_GE(q.size(), 5u);
+  EXPECT_LE(q.size(), 7u);
+  for (int i = 0; i < 30; ++i) {
+    auto c = CallDue(300 + i, clock, 400);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c)) << "call " << i;
+  }
 }
 
 TEST(ServiceQueueOverloadTest, ATakeThatFindsOnlyExpiredCallsReturnsNoneToRun) {
