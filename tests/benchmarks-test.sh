@@ -115,7 +115,9 @@ half = rows[0]
 offered, goodput = float(half["offered"]), float(half["goodput"])
 if not offered > 0 or goodput < 0.8 * offered:
     sys.exit(f"at 0.5 C: {goodput:.0f} of {offered:.0f} calls offered answered in time, "
-             "expected at least 80%")
+             f"expected at least 80% (refused {half['refused']}, timed out {half['timeouts']}, "
+             f"late {half['late']}, unfinished {half['unfinished']}; windows behind "
+             f"{half['behind_windows']} of {half['schedule_windows']})")
 burst = list(csv.DictReader(open(os.path.join(d, "burst-q1000.csv"))))
 if len(burst) < 30 or sum(int(w["offered"]) for w in burst) != int(rows[2]["offered"]):
     sys.exit(f"burst-q1000.csv: {len(burst)} windows (expected 30 or more), or offered "
