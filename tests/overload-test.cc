@@ -504,6 +504,64 @@ TEST(ClientGuardsTest, ThrottlingRefusesLocallyWhatTheServerWouldRefuse) {
   EXPECT_EQ(kCalls - local, refusing.AddsReceived());
 }
 
+// RpcController::attempts_sent(): what each call cost the server, in
+// requests. Its sum over the calls is the server's count of calls
+// received, with retries, with the budget cutting them short, and with
+// calls the throttle kept on the client (sent 0, attempts 1).
+TEST(ClientGuardsTest, AttemptsSentAddUpToWhatTheServerReceived) {
+  struct Case {
+    const char* name;
+    MessengerBuilder builder;
+    bool retries;
+  };
+  for (Case c :
+       {Case{"retries, no budget", MessengerBuilder("client").set_retry_budget(false), true},
+        Case{"retries within the budget", MessengerBuilder("client").set_retry_budget(true, 0.1, 0),
+             true},
+        Case{"throttling, no retries", MessengerBuilder("client").set_client_throttling(true),
+             false}}) {
+    SCOPED_TRACE(c.name);
+    RefusingServer refusing;
+    ASSERT_NO_FATAL_FAILURE(refusing.Start());
+    auto client = MakeClient(1, c.builder);
+    CalculatorServiceProxy proxy(client, refusing.server.address);
+    if (c.retries) {
+      ASSERT_TRUE(proxy.set_retry_policy(QuickRetries()).ok());
+    }
+    int sent = 0, unsent = 0;
+    for (int i = 0; i < 100; ++i) {
+      AddRequestPB req;
+      req.set_x(1);
+      req.set_y(2);
+      AddResponsePB resp;
+      RpcController ctl;
+      ctl.set_timeout(kAfterTheHolders);
+      ASSERT_TRUE(proxy.Add(req, &resp, &ctl).IsServiceUnavailable());
+      EXPECT_LE(ctl.attempts_sent(), ctl.attempts());
+      if (ctl.attempts_sent() == 0) {
+        // Only the throttle keeps a call from being sent here.
+        EXPECT_NE(std::string::npos, ctl.status().message().find("adaptive throttling"))
+            << ctl.status().ToString();
+        EXPECT_EQ(1, ctl.attempts());
+        EXPECT_EQ(nullptr, ctl.error_response());
+        unsent++;
+      } else {
+        // Refused by the server: every attempt was sent.
+        EXPECT_EQ(ctl.attempts(), ctl.attempts_sent());
+        ASSERT_NE(nullptr, ctl.error_response());
+      }
+      sent += ctl.attempts_sent();
+    }
+    EXPECT_EQ(sent, refusing.AddsReceived());
+    if (c.retries) {
+      EXPECT_EQ(0, unsent);
+      EXPECT_GT(sent, 100);
+    } else {
+      EXPECT_GT(unsent, 50);
+    }
+  }
+}
+
 TEST(ClientGuardsTest, ThrottlingIsOffByDefault) {
   RefusingServer refusing;
   ASSERT_NO_FATAL_FAILURE(refusing.Start());

@@ -42,6 +42,7 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       request_tracker_(prior->request_tracker_),
       seq_no_(prior->seq_no_),
       attempt_no_(prior->attempt_no_ + 1),
+      attempts_sent_(prior->attempts_sent_),
       retry_(true),
       guards_(prior->guards_),
       retry_policy_(prior->retry_policy_),
@@ -234,6 +235,7 @@ void OutboundCall::Complete(const Status& attempt_status,
                             std::unique_ptr<wire::ErrorStatusPB> error,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
   Status status = attempt_status;
+  if (may_have_reached_server()) ++attempts_sent_;
   if (guards_ != nullptr && guards_->throttle != nullptr && ServerAccepted(status, error.get())) {
     guards_->throttle->RecordAccepted(LoopTime());
   }
@@ -267,7 +269,7 @@ void OutboundCall::Complete(const Status& attempt_status,
   if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
   ResponseCallback cb = std::move(callback_);
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars),
-                      static_cast<int>(attempt_no_));
+                      static_cast<int>(attempt_no_), static_cast<int>(attempts_sent_));
   cb();
 }
 

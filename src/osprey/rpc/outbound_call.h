@@ -108,6 +108,10 @@ class OutboundCall final : public transport::ClientCall {
   std::shared_ptr<RequestTracker> request_tracker_;  // null: no request id
   int64_t seq_no_ = 0;
   int64_t attempt_no_ = 1;
+  // Attempts of this call so far, this one included once it ends, whose
+  // request was handed to a connection to send (may have reached the
+  // server); RpcController::attempts_sent().
+  int64_t attempts_sent_ = 0;
   bool retry_ = false;
   std::shared_ptr<ServerGuards> guards_;  // shared with retries; null: none
   const char* not_retried_because_ = nullptr;

@@ -98,6 +98,11 @@ int RpcController::attempts() const {
   return attempts_;
 }
 
+int RpcController::attempts_sent() const {
+  MutexLock l(mu_);
+  return attempts_sent_;
+}
+
 bool RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
   MutexLock l(mu_);
   call_ = next;
@@ -110,6 +115,7 @@ void RpcController::Reset() {
   retry_policy_.reset();
   idempotent_ = false;
   attempts_ = 0;
+  attempts_sent_ = 0;
   timeout_ = MonoDelta();
   deadline_ = MonoTime::Max();
   outbound_sidecars_.clear();
@@ -156,9 +162,10 @@ std::vector<uint32_t> RpcController::required_server_features() const {
 
 void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                            std::shared_ptr<const uint8_t[]> sidecar_storage,
-                           std::vector<Slice> sidecars, int attempts) {
+                           std::vector<Slice> sidecars, int attempts, int attempts_sent) {
   MutexLock l(mu_);
   attempts_ = attempts;
+  attempts_sent_ = attempts_sent;
   status_ = status;
   error_ = std::move(error);
   sidecar_storage_ = std::move(sidecar_storage);

@@ -56,6 +56,12 @@ class RpcController {
   void set_idempotent(bool idempotent);
   // After the call: how many attempts it took (1 without retries).
   int attempts() const;
+  // After the call: how many of its attempts were handed to a connection
+  // to send, so may have reached the server: attempts() less those that
+  // ended before (no connection, cancelled or timed out while waiting for
+  // one, or refused on the client by its adaptive throttling, which leaves
+  // 0). What this call cost the server, in requests.
+  int attempts_sent() const;
 
   // Completes the call with Aborted unless it already finished. The server
   // may still run it.
@@ -93,10 +99,11 @@ class RpcController {
   // it). True if Cancel() was called during this call: `next` must end
   // Aborted, as a Cancel() may have reached only the attempt before it.
   bool Retrying(const std::shared_ptr<OutboundCall>& next);
-  // OutboundCall: the call ends, after `attempts` attempts.
+  // OutboundCall: the call ends, after `attempts` attempts, `attempts_sent`
+  // of them handed to a connection.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
               std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars,
-              int attempts);
+              int attempts, int attempts_sent);
 
   mutable Mutex mu_;
   MonoDelta timeout_ GUARDED_BY(mu_);
@@ -106,6 +113,7 @@ class RpcController {
   std::optional<RetryPolicy> retry_policy_ GUARDED_BY(mu_);
   bool idempotent_ GUARDED_BY(mu_) = false;
   int attempts_ GUARDED_BY(mu_) = 0;
+  int attempts_sent_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;
   bool cancelled_ GUARDED_BY(mu_) = false;  // Cancel() during the call in flight
