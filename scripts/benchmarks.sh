@@ -104,7 +104,13 @@ the server to drain. Writes:
                                   utime+stime), an estimate of its CPU per
                                   call not served ((server CPU - answered x
                                   handler) / (refused + timed out)) and its
-                                  peak RSS (VmHWM)
+                                  peak RSS (VmHWM); then (appended)
+                                  CLIENT_FLAGS, the attempts the client sent
+                                  (first attempts and retries), sent/offered,
+                                  the calls its adaptive throttling refused,
+                                  and the server's own count of calls
+                                  received over the cell (its /metrics, when
+                                  it has one)
   RESULTS_DIR/burst-q<LEN>.csv    the burst's windows
   RESULTS_DIR/overload-summary.md goodput/C, shares refused and timed out,
                                   p99/deadline, server CPU per refusal, peak
@@ -141,7 +147,10 @@ Its variables (environment only):
                                 SERVER_FLAGS do not apply; SERVER_PID=<pid>
                                 of it (same machine) adds its CPU and RSS
   CLIENT_FLAGS=                 more flags for the client (e.g. -client_threads 3
-                                -arrivals=uniform -seed 7)
+                                -arrivals=uniform -seed 7; retries: -retry_attempts 3
+                                -retry_budget=false -client_throttling), the
+                                capacity runs' too (fix C with OVERLOAD_CAPACITY
+                                to compare client settings at one C)
 It ends only the servers it started, by PID. Exit status 1 if a run failed
 (no report) or the plots could not be drawn; cells where the client fell
 behind are kept, marked valid=no.
@@ -503,12 +512,14 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
         RUNS=$((RUNS + 1))
         echo "[$RUNS] handler ${h}us, deadline ${d}ms, queue $q, load $load: -rate_schedule $schedule" >&2
         before="$(cpu_ticks "$PID_NOW")"
+        received_before="$(python3 "$PLOT_PY" received "$ADDR")"
         ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
         client "$name" "$secs" -rate_schedule "$schedule" -arrivals poisson -seed "$RUNS" \
           -handler_us "$h" -call_timeout_ms "$d" -window_ms 100 \
           -max_start_lag_us "$OVERLOAD_MAX_LAG_US"
         sleep "$CELL_PAUSE"  # the server drains what it still holds
         after="$(cpu_ticks "$PID_NOW")"
+        received_after="$(python3 "$PLOT_PY" received "$ADDR")"
         ticks=-
         [[ $before != - && $after != - ]] && ticks=$((after - before))
         handler_cpu=0
@@ -517,7 +528,8 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
           handler_us="$h" deadline_ms="$d" queue_length="$q" server_flags="$SERVER_FLAGS" \
           capacity="$C" load="$load" server_cpu_ticks="$ticks" clk_tck="$CLK_TCK" \
           handler_cpu_us="$handler_cpu" server_peak_rss_kb="$(peak_rss_kb "$PID_NOW")" \
-          <"$RAW/$name.json")"
+          client_flags="$CLIENT_FLAGS" server_received_before="$received_before" \
+          server_received_after="$received_after" <"$RAW/$name.json")"
         echo "  valid: $valid" >&2
         [[ $valid == run_failed ]] && FAILED=$((FAILED + 1))
       done

@@ -8,6 +8,10 @@
   overload-plot.py capacity
       reads a closed-loop or -rate_schedule -output=json report on stdin,
       prints its goodput (calls answered (in time) per second; 0 if none).
+  overload-plot.py received HOST:PORT
+      prints the calls the server at HOST:PORT has received so far (the sum
+      of osprey_server_calls_received_total on its /metrics), or "-" if it
+      serves no such page (Kudu's server, metrics off, a refused request).
   overload-plot.py summarize DIR
       reads DIR/overload.csv and DIR/burst-*.csv, writes
       DIR/overload-summary.md, DIR/overload-plots.gp and its data in
@@ -19,6 +23,16 @@ timed-out calls). It charges the work of calls that ran but answered too
 late to the calls not served, and counts the handler's CPU only for a
 handler that burns it (rpc-bench -handler=burn); for a sleeping handler the
 handler CPU is 0.
+
+Calls sent to the server: attempts_sent is the client's count, the sum of
+RpcController::attempts_sent() over the calls that ended (first attempts and
+retries handed to a connection; a call refused by the client's adaptive
+throttling sent none, and counts in `throttled`); sent_over_offered is it
+over the calls offered. server_received is the server's own count over the
+cell (its /metrics before and after), when it has one: it also counts the
+client's probe and one call per client messenger made before the schedule.
+client_flags is CLIENT_FLAGS (-retry_attempts, -retry_budget,
+-client_throttling, ...).
 """
 import csv
 import glob
@@ -31,9 +45,13 @@ HEADER = ["timestamp", "handler_us", "deadline_ms", "queue_length", "server_flag
           "late_per_sec", "offered", "goodput", "refused", "timeouts", "late", "errors",
           "unfinished", "p50_us", "p99_us", "p999_us", "refusal_p50_us", "refusal_p99_us",
           "behind_windows", "schedule_windows", "max_start_lag_us", "server_cpu_s",
-          "server_cpu_us_per_unserved", "server_peak_rss_kb", "valid"]
+          "server_cpu_us_per_unserved", "server_peak_rss_kb", "valid",
+          # Retries and client throttling (appended: the columns above keep
+          # their places).
+          "client_flags", "attempts_sent", "sent_over_offered", "throttled", "server_received"]
 SERIES = ["t_s", "offered", "sent", "goodput", "refused", "timeouts", "late", "errors",
           "behind"]
+SERIES_LATER = ["throttled", "attempts_sent"]  # after the per-second columns; may be absent
 
 
 def read_report(text):
@@ -74,8 +92,11 @@ def cmd_row(args):
     r = read_report(sys.stdin.read())
     row = {k: "" for k in HEADER}
     for k in ("timestamp", "handler_us", "deadline_ms", "queue_length", "server_flags",
-              "capacity", "load", "server_peak_rss_kb"):
+              "capacity", "load", "server_peak_rss_kb", "client_flags"):
         row[k] = kv.get(k, "")
+    before, after = kv.get("server_received_before", "-"), kv.get("server_received_after", "-")
+    if num(before) is not None and num(after) is not None:
+        row["server_received"] = fmt(int(num(after) - num(before)))
     if r is None or r.get("mode") != "overload":
         row["valid"] = "run_failed"
     else:
@@ -96,6 +117,11 @@ def cmd_row(args):
             if unserved > 0:
                 row["server_cpu_us_per_unserved"] = fmt(
                     max(cpu_s - handler_cpu_s, 0.0) * 1e6 / unserved)
+        if "attempts_sent" in r:
+            row["attempts_sent"] = r["attempts_sent"]
+            row["throttled"] = r["throttled"]
+            if r["offered"]:
+                row["sent_over_offered"] = f"{r['attempts_sent'] / r['offered']:.4f}"
         ok = not r["behind"] and r["errors"] == 0 and r["unfinished"] == 0
         row["valid"] = "yes" if ok else "no"
         row["schedule_windows"] = r["windows"]["schedule_windows"]
@@ -103,12 +129,14 @@ def cmd_row(args):
             w = r["windows"]
             with open(series_path, "w", newline="") as f:
                 out = csv.writer(f)
-                out.writerow(SERIES + ["goodput_per_sec", "offered_per_sec"])
+                later = [k for k in SERIES_LATER if k in w]
+                out.writerow(SERIES + ["goodput_per_sec", "offered_per_sec"] + later)
                 secs = r["window_ms"] / 1000.0
                 for i in range(w["count"]):
                     vals = [w[k][i] for k in SERIES]
                     out.writerow(vals + [fmt(w["goodput"][i] / secs),
-                                         fmt(w["offered"][i] / secs)])
+                                         fmt(w["offered"][i] / secs)] +
+                                 [w[k][i] for k in later])
     new = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
     with open(csv_path, "a", newline="") as f:
         out = csv.DictWriter(f, fieldnames=HEADER)
@@ -124,6 +152,19 @@ def cmd_capacity():
         print(fmt(float(r["goodput_per_sec"])))
     else:
         print(fmt(float(r["reqs_per_sec"])) if r and "reqs_per_sec" in r else "0")
+
+
+def cmd_received(address):
+    import urllib.request
+    total = None
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=3) as resp:
+            for line in resp.read().decode("utf-8", "replace").splitlines():
+                if line.startswith("osprey_server_calls_received_total"):
+                    total = (total or 0) + float(line.rsplit(" ", 1)[1])
+    except Exception:  # no such page: Kudu's server, metrics off, a refusal
+        total = None
+    print("-" if total is None else fmt(int(total)))
 
 
 def num(s, default=None):
@@ -144,6 +185,8 @@ def cmd_summarize(out_dir):
         f"{h} us handler: {float(c):.0f}/s" for (h, _), c in caps.items() if num(c)))
     flags = sorted({r["server_flags"] for r in rows})
     lines.append("Server flags: " + (", ".join(f"`{f}`" for f in flags if f) or "(defaults)"))
+    # Retries and throttling, when the rows have them (older CSVs do not).
+    retries = any(r.get("attempts_sent") for r in rows)
     lines += ["",
               "Shares are of the calls offered; p99 is of answered calls, from the scheduled "
               "start; server CPU per call not served is an estimate (see "
@@ -151,10 +194,17 @@ def cmd_summarize(out_dir):
               "or timed out (overload.csv has it always); peak RSS is the server process's VmHWM so far. "
               "A cell is valid when the client kept to its schedule (no call started later "
               "than -max_start_lag_us, default 1 ms, after its time: else its window is "
-              "behind) and no call failed otherwise.", ""]
+              "behind) and no call failed otherwise." + (
+                  " Sent/offered: attempts the client sent (first attempts and retries) over "
+                  "the calls offered; server received/offered: the server's own count over "
+                  "the cell (it also has the 3 or so calls made before the schedule); "
+                  "throttled: the share refused by the client's adaptive throttling, never "
+                  "sent." if retries else ""), ""]
     cols = ["handler", "deadline", "queue", "offered/C", "goodput/C", "refused", "timed out",
             "late", "p99/deadline", "server CPU us per unserved", "peak RSS MB", "valid",
             "windows behind (max start lag)"]
+    if retries:
+        cols += ["client flags", "sent/offered", "server received/offered", "throttled"]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for r in rows:
@@ -181,7 +231,14 @@ def cmd_summarize(out_dir):
             f"{cpu:.1f}" if cpu is not None else "-",
             f"{rss / 1024:.1f}" if rss is not None else "-", r["valid"],
             f"{r['behind_windows']}/{r['schedule_windows']} ({num(r['max_start_lag_us'], 0) / 1000:.1f} ms)"
-            if r["behind_windows"] else "-"]) + " |")
+            if r["behind_windows"] else "-"] + ([
+                f"`{r['client_flags']}`" if r.get("client_flags") else "-",
+                f"{num(r['attempts_sent'], 0) / offered:.3f}"
+                if offered and r.get("attempts_sent") else "-",
+                f"{num(r['server_received'], 0) / offered:.3f}"
+                if offered and r.get("server_received") else "-",
+                share("throttled") if r.get("throttled") not in (None, "") else "-"]
+                if retries else [])) + " |")
 
     # Bursts: goodput in the overload phase, and the recovery after it.
     bursts = sorted(glob.glob(os.path.join(out_dir, "burst-*.csv")))
@@ -290,6 +347,8 @@ def main():
         cmd_row(sys.argv[2:])
     elif cmd == "capacity":
         cmd_capacity()
+    elif cmd == "received" and len(sys.argv) == 3:
+        cmd_received(sys.argv[2])
     elif cmd == "summarize" and len(sys.argv) == 3:
         cmd_summarize(sys.argv[2])
     else:

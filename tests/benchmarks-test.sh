@@ -111,6 +111,13 @@ for r in rows:
               "server_peak_rss_kb", "p99_us"):
         if r[k] == "" or float(r[k]) < 0:
             sys.exit(f"cell {r['load']}: {k} is '{r[k]}'")
+    # No retries, no throttling: one attempt sent per call; the server's own
+    # count has them, and the calls made before the schedule.
+    sent, received = int(r["attempts_sent"]), int(r["server_received"])
+    if r["throttled"] != "0" or float(r["sent_over_offered"]) > 1.0 or \
+            not sent <= received <= sent + 10:
+        sys.exit(f"cell {r['load']}: attempts_sent {sent}, server_received {received}, "
+                 f"throttled {r['throttled']}, sent/offered {r['sent_over_offered']}")
 half = rows[0]
 offered, goodput = float(half["offered"]), float(half["goodput"])
 if not offered > 0 or goodput < 0.8 * offered:

@@ -8,7 +8,9 @@
 # the connections negotiated (Kudu's header lines, in order, with
 # rpc_bench.cc's exact spacing, then latency percentiles and the error
 # count), -output=json, -payload_bytes, the overload mode (-rate_schedule:
-# outcomes and windows that add up, refusals and timeouts not failures), that
+# outcomes and windows that add up, refusals and timeouts not failures;
+# retries (-retry_attempts, -retry_budget) and -client_throttling: attempts
+# sent and calls throttled that add up, and the budget's cap), that
 # bad flags (the overload flags too) exit 2 with one line on stderr, and a client run against a separate -server_only process that
 # must shut down cleanly on SIGTERM; a server queue too short
 # (--rpc_service_queue_length): refusals counted apart from failures, exit 0
@@ -261,10 +263,28 @@ CHECK="-rate_schedule at 2x a queue of 20 calls of 2 ms, deadline 30 ms: refusal
 run overloaded -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 1:1000 \
   --rpc_service_queue_length 20 -handler_us 2000 -handler=sleep -call_timeout_ms 30
 [[ $RC -eq 0 ]] || { show "$TMP/overloaded.out" "$TMP/overloaded.err"; fail "exit status $RC, expected 0"; }
+CHECK="-rate_schedule at 2x, -retry_attempts 3 -retry_budget=false"
+run retried -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 1:1000 \
+  --rpc_service_queue_length 20 -handler_us 2000 -handler=sleep -call_timeout_ms 30 \
+  -retry_attempts 3 -retry_budget=false
+[[ $RC -eq 0 ]] || { show "$TMP/retried.out" "$TMP/retried.err"; fail "exit status $RC, expected 0"; }
+CHECK="-rate_schedule at 2x, -retry_attempts 3 within the retry budget"
+run budgeted -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 1:1000 \
+  --rpc_service_queue_length 20 -handler_us 2000 -handler=sleep -call_timeout_ms 30 \
+  -retry_attempts 3
+[[ $RC -eq 0 ]] || { show "$TMP/budgeted.out" "$TMP/budgeted.err"; fail "exit status $RC, expected 0"; }
+CHECK="-rate_schedule at 4x, -client_throttling"
+run throttled -server_reactors 1 -worker_threads 1 -output=json -rate_schedule 1:2000 \
+  --rpc_service_queue_length 20 -handler_us 2000 -handler=sleep -call_timeout_ms 30 \
+  -client_throttling
+[[ $RC -eq 0 ]] || { show "$TMP/throttled.out" "$TMP/throttled.err"; fail "exit status $RC, expected 0"; }
 CHECK="overload reports"
-python3 - "$TMP/overload.out" "$TMP/overloaded.out" <<'EOF' >"$TMP/overload.check" 2>&1 ||
+python3 - "$TMP/overload.out" "$TMP/overloaded.out" "$TMP/retried.out" "$TMP/budgeted.out" \
+  "$TMP/throttled.out" <<'EOF' >"$TMP/overload.check" 2>&1 ||
 import json, sys
-for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 1000)):
+for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 1000),
+                                       (sys.argv[3], 10, 1000), (sys.argv[4], 10, 1000),
+                                       (sys.argv[5], 10, 2000)):
     lines = open(path).read().splitlines()
     if len(lines) != 1:
         sys.exit(f"{path}: {len(lines)} lines, expected 1 JSON object")
@@ -274,7 +294,8 @@ for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 
     # Poisson or uniform, the count is near the schedule's.
     if not 0.7 * want_calls <= r["offered"] <= 1.3 * want_calls:
         sys.exit(f"{r['offered']} calls offered, expected about {want_calls}")
-    ends = r["goodput"] + r["late"] + r["refused"] + r["timeouts"] + r["errors"] + r["unfinished"]
+    ends = (r["goodput"] + r["late"] + r["refused"] + r["timeouts"] + r["errors"] +
+            r["throttled"] + r["unfinished"])
     if r["sent"] > r["offered"] or ends != r["sent"]:
         sys.exit(f"outcomes {ends} do not add up to the {r['sent']} calls sent")
     if r["errors"] != 0 or r["goodput"] == 0:
@@ -282,7 +303,8 @@ for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 
     w = r["windows"]
     if w["schedule_windows"] != want_windows or w["count"] < want_windows:
         sys.exit(f"windows {w['schedule_windows']}/{w['count']}, expected {want_windows}")
-    for k in ("offered", "sent", "goodput", "refused", "timeouts", "late", "errors", "behind"):
+    for k in ("offered", "sent", "goodput", "refused", "timeouts", "late", "errors", "behind",
+              "throttled", "attempts_sent"):
         if len(w[k]) != w["count"]:
             sys.exit(f"series {k} has {len(w[k])} windows, expected {w['count']}")
         if k != "behind" and sum(w[k]) != r[k]:
@@ -292,13 +314,38 @@ for path, want_windows, want_calls in ((sys.argv[1], 4, 600), (sys.argv[2], 10, 
     lat = r["latency_us"]
     if not 0 < lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]:
         sys.exit(f"latency percentiles out of order: {lat}")
+    # Each call that ended and was not throttled sent at least one attempt,
+    # and at most -retry_attempts.
+    ended = r["sent"] - r["unfinished"] - r["throttled"]
+    if not ended <= r["attempts_sent"] <= r["retry_attempts"] * ended:
+        sys.exit(f"{r['attempts_sent']} attempts sent for {ended} calls of "
+                 f"{r['retry_attempts']} attempts at most")
+    if r["retry_attempts"] == 1 and r["attempts_sent"] != ended:
+        sys.exit(f"{r['attempts_sent']} attempts sent for {ended} calls without retries")
+    if not r["client_throttling"] and r["throttled"] != 0:
+        sys.exit(f"{r['throttled']} calls throttled with -client_throttling off")
 r = json.loads(open(sys.argv[2]).read())
 # The server can run at most 500 calls/s of 2 ms: of 1000/s, many are
 # refused or time out, and the rest are answered.
 if r["refused"] + r["timeouts"] < 0.2 * r["offered"]:
     sys.exit(f"only {r['refused']} refused and {r['timeouts']} timed out of {r['offered']}")
+# Retries, unbudgeted: refused calls are sent again.
+r = json.loads(open(sys.argv[3]).read())
+if r["retry_attempts"] != 3 or r["retry_budget"] or r["attempts_sent"] < 1.2 * r["sent"]:
+    sys.exit(f"-retry_attempts 3 -retry_budget=false: {r['attempts_sent']} attempts sent for "
+             f"{r['sent']} calls")
+# Within the budget: 10% of the calls, plus 10 per client messenger (two).
+r = json.loads(open(sys.argv[4]).read())
+if not r["retry_budget"] or r["attempts_sent"] > 1.1 * r["sent"] + 2 * 10 + 1:
+    sys.exit(f"-retry_attempts 3 with the budget: {r['attempts_sent']} attempts sent for "
+             f"{r['sent']} calls")
+# At 4x, with most calls refused, the throttle keeps some on the client.
+r = json.loads(open(sys.argv[5]).read())
+if not r["client_throttling"] or r["throttled"] == 0:
+    sys.exit(f"-client_throttling at 4x: {r['throttled']} calls throttled")
 EOF
-  { show "$TMP/overload.check" "$TMP/overload.out" "$TMP/overloaded.out"; fail "$(cat "$TMP/overload.check")"; }
+  { show "$TMP/overload.check" "$TMP/overload.out" "$TMP/overloaded.out" "$TMP/retried.out" \
+      "$TMP/budgeted.out" "$TMP/throttled.out"; fail "$(cat "$TMP/overload.check")"; }
 CHECK="-rate_schedule text report"
 run overloadtext -server_reactors 1 -worker_threads 1 -rate_schedule 0.3:300 -handler_us 0
 [[ $RC -eq 0 ]] || { show "$TMP/overloadtext.out" "$TMP/overloadtext.err"; fail "exit status $RC, expected 0"; }
@@ -306,7 +353,9 @@ for pattern in '^Mode:             Overload \(open loop, uniform arrivals\)$' \
                '^Call:             Sleep\(0us\), deadline 10000ms$' \
                '^Rate schedule:    0\.3s at 300/s$' "^Goodput/sec:      ${NUM}\$" \
                "^Refusals/sec:     ${NUM}\$" "^Timeouts/sec:     ${NUM}\$" '^Errors:           0$' \
-               '^Windows behind:   [0-9]+ of 3 '; do
+               '^Windows behind:   [0-9]+ of 3 ' \
+               '^Attempts sent:    [0-9]+ \(first attempts and retries of the calls that ended; -retry_attempts 1, retry budget on\)$' \
+               '^Throttled:        0 \(refused by the client, never sent; -client_throttling off\)$'; do
   grep -Eq "$pattern" "$TMP/overloadtext.out" ||
     { show "$TMP/overloadtext.out"; fail "no line /$pattern/"; }
 done
@@ -352,7 +401,9 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-rate_schedule=1:100 -mode=sync" "-rate_schedule=1:100 -warmup_seconds=1" \
            "-rate_schedule=1:100 -server_only" "-rate_schedule=1:100 -window_ms=0" \
            "-rate_schedule=86400:100 -window_ms=1" "-rate_schedule=1:100 -max_start_lag_us=0" \
-           "-window_ms=100" "-max_start_lag_us=500"; do
+           "-window_ms=100" "-max_start_lag_us=500" "-retry_attempts=0" \
+           "-retry_attempts=101" "-retry_attempts=x" "-server_only -retry_attempts=3" \
+           "-server_only -client_throttling" "-server_only -retry_budget=false"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.

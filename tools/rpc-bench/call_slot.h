@@ -40,6 +40,14 @@ inline bool IsRefusal(const RpcController& ctl) {
                             err->code() == wire::ErrorStatusPB::ERROR_UNAVAILABLE);
 }
 
+// Whether a failed call was refused by the client itself and never sent:
+// its adaptive throttling (-client_throttling) refused it. A refusal with
+// no attempt handed to a connection and no answer from the server.
+inline bool IsThrottled(const RpcController& ctl) {
+  return ctl.status().IsServiceUnavailable() && ctl.attempts_sent() == 0 &&
+         ctl.error_response() == nullptr;
+}
+
 struct CallSlot {
   kudu::rpc_test::AddRequestPB add_req;
   kudu::rpc_test::AddResponsePB add_resp;
@@ -50,12 +58,13 @@ struct CallSlot {
   RpcController ctl;
   uint32_t seq = 0;
 
-  // Sets the request and the timeout (-call_timeout_ms, Kudu's rpc-bench's
-  // 10 s by default).
+  // Sets the request, the timeout (-call_timeout_ms, Kudu's rpc-bench's
+  // 10 s by default) and the retry policy (-retry_attempts).
   void Prepare(const Settings& cfg, uint32_t seed) {
     seq = seed;
     ctl.Reset();
     ctl.set_timeout(MonoDelta::FromMilliseconds(cfg.call_timeout_ms));
+    if (cfg.retry.max_attempts > 1) (void)ctl.set_retry_policy(cfg.retry);  // valid: flags.cc
     if (cfg.handler_us >= 0) {
       sleep_req.set_sleep_micros(static_cast<uint32_t>(cfg.handler_us));
     } else if (cfg.payload == 0) {
@@ -100,7 +109,8 @@ struct CallSlot {
     }
   }
   // Fatal on a wrong answer; false for an RPC error, which it counts in
-  // `state` (a refusal apart). `who_kind` and `who_index` name the caller
+  // `state` (a refusal apart: the server's, or the client's throttling's).
+  // `who_kind` and `who_index` name the caller
   // ("async loop 3"), formatted only on error, never on the measured path.
   bool Check(const Settings& cfg, RunState* state, const char* who_kind, int who_index) {
     auto who = [&] {
@@ -108,7 +118,7 @@ struct CallSlot {
              std::to_string(seq);
     };
     if (!ctl.status().ok()) {
-      if (IsQueueRefusal(ctl)) {
+      if (IsQueueRefusal(ctl) || IsThrottled(ctl)) {
         state->refused.fetch_add(1, std::memory_order_relaxed);
       } else {
         state->RecordError(who() + ": " + ctl.status().ToString());

@@ -110,6 +110,23 @@ DEFINE_int32(window_ms, 100,
              "-rate_schedule: the length of the report's time-series windows, 1 to 60000 "
              "ms");
 
+DEFINE_int32(retry_attempts, 1,
+             "client: attempts per call in all, the first included, 1 to 100; 1: never "
+             "retried; N > 1: each call has a RetryPolicy of N attempts, so a call the "
+             "server refuses (ERROR_SERVER_TOO_BUSY) is sent again after the policy's "
+             "backoff (20 ms doubling to 2 s, full jitter), never past its deadline, within "
+             "the retry budget (-retry_budget); the overload mode reports the attempts sent");
+DEFINE_bool(retry_budget, true,
+            "client: each client messenger caps its retries to the server at 10% of the "
+            "calls it started there plus 10 per 10 s window "
+            "(MessengerBuilder::set_retry_budget, on by default); false: every refused "
+            "call is retried up to -retry_attempts");
+DEFINE_bool(client_throttling, false,
+            "client: Google SRE's adaptive throttling (MessengerBuilder::set_client_throttling, "
+            "off by default): a call is refused on the client, never sent, with probability "
+            "max(0, (requests - 2 x accepts) / (requests + 1)) over two minutes; the overload "
+            "mode reports these calls as throttled, the other modes as refused");
+
 namespace osprey::bench {
 
 namespace {
@@ -166,6 +183,12 @@ const std::vector<Phase>& RateSchedule() { return g_schedule; }
 [[noreturn]] void BadFlag(const std::string& msg) {
   std::fprintf(stderr, "rpc-bench: %s\n", msg.c_str());
   std::exit(kExitBadFlags);
+}
+
+RetryPolicy BenchRetryPolicy() {
+  RetryPolicy p;
+  p.max_attempts = FLAGS_retry_attempts;
+  return p;
 }
 
 MessengerBuilder BenchMessengerBuilder(const std::string& name) {
@@ -292,6 +315,17 @@ void ValidateFlags() {
   }
   if (FLAGS_window_ms < 1 || FLAGS_window_ms > 60000) {
     BadFlag("-window_ms must be from 1 to 60000, got " + std::to_string(FLAGS_window_ms));
+  }
+  if (FLAGS_retry_attempts < 1 || FLAGS_retry_attempts > 100) {
+    BadFlag("-retry_attempts must be from 1 (no retries) to 100, got " +
+            std::to_string(FLAGS_retry_attempts));
+  }
+  if (FLAGS_server_only) {
+    for (const char* f : {"retry_attempts", "retry_budget", "client_throttling"}) {
+      if (!IsDefault(f)) {
+        BadFlag("-" + std::string(f) + " sets the client's calls; -server_only makes none");
+      }
+    }
   }
   if (!FLAGS_server_address.empty()) {
     for (const char* f :

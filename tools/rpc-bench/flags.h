@@ -9,6 +9,7 @@
 
 #include "arrivals.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/rpc/retry_policy.h"
 
 DECLARE_int32(client_threads);
 DECLARE_bool(metrics);
@@ -42,6 +43,9 @@ DECLARE_int32(queue_delay_target_us);
 DECLARE_string(rate_schedule);
 DECLARE_int32(window_ms);
 DECLARE_int32(max_start_lag_us);
+DECLARE_int32(retry_attempts);
+DECLARE_bool(retry_budget);
+DECLARE_bool(client_throttling);
 
 namespace osprey::bench {
 
@@ -57,6 +61,10 @@ void ValidateFlags();
 
 // -rate_schedule's phases, parsed by ValidateFlags; empty without it.
 const std::vector<Phase>& RateSchedule();
+
+// The client calls' RetryPolicy: -retry_attempts attempts (1: none), the
+// other fields RetryPolicy's defaults.
+RetryPolicy BenchRetryPolicy();
 
 // A MessengerBuilder with the encryption flags applied.
 MessengerBuilder BenchMessengerBuilder(const std::string& name);

@@ -20,7 +20,11 @@ namespace osprey::bench {
 
 std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
   std::shared_ptr<Messenger> m;
-  Status s = BenchMessengerBuilder(name).set_num_reactors(1).Build(&m);
+  Status s = BenchMessengerBuilder(name)
+                 .set_num_reactors(1)
+                 .set_retry_budget(FLAGS_retry_budget)
+                 .set_client_throttling(FLAGS_client_throttling)
+                 .Build(&m);
   if (!s.ok()) BadFlag("cannot start a client messenger: " + s.ToString());
   return m;
 }

@@ -15,6 +15,7 @@
 #include "osprey/base/histogram.h"
 #include "osprey/base/stopwatch.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/rpc/retry_policy.h"
 
 namespace osprey::bench {
 
@@ -34,6 +35,8 @@ struct Settings {
   // Open loop: exponential gaps (a Poisson process) from `seed`, or equal.
   bool poisson = false;
   uint64_t seed = 1;
+  // Each call's (-retry_attempts); max_attempts 1: none.
+  RetryPolicy retry;
 };
 
 struct Results {

@@ -29,8 +29,9 @@ using kudu::rpc_test::CalculatorServiceProxy;
 // long again to end; any left then are reported unfinished.
 constexpr int64_t kDrainSlackNs = 2000000000;
 
-// One window's counts. Offered, sent and behind by the call's scheduled
-// time; the outcomes by the time the answer (or timeout) arrived.
+// One window's counts. Offered, sent (calls started) and behind by the
+// call's scheduled time; the outcomes, and the attempts a call sent to the
+// server (first attempt and retries), by the time it ended.
 struct Window {
   std::atomic<uint64_t> offered{0};
   std::atomic<uint64_t> sent{0};
@@ -39,14 +40,17 @@ struct Window {
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> late{0};
   std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> throttled{0};      // refused by the client, never sent
+  std::atomic<uint64_t> attempts_sent{0};  // RpcController::attempts_sent()
   std::atomic<bool> behind{false};
 };
 
-void Add(std::atomic<uint64_t>* c) { c->fetch_add(1, std::memory_order_relaxed); }
+void Add(std::atomic<uint64_t>* c, uint64_t n = 1) { c->fetch_add(n, std::memory_order_relaxed); }
 uint64_t Get(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
 
 struct Totals {
   uint64_t offered = 0, sent = 0, goodput = 0, refused = 0, timeouts = 0, late = 0, errors = 0;
+  uint64_t throttled = 0, attempts_sent = 0;
   uint64_t behind_windows = 0;
 };
 
@@ -143,6 +147,7 @@ class Issuer {
       const int64_t latency = now - at;
       Window& w = windows_[WindowOf(now)];
       const Status& s = slot->ctl.status();
+      Add(&w.attempts_sent, static_cast<uint64_t>(slot->ctl.attempts_sent()));
       if (s.ok()) {
         slot->VerifyAnswer(cfg_, [&] {
           return "overload issuer " + std::to_string(index_) + " call " + std::to_string(slot->seq);
@@ -150,6 +155,8 @@ class Issuer {
         Add(latency <= timeout_ns_ ? &w.goodput : &w.late);
         std::lock_guard<std::mutex> l(mu_);
         ok_latency_.Record(static_cast<uint64_t>(std::max<int64_t>(latency, 0)));
+      } else if (IsThrottled(slot->ctl)) {
+        Add(&w.throttled);
       } else if (IsRefusal(slot->ctl)) {
         Add(&w.refused);
         std::lock_guard<std::mutex> l(mu_);
@@ -255,6 +262,8 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       t.timeouts += Get(w.timeouts);
       t.late += Get(w.late);
       t.errors += Get(w.errors);
+      t.throttled += Get(w.throttled);
+      t.attempts_sent += Get(w.attempts_sent);
       if (w.behind.load()) t.behind_windows = 1;
     }
   }
@@ -268,8 +277,12 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
     total.timeouts += t.timeouts;
     total.late += t.late;
     total.errors += t.errors;
+    total.throttled += t.throttled;
+    total.attempts_sent += t.attempts_sent;
     total.behind_windows += t.behind_windows;
-    if (t.goodput + t.refused + t.timeouts + t.late + t.errors > 0) shown = std::max(shown, i + 1);
+    if (t.goodput + t.refused + t.timeouts + t.late + t.errors + t.throttled > 0) {
+      shown = std::max(shown, i + 1);
+    }
   }
   const CpuTimes cpu = sw.Elapsed();
   auto per_sec = [&](uint64_t n) { return Num(static_cast<double>(n) / seconds); };
@@ -308,7 +321,13 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << ",\"max_start_lag_allowed_us\":" << FLAGS_max_start_lag_us
       << ",\"client_user_cpu_us\":" << cpu.user.ToMicroseconds()
       << ",\"client_sys_cpu_us\":" << cpu.system.ToMicroseconds()
-      << ",\"first_error\":" << JsonString(first_error);
+      << ",\"first_error\":" << JsonString(first_error)
+      << ",\"retry_attempts\":" << cfg.retry.max_attempts
+      << ",\"retry_budget\":" << (FLAGS_retry_budget ? "true" : "false")
+      << ",\"client_throttling\":" << (FLAGS_client_throttling ? "true" : "false")
+      << ",\"throttled\":" << total.throttled << ",\"attempts_sent\":" << total.attempts_sent
+      << ",\"throttled_per_sec\":" << per_sec(total.throttled)
+      << ",\"attempts_sent_per_sec\":" << per_sec(total.attempts_sent);
     // The series: arrays, one element per window (t_s: the window's start).
     auto series = [&](const char* name, auto field) {
       o << ",\"" << name << "\":[";
@@ -325,6 +344,8 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
     series("late", [](const Totals& t, size_t) { return t.late; });
     series("errors", [](const Totals& t, size_t) { return t.errors; });
     series("behind", [](const Totals& t, size_t) { return t.behind_windows; });
+    series("throttled", [](const Totals& t, size_t) { return t.throttled; });
+    series("attempts_sent", [](const Totals& t, size_t) { return t.attempts_sent; });
     o << "}}\n";
     std::cout << o.str() << std::flush;
   } else {
@@ -336,12 +357,17 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
     o << "Rate schedule:    " << ScheduleText(schedule) << "\n";
     o << "----------------------------------\n";
     o << "Offered/sec:      " << per_sec(total.offered) << " (" << total.offered << " calls, "
-      << total.sent << " sent)\n";
+      << total.sent << " started)\n";
     o << "Goodput/sec:      " << per_sec(total.goodput) << "\n";
     o << "Refusals/sec:     " << per_sec(total.refused) << "\n";
     o << "Timeouts/sec:     " << per_sec(total.timeouts) << "\n";
     o << "Late/sec:         " << per_sec(total.late) << "\n";
     o << "Errors:           " << total.errors << "\n";
+    o << "Attempts sent:    " << total.attempts_sent << " (first attempts and retries of the "
+      << "calls that ended; -retry_attempts " << cfg.retry.max_attempts << ", retry budget "
+      << (FLAGS_retry_budget ? "on" : "off") << ")\n";
+    o << "Throttled:        " << total.throttled << " (refused by the client, never sent; "
+      << "-client_throttling " << (FLAGS_client_throttling ? "on" : "off") << ")\n";
     o << "Latency p50:      " << us(ok, 50) << "us (answered calls, from the scheduled start)\n";
     o << "Latency p99:      " << us(ok, 99) << "us\n";
     o << "Latency p99.9:    " << us(ok, 99.9) << "us\n";

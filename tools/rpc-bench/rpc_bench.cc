@@ -14,8 +14,11 @@
 // starts its share of an open loop whose rate changes by phase; calls in
 // flight are bounded. Each call has a deadline (-call_timeout_ms) from its
 // scheduled start, and its outcome is goodput (answered in time), late
-// (answered after), refused (ERROR_SERVER_TOO_BUSY), timed out, or another
-// error; reported in total and per -window_ms window, with a window marked
+// (answered after), refused (ERROR_SERVER_TOO_BUSY), timed out, throttled
+// (refused by the client's adaptive throttling, -client_throttling), or
+// another error; with the attempts sent to the server (retries too,
+// -retry_attempts and -retry_budget); reported in total and per -window_ms
+// window, with a window marked
 // behind when the generator started a call over 1 ms late
 // (-max_start_lag_us) or could not start it (then the run measured the client, not the server:
 // invalid). -handler_us N makes every call Kudu's Sleep(N): rpc-bench's server burns N microseconds
@@ -159,6 +162,7 @@ int Main(int argc, char** argv) {
   cfg.call_timeout_ms = FLAGS_call_timeout_ms;
   cfg.poisson = FLAGS_arrivals == "poisson";
   cfg.seed = FLAGS_seed;
+  cfg.retry = BenchRetryPolicy();
 
   std::shared_ptr<Messenger> server;
   if (FLAGS_server_address.empty()) {
