@@ -151,6 +151,11 @@ Its variables (environment only):
                                 -retry_budget=false -client_throttling), the
                                 capacity runs' too (fix C with OVERLOAD_CAPACITY
                                 to compare client settings at one C)
+  OVERLOAD_CLIENT=PATH          run this client instead of rpc-bench (default:
+                                rpc-bench itself): it takes the same flags and
+                                prints the same -output=json report, e.g.
+                                bench/brpc-overload's brpc-overload-bench, whose
+                                brpc client drives its brpc server (SERVER_ADDRESS)
 It ends only the servers it started, by PID. Exit status 1 if a run failed
 (no report) or the plots could not be drawn; cells where the client fell
 behind are kept, marked valid=no.
@@ -342,6 +347,14 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
   done
   read -ra SERVER_EXTRA <<<"$SERVER_FLAGS"
   read -ra CLIENT_EXTRA <<<"$CLIENT_FLAGS"
+  OVERLOAD_CLIENT="${OVERLOAD_CLIENT:-}"
+  if [[ -n "$OVERLOAD_CLIENT" ]]; then
+    [[ -x "$OVERLOAD_CLIENT" ]] || die "OVERLOAD_CLIENT is not an executable: $OVERLOAD_CLIENT"
+    CLIENT_BIN="$OVERLOAD_CLIENT"
+    echo "benchmarks.sh: client: $CLIENT_BIN (OVERLOAD_CLIENT)" >&2
+  else
+    CLIENT_BIN="$RPC_BENCH"
+  fi
 
   SERVER_PIN=()
   CLIENT_PIN=()
@@ -410,15 +423,15 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
     [[ -n "$1" && -r /proc/$1/status ]] || { echo ""; return; }
     awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"
   }
-  # client NAME SECONDS ARGS...: one rpc-bench client run, bounded in time;
-  # its stdout in $RAW/NAME.json, stderr in $RAW/NAME.err.
+  # client NAME SECONDS ARGS...: one client run (rpc-bench, or OVERLOAD_CLIENT),
+  # bounded in time; its stdout in $RAW/NAME.json, stderr in $RAW/NAME.err.
   client() {
     local name="$1" secs="$2"
     shift 2
     local limit
     limit="$(awk -v s="$secs" 'BEGIN { printf "%d", s * 2 + 60 }')"
     set +e
-    timeout -k 5 "$limit" "${CLIENT_PIN[@]}" "$RPC_BENCH" -server_address "$ADDR" -output=json \
+    timeout -k 5 "$limit" "${CLIENT_PIN[@]}" "$CLIENT_BIN" -server_address "$ADDR" -output=json \
       "$@" "${CLIENT_EXTRA[@]}" >"$RAW/$name.json" 2>"$RAW/$name.err" </dev/null
     local rc=$?
     set -e
