@@ -95,6 +95,10 @@ DEFINE_bool(queue_deadline_order, true,
 DEFINE_bool(overload_control, true,
             "rpc-bench's server: its service queue sheds calls while they wait longer "
             "than -queue_delay_target_us (ServicePoolOptions::overload_control)");
+DEFINE_bool(admit_by_patience, true,
+            "rpc-bench's server, with -overload_control: a call is refused when the calls "
+            "ahead of it hold more work than an eighth of its timeout (or the delay target) "
+            "even before calls wait past the target (ServicePoolOptions::admit_by_patience)");
 DEFINE_int32(queue_delay_target_us, 5000,
              "rpc-bench's server: the queue delay overload control aims for, 1 to "
              "10000000 microseconds (ServicePoolOptions::queue_delay_target)");
@@ -328,8 +332,8 @@ void ValidateFlags() {
     }
   }
   if (!FLAGS_server_address.empty()) {
-    for (const char* f :
-         {"handler", "queue_deadline_order", "overload_control", "queue_delay_target_us"}) {
+    for (const char* f : {"handler", "queue_deadline_order", "overload_control",
+                          "admit_by_patience", "queue_delay_target_us"}) {
       if (!IsDefault(f)) {
         BadFlag("-" + std::string(f) +
                 " sets rpc-bench's own server; with -server_address set it on the server you "

@@ -86,6 +86,7 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
   pool.queue_length = ServiceQueueLength();
   pool.deadline_order = FLAGS_queue_deadline_order;
   pool.overload_control = FLAGS_overload_control;
+  pool.admit_by_patience = FLAGS_admit_by_patience;
   pool.queue_delay_target = MonoDelta::FromMicroseconds(FLAGS_queue_delay_target_us);
   const auto sleep_mode =
       FLAGS_handler == "sleep" ? BenchService::SleepMode::kSleep : BenchService::SleepMode::kBurn;
@@ -113,10 +114,12 @@ int ServeOnly() {
       FLAGS_rpc_service_queue_length > 0 ? "--rpc_service_queue_length"
                                          : "the larger of 50, -client_threads and "
                                            "-async_call_concurrency");
-  std::printf("Service queue: %s, overload control %s (queue delay target %dus); Sleep %s\n",
-              FLAGS_queue_deadline_order ? "earliest deadline first" : "first in, first out",
-              FLAGS_overload_control ? "on" : "off", FLAGS_queue_delay_target_us,
-              FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
+  std::printf(
+      "Service queue: %s, overload control %s (queue delay target %dus, admission by patience "
+      "%s); Sleep %s\n",
+      FLAGS_queue_deadline_order ? "earliest deadline first" : "first in, first out",
+      FLAGS_overload_control ? "on" : "off", FLAGS_queue_delay_target_us,
+      FLAGS_admit_by_patience ? "on" : "off", FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
   if (FLAGS_metrics && http_bound.is_unix()) {
     std::string path = http_bound.unix_path();
     const bool abstract = path.rfind('@', 0) == 0;

@@ -37,6 +37,7 @@ ServicePool::Queue::Options ServicePool::QueueOptions(const ServicePoolOptions& 
   q.workers = options.worker_threads;
   q.deadline_order = options.deadline_order;
   q.overload_control = options.overload_control;
+  q.admit_by_patience = options.admit_by_patience;
   q.delay_target = options.queue_delay_target;
   q.delay_interval = options.queue_delay_interval;
   return q;
@@ -222,8 +223,8 @@ void ServicePool::BuildRefusals() {
   set(R::kOverloaded, busy,
       Status::ServiceUnavailable(
           queue +
-          " is overloaded (its calls wait longer than its delay target, and those this one would "
-          "wait behind exceed an eighth of its timeout); try again later"));
+          " is overloaded (the calls this one would wait behind hold more work than an eighth of "
+          "its timeout, or than the delay target if that is longer); try again later"));
   set(R::kWouldMissDeadline, busy,
       Status::ServiceUnavailable(
           queue + " holds calls that would keep this one past its deadline; try again later"));

@@ -31,6 +31,13 @@ struct ServicePoolOptions {
   // within the target. So no queue_length lets the wait grow past the
   // callers' deadlines. false: the queue only orders and bounds.
   bool overload_control = true;
+  // With overload_control, from the start: a call with a deadline is
+  // refused at admission when the calls ahead of it hold more work than an
+  // eighth of its timeout (or the target, if longer), before any call has
+  // waited past the target; a sudden overload then never builds a queue
+  // longer than that. false: until then, only a wait past its deadline is
+  // refused.
+  bool admit_by_patience = true;
   MonoDelta queue_delay_target = MonoDelta::FromMilliseconds(5);
   MonoDelta queue_delay_interval = MonoDelta::FromMilliseconds(100);
 };

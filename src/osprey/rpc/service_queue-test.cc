@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "osprey/base/countdown_latch.h"
@@ -582,30 +583,43 @@ TEST(ServiceQueueOverloadTest, ATakeThatFindsOnlyExpiredCallsReturnsNoneToRun) {
   EXPECT_EQ(0u, q.size());
 }
 
+// Teaches `q` that handlers take `run_ns`, each call taken at once (waits
+// under the target: no overload).
+void LearnRunTime(Queue* q, const FakeClock& clock, int64_t run_ns) {
+  for (int i = 0; i < 40; ++i) {
+    auto c = CallDue(i, clock, 10000);
+    ASSERT_EQ(Queue::PutResult::kQueued, q->Put(&c));
+    TakeId(q, run_ns);
+  }
+  ASSERT_FALSE(q->overloaded());
+}
+
+// Fills `q` with calls due `timeout_ms` from now until one is refused;
+// returns how many were queued and the refused call's reason.
+std::pair<int, Queue::PutResult> FillUntilRefused(Queue* q, const FakeClock& clock,
+                                                  int64_t timeout_ms) {
+  int queued = 0;
+  for (;;) {
+    auto c = CallDue(1000 + queued, clock, timeout_ms);
+    Queue::PutResult r = q->Put(&c);
+    if (r != Queue::PutResult::kQueued) {
+      EXPECT_NE(nullptr, c);  // left to the caller to refuse
+      return {queued, r};
+    }
+    if (++queued > 100000) return {queued, r};
+  }
+}
+
 TEST(ServiceQueueOverloadTest, ACallTheQueueAheadWouldKeepPastItsDeadlineIsRefusedAtOnce) {
   FakeClock clock;
   Queue q(DeadlineOptions(1000, &clock));
-  // Teach the queue that handlers take 1 ms (under the target: no overload).
-  for (int i = 0; i < 40; ++i) {
-    auto c = CallDue(i, clock, 10000);
-    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
-    TakeId(&q, 1000000);
-  }
-  ASSERT_FALSE(q.overloaded());
-  // Calls due in 10 ms: about ten fit; the next would wait past its
-  // deadline behind them, and is refused at once.
-  Queue::PutResult r = Queue::PutResult::kQueued;
-  int queued = 0;
-  std::unique_ptr<TestCall> hopeless;
-  while (r == Queue::PutResult::kQueued && queued < 100) {
-    hopeless = CallDue(100 + queued, clock, 10);
-    r = q.Put(&hopeless);
-    if (r == Queue::PutResult::kQueued) queued++;
-  }
-  EXPECT_EQ(Queue::PutResult::kWouldMissDeadline, r);
-  EXPECT_GE(queued, 10);
-  EXPECT_LE(queued, 12);
-  ASSERT_NE(nullptr, hopeless);
+  LearnRunTime(&q, clock, 1000000);  // 1 ms handlers
+  // Calls due in 3 ms, under the 5 ms target that is their patience: three
+  // fit; the next would wait past its deadline behind them, refused at once.
+  auto [queued, why] = FillUntilRefused(&q, clock, 3);
+  EXPECT_EQ(Queue::PutResult::kWouldMissDeadline, why);
+  EXPECT_GE(queued, 3);
+  EXPECT_LE(queued, 4);
   auto fine = CallDue(201, clock, 50);
   EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&fine));
   // Due before them all, it runs first: queued.
@@ -614,6 +628,42 @@ TEST(ServiceQueueOverloadTest, ACallTheQueueAheadWouldKeepPastItsDeadlineIsRefus
   // No deadline at all: never refused for it.
   auto endless = std::make_unique<TestCall>(202, clock.now);
   EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&endless));
+}
+
+// Reproduces the overload benchmark's p99 at 4 C with queues of 1,000 and
+// 100,000 at 224e2c7 (0.34 of a 50 ms deadline): before the first take
+// that waited past the target, calls were admitted up to their deadline,
+// 2,500 calls of 20 us, and every one of them then waited. Now a call with
+// a deadline joins at most its patience's worth of work from the start.
+TEST(ServiceQueueOverloadTest, ASuddenOverloadQueuesNoMoreThanThePatienceBeforeAnyLateTake) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(100000, &clock));
+  LearnRunTime(&q, clock, 20000);  // 20 us handlers
+  // Due in 50 ms: a patience of 6.25 ms, about 312 calls of 20 us.
+  auto [queued, why] = FillUntilRefused(&q, clock, 50);
+  EXPECT_EQ(Queue::PutResult::kOverloaded, why);
+  EXPECT_GE(queued, 300);
+  EXPECT_LE(queued, 330);
+  EXPECT_FALSE(q.overloaded());
+  // Given 10 s, a call still finds room: its patience is 1.25 s.
+  auto patient = CallDue(500000, clock, 10000);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&patient));
+  // And one with no deadline (its patience is the target alone) is not
+  // refused before calls wait past the target.
+  auto endless = std::make_unique<TestCall>(500001, clock.now);
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&endless));
+}
+
+TEST(ServiceQueueOverloadTest, WithoutAdmitByPatienceOnlyTheDeadlineBoundsTheWaitBeforeALateTake) {
+  FakeClock clock;
+  Queue::Options o = DeadlineOptions(100000, &clock);
+  o.admit_by_patience = false;
+  Queue q(o);
+  LearnRunTime(&q, clock, 20000);
+  auto [queued, why] = FillUntilRefused(&q, clock, 50);
+  EXPECT_EQ(Queue::PutResult::kWouldMissDeadline, why);
+  EXPECT_GE(queued, 2400);  // 50 ms of 20 us calls: 2,500
+  EXPECT_LE(queued, 2600);
 }
 
 TEST(ServiceQueueOverloadTest, RemoveIfTakesOutTheMatchingCalls) {

@@ -12,9 +12,10 @@
 // Overload (Options::overload_control): QueueDelayControl watches how long
 // taken calls waited. Each call has a patience: the delay target, or an
 // eighth of the time its caller gave it when that is longer (Patience()).
-// Once calls wait past the target (watching or overloaded), a newcomer is
-// refused when the calls it would wait behind hold more than its patience's
-// worth of work. While overloaded, the newest call (the latest deadline) is
+// A newcomer is refused when the calls it would wait behind hold more than
+// its patience's worth of work: from the start if it has a deadline
+// (Options::admit_by_patience), else once calls wait past the target
+// (watching or overloaded). While overloaded, the newest call (the latest deadline) is
 // taken first, and newcomers push out the calls that waited past their
 // patience. Always with overload_control, a newcomer that the calls ahead
 // of it would keep past its deadline is refused at once rather than left to
@@ -74,6 +75,11 @@ class ServiceQueue {
     int workers = 1;
     bool deadline_order = true;
     bool overload_control = true;
+    // With overload_control: a call with a deadline is refused when the
+    // calls ahead of it hold more than its patience's worth of work even
+    // before calls wait past the target (else only its deadline bounds
+    // that wait until then).
+    bool admit_by_patience = true;
     MonoDelta delay_target = MonoDelta::FromMilliseconds(5);
     MonoDelta delay_interval = MonoDelta::FromMilliseconds(100);
     // The time a worker takes a call at; tests inject their own.
@@ -264,14 +270,21 @@ class ServiceQueue {
       while (pos > 0 && queue_[pos - 1]->deadline() > c.deadline()) --pos;
     }
     if (options_.overload_control && avg_run_ns_ > 0) {
-      if (control_.state() != QueueDelayControl::State::kNormal) {
-        // A standing queue: no newcomer joins more than its patience's worth
-        // of work. Overloaded, every queued call counts (newest first, the
-        // older ones are shed at their patience); else those ahead of it.
+      const bool standing = control_.state() != QueueDelayControl::State::kNormal;
+      const bool has_deadline = c.deadline() != MonoTime::Max();
+      // No newcomer joins more than its patience's worth of work: once
+      // calls wait past the target, every newcomer; before that, those with
+      // a deadline too, so that the queue a sudden overload builds before
+      // the first late take is no longer than the patience either. (A call
+      // without a deadline has only the target for patience: it queues
+      // freely until calls wait past it.) Overloaded, every queued call
+      // counts (newest first, the older ones are shed at their patience);
+      // else those ahead of it.
+      if (standing || (has_deadline && options_.admit_by_patience)) {
         const size_t behind = overloaded ? queue_.size() : pos;
         if (behind >= AdmitLimit(Patience(c))) return PutResult::kOverloaded;
-      } else if (c.deadline() != MonoTime::Max() &&
-                 c.received_at() + WaitBehind(pos) > c.deadline()) {
+      }
+      if (!standing && has_deadline && c.received_at() + WaitBehind(pos) > c.deadline()) {
         return PutResult::kWouldMissDeadline;
       }
     }
