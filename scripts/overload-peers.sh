@@ -32,7 +32,10 @@
 # Variables: OVERLOAD_QUEUES ("50 1000 100000"), OVERLOAD_HANDLERS
 # ("1000:20": the sleeping handler's microseconds and the deadline in ms, for
 # the Kudu part), BRPC_OVERLOAD_HANDLERS and BRPC_OSPREY_QUEUES (the brpc
-# part), and those of benchmarks.sh --overload (OVERLOAD_LOADS,
+# part; BRPC_OSPREY_QUEUES="" runs no Osprey rows there), BRPC_SERVER_FLAGS
+# (more flags for brpc's server, e.g. -brpc_clamp_workers for brpc's minimum
+# of 4 bthread workers) and BRPC_LABEL ("brpc": the result directories'
+# and rows' prefix, e.g. brpc4w), and those of benchmarks.sh --overload (OVERLOAD_LOADS,
 # OVERLOAD_SECONDS, OVERLOAD_MAX_LAG_US, RPC_BENCH, ...). No burst
 # (OVERLOAD_BURST is set empty).
 # Output: RESULTS_DIR/<server>-q<LEN>/ (benchmarks.sh's files: osprey-q<LEN>
@@ -51,7 +54,11 @@ export OVERLOAD_BURST=""
 KUDU_CALC_SERVER="${KUDU_CALC_SERVER:-}"
 BRPC_OVERLOAD_BENCH="${BRPC_OVERLOAD_BENCH:-}"
 BRPC_HANDLERS="${BRPC_OVERLOAD_HANDLERS:-20:50 1000:20}"
-BRPC_OSPREY_QUEUES="${BRPC_OSPREY_QUEUES:-50}"
+BRPC_OSPREY_QUEUES="${BRPC_OSPREY_QUEUES-50}"
+BRPC_SERVER_FLAGS="${BRPC_SERVER_FLAGS:-}"
+BRPC_LABEL="${BRPC_LABEL:-brpc}"
+[[ "$BRPC_LABEL" =~ ^brpc[a-z0-9]*$ ]] || { echo "overload-peers.sh: BRPC_LABEL must be brpc[a-z0-9]*" >&2; exit 2; }
+read -ra BRPC_EXTRA <<<"$BRPC_SERVER_FLAGS"
 mkdir -p "$RESULTS_DIR"
 
 KUDU_OK=0
@@ -145,12 +152,12 @@ if [[ $BRPC_OK == 1 ]]; then
     brpc_c=""
     for lim in none auto; do
       echo "== brpc, limiter $lim, handler $hd" >&2
-      out="$RESULTS_DIR/brpc-$lim-h$h.server"
+      out="$RESULTS_DIR/$BRPC_LABEL-$lim-h$h.server"
       # 1 + 1 bthread workers (brpc has no reactor/worker split; see
       # bench/brpc-overload/README.md). Serves until stopped (an hour at most).
       "${PIN[@]}" "$BRPC_OVERLOAD_BENCH" -server_only -listen 127.0.0.1:0 -server_reactors 1 \
         -worker_threads 1 -handler=burn -max_concurrency="$([[ $lim == auto ]] && echo auto || echo 0)" \
-        -run_seconds 3600 >"$out.out" 2>"$out.err" </dev/null &
+        -run_seconds 3600 "${BRPC_EXTRA[@]}" >"$out.out" 2>"$out.err" </dev/null &
       BRPC_PID=$!
       addr=""
       for _ in $(seq 1 100); do
@@ -169,14 +176,12 @@ if [[ $BRPC_OK == 1 ]]; then
       [[ -z "$cap" && $lim == auto && -n "$brpc_c" ]] && cap="$h:$brpc_c"
       OVERLOAD_CAPACITY="$cap" OVERLOAD_HANDLERS="$hd" SERVER_FLAGS="" SERVER_ADDRESS="$addr" \
         SERVER_PID="$BRPC_PID" OVERLOAD_CLIENT="$BRPC_OVERLOAD_BENCH" \
-        RESULTS_DIR="$RESULTS_DIR/brpc-$lim-h$h" \
+        RESULTS_DIR="$RESULTS_DIR/$BRPC_LABEL-$lim-h$h" \
         bash "$ROOT/scripts/benchmarks.sh" --overload || FAILED=$((FAILED + 1))
       stop_brpc
-      if [[ $lim == none && -s "$RESULTS_DIR/brpc-none-h$h/overload.csv" ]]; then
-        brpc_c="$(/usr/bin/python3 -c 'import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-print(f"{float(rows[0][\"capacity\"]):.0f}" if rows and rows[0]["capacity"] else "")' \
-          "$RESULTS_DIR/brpc-none-h$h/overload.csv")"
+      if [[ $lim == none && -s "$RESULTS_DIR/$BRPC_LABEL-none-h$h/overload.csv" ]]; then
+        brpc_c="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "capacity") c = i }
+          NR == 2 { printf "%.0f", $c }' "$RESULTS_DIR/$BRPC_LABEL-none-h$h/overload.csv")"
       fi
     done
   done
@@ -230,9 +235,13 @@ if burn_rows:
     print()
     print(HEAD)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    order = {"osprey-burn": 0, "brpc-none": 1, "brpc-auto": 2}
+    def order(server):  # osprey, then each brpc label's none before its auto
+        if server == "osprey-burn":
+            return (0, "", 0)
+        label, _, lim = server.rpartition("-")
+        return (1, label, 0 if lim == "none" else 1)
     for h, load, server, q, r in sorted(burn_rows, key=lambda x: (
-            x[0], x[1], order.get(x[2], 9), x[3] or 0)):
+            x[0], x[1], order(x[2]), x[3] or 0)):
         name = "osprey" if server == "osprey-burn" else server
         print(f"| {h} us burn | {r['deadline_ms']} ms | {q if q is not None else '-'} | {load:g} "
               f"| {name} " + cells(r))
