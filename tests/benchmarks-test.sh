@@ -112,12 +112,17 @@ for r in rows:
         if r[k] == "" or float(r[k]) < 0:
             sys.exit(f"cell {r['load']}: {k} is '{r[k]}'")
     # No retries, no throttling: one attempt sent per call; the server's own
-    # count has them, and the calls made before the schedule.
+    # count has them, and the calls made before the schedule. Less the calls
+    # the client gave up on: a slow (sanitized) server may not have read them
+    # from its socket when the client closed the connection (CI's ASan leg,
+    # burst at 4 C: 3,952 of 124,476 never read).
     sent, received = int(r["attempts_sent"]), int(r["server_received"])
+    gave_up = int(r["timeouts"]) + int(r["unfinished"])
     if r["throttled"] != "0" or float(r["sent_over_offered"]) > 1.0 or \
-            not sent <= received <= sent + 10:
+            not sent - gave_up <= received <= sent + 10:
         sys.exit(f"cell {r['load']}: attempts_sent {sent}, server_received {received}, "
-                 f"throttled {r['throttled']}, sent/offered {r['sent_over_offered']}")
+                 f"timed out or unfinished {gave_up}, throttled {r['throttled']}, "
+                 f"sent/offered {r['sent_over_offered']}")
 half = rows[0]
 offered, goodput = float(half["offered"]), float(half["goodput"])
 if not offered > 0 or goodput < 0.8 * offered:
