@@ -47,7 +47,7 @@
 #include <thread>
 #include <vector>
 
-#include "arrivals.h"
+#include "arrivals.h"  // Osprey's tools/rpc-bench/arrivals.h: the same draws as rpc-bench
 #include "bench_report.h"
 #include "calculator.pb.h"
 
@@ -753,8 +753,8 @@ struct OpenCall {
 // schedule; brpc runs the done closures on the client's bthread workers.
 class Issuer {
  public:
-  Issuer(const std::vector<overload::Phase>& schedule, int index, int issuers, size_t num_windows,
-         int64_t window_ns, ErrorCounts* codes)
+  Issuer(const std::vector<osprey::bench::Phase>& schedule, int index, int issuers,
+         size_t num_windows, int64_t window_ns, ErrorCounts* codes)
       : index_(index),
         arrivals_(schedule, 1.0 / issuers, FLAGS_arrivals == "poisson",
                   FLAGS_seed + static_cast<uint64_t>(index), static_cast<double>(index) / issuers),
@@ -853,7 +853,7 @@ class Issuer {
   }
 
   const int index_;
-  overload::Arrivals arrivals_;
+  osprey::bench::Arrivals arrivals_;
   brpc::Channel channel_;
   std::unique_ptr<CalculatorService_Stub> stub_;
   std::unique_ptr<Window[]> windows_;
@@ -871,8 +871,8 @@ class Issuer {
   Latencies refusal_latency_;
 };
 
-std::vector<overload::Phase> ParseSchedule(const std::string& text) {
-  std::vector<overload::Phase> phases;
+std::vector<osprey::bench::Phase> ParseSchedule(const std::string& text) {
+  std::vector<osprey::bench::Phase> phases;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -892,7 +892,7 @@ std::vector<overload::Phase> ParseSchedule(const std::string& text) {
 }
 
 int RunOpenLoopClient() {
-  const std::vector<overload::Phase> schedule = ParseSchedule(FLAGS_rate_schedule);
+  const std::vector<osprey::bench::Phase> schedule = ParseSchedule(FLAGS_rate_schedule);
   if (FLAGS_call_timeout_ms < 1) BadFlag("-rate_schedule needs -call_timeout_ms >= 1");
   if (FLAGS_window_ms < 1 || FLAGS_window_ms > 60000) BadFlag("-window_ms: 1 to 60000");
   if (FLAGS_max_start_lag_us < 1 || FLAGS_max_start_lag_us > 1000000) {
@@ -903,7 +903,7 @@ int RunOpenLoopClient() {
   }
   if (FLAGS_handler_us < 0) BadFlag("-rate_schedule needs -handler_us (the Sleep call)");
   const int n = IsDefault("client_threads") ? 2 : FLAGS_client_threads;
-  const double schedule_ns = overload::Arrivals::TotalNanos(schedule);
+  const double schedule_ns = osprey::bench::Arrivals::TotalNanos(schedule);
   const double seconds = schedule_ns / 1e9;
   const int64_t window_ns = static_cast<int64_t>(FLAGS_window_ms) * 1000000;
   const int64_t timeout_ns = static_cast<int64_t>(FLAGS_call_timeout_ms) * 1000000;
