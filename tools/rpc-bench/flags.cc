@@ -121,8 +121,8 @@ DEFINE_int32(retry_attempts, 1,
              "backoff (20 ms doubling to 2 s, full jitter), never past its deadline, within "
              "the retry budget (-retry_budget); the overload mode reports the attempts sent");
 DEFINE_bool(retry_budget, true,
-            "client: each client messenger caps its retries to the server at 10% of the "
-            "calls it started there plus 10 per 10 s window "
+            "client: each client messenger caps its retries of calls the server refused "
+            "as overloaded at 10% of the calls it started there over 10 s plus 10 a second "
             "(MessengerBuilder::set_retry_budget, on by default); false: every refused "
             "call is retried up to -retry_attempts");
 DEFINE_bool(client_throttling, false,

@@ -49,12 +49,25 @@ TEST(RetryBudgetTest, RetriesAreCappedAtTheRatioOfCalls) {
   EXPECT_FALSE(budget.TryRetry(At(12.5)));
 }
 
-TEST(RetryBudgetTest, AMinimumLetsAQuietClientRetry) {
-  RetryBudget budget(0.1, 3, MonoDelta::FromSeconds(10));
+// The floor is per second, as Finagle's: 0.3 a second over a 10 s window
+// is 3 retries a window whatever the calls.
+TEST(RetryBudgetTest, AFloorPerSecondLetsAQuietClientRetry) {
+  RetryBudget budget(0.1, 0.3, MonoDelta::FromSeconds(10));
   budget.RecordCall(At(0));
   int allowed = 0;
   for (int i = 0; i < 10; ++i) allowed += budget.TryRetry(At(0)) ? 1 : 0;
-  EXPECT_EQ(3, allowed);  // 3 + 0.1 x 1, rounded down
+  EXPECT_EQ(3, allowed);  // 0.3 x 10 + 0.1 x 1, rounded down
+}
+
+// The default, 10 a second over 10 s: a client that made no call at all
+// may still retry 100 times in a window, not 10.
+TEST(RetryBudgetTest, TheDefaultFloorIsTenRetriesASecond) {
+  RetryBudget budget(0.1, 10, MonoDelta::FromSeconds(10));
+  int allowed = 0;
+  for (int i = 0; i < 200; ++i) allowed += budget.TryRetry(At(0)) ? 1 : 0;
+  EXPECT_EQ(100, allowed);
+  EXPECT_FALSE(budget.TryRetry(At(5)));
+  EXPECT_TRUE(budget.TryRetry(At(10.5)));  // the first ones forgotten
 }
 
 TEST(ClientThrottleTest, NothingIsRefusedWhileTheServerAcceptsMoreThanOneInK) {

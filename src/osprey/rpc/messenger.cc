@@ -168,11 +168,12 @@ MessengerBuilder& MessengerBuilder::set_reflection(bool enabled) {
   return *this;
 }
 
-MessengerBuilder& MessengerBuilder::set_retry_budget(bool enabled, double ratio, int min_retries,
+MessengerBuilder& MessengerBuilder::set_retry_budget(bool enabled, double ratio,
+                                                     double min_retries_per_second,
                                                      MonoDelta window) {
   retry_budget_ = enabled;
   retry_budget_ratio_ = ratio;
-  retry_budget_min_ = min_retries;
+  retry_budget_min_per_second_ = min_retries_per_second;
   retry_budget_window_ = window;
   return *this;
 }
@@ -314,11 +315,13 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.http_allowed_hosts = http_allowed_hosts_;
   obs.slow_call_threshold = slow_call_threshold_;
   obs.remembered = remembered_;
-  if (retry_budget_ && (!(retry_budget_ratio_ >= 0 && retry_budget_ratio_ <= 100) ||
-                        retry_budget_min_ < 0 || retry_budget_window_ <= MonoDelta())) {
+  if (retry_budget_ &&
+      (!(retry_budget_ratio_ >= 0 && retry_budget_ratio_ <= 100) ||
+       !(retry_budget_min_per_second_ >= 0 && retry_budget_min_per_second_ <= 1e6) ||
+       retry_budget_window_ <= MonoDelta())) {
     return Status::InvalidArgument(
-        "set_retry_budget: the ratio must be from 0 to 100, the minimum 0 or more and the window "
-        "above 0");
+        "set_retry_budget: the ratio must be from 0 to 100, the floor from 0 to 1,000,000 "
+        "retries a second and the window above 0");
   }
   if (client_throttling_ &&
       (!(throttle_k_ >= 1 && throttle_k_ <= 1000) || throttle_window_ <= MonoDelta())) {
@@ -327,7 +330,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   obs.retry_budget = retry_budget_;
   obs.retry_budget_ratio = retry_budget_ratio_;
-  obs.retry_budget_min = retry_budget_min_;
+  obs.retry_budget_min_per_second = retry_budget_min_per_second_;
   obs.retry_budget_window = retry_budget_window_;
   obs.client_throttling = client_throttling_;
   obs.throttle_k = throttle_k_;
@@ -468,7 +471,7 @@ std::shared_ptr<ServerGuards> Messenger::GuardsFor(const Sockaddr& server, bool 
     auto guards = std::make_shared<ServerGuards>();
     if (g.retry_budget) {
       guards->retry_budget = std::make_unique<RetryBudget>(
-          g.retry_budget_ratio, static_cast<uint64_t>(g.retry_budget_min), g.retry_budget_window);
+          g.retry_budget_ratio, g.retry_budget_min_per_second, g.retry_budget_window);
     }
     if (g.client_throttling) {
       guards->throttle = std::make_unique<ClientThrottle>(g.throttle_k, g.throttle_window);

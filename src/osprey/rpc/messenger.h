@@ -224,13 +224,19 @@ class MessengerBuilder {
   MessengerBuilder& set_reflection(bool enabled);
 
   // Client overload guards, per server this messenger calls (see
-  // ServerGuards). The retry budget: retries of calls with a RetryPolicy
-  // are capped at `ratio` of the calls started to the same server over
-  // `window`, plus `min_retries` per window (0.1, 10, 10 s by default); a
-  // ratio of 0 with no minimum never retries, and `enabled` false turns the
-  // cap off. ERROR_SERVER_TOO_BUSY is retried only within it, after the
-  // policy's jittered backoff.
-  MessengerBuilder& set_retry_budget(bool enabled, double ratio = 0.1, int min_retries = 10,
+  // ServerGuards). The retry budget: retries of calls that server refused
+  // as overloaded (ERROR_SERVER_TOO_BUSY or ERROR_UNAVAILABLE) are capped
+  // at `ratio` of the calls started to it over `window`, plus a floor of
+  // `min_retries_per_second` for each second of the window (0.1, 10 a
+  // second, 10 s by default, as Finagle's); a ratio of 0 with no floor
+  // never retries them, and `enabled` false turns the cap off. Such calls
+  // are retried only within it, after the policy's jittered backoff.
+  // Retries after a broken or refused connection, or a server shutting
+  // down, do not spend it: they are bounded by their policy's attempts and
+  // backoff (a cut connection fails every call it carried at once, one
+  // event that must not use up the budget call by call).
+  MessengerBuilder& set_retry_budget(bool enabled, double ratio = 0.1,
+                                     double min_retries_per_second = 10,
                                      MonoDelta window = MonoDelta::FromSeconds(10));
   // Google SRE's adaptive throttling (ClientThrottle): a call is refused
   // locally, ServiceUnavailable and never sent, with probability
@@ -263,7 +269,7 @@ class MessengerBuilder {
   bool reflection_ = false;
   bool retry_budget_ = true;
   double retry_budget_ratio_ = 0.1;
-  int retry_budget_min_ = 10;
+  double retry_budget_min_per_second_ = 10;
   MonoDelta retry_budget_window_ = MonoDelta::FromSeconds(10);
   bool client_throttling_ = false;
   double throttle_k_ = 2.0;
@@ -330,7 +336,7 @@ class Messenger {
     // set_client_throttling).
     bool retry_budget = true;
     double retry_budget_ratio = 0.1;
-    int retry_budget_min = 10;
+    double retry_budget_min_per_second = 10;
     MonoDelta retry_budget_window;
     bool client_throttling = false;
     double throttle_k = 2.0;

@@ -79,7 +79,13 @@ bool OutboundCall::ShouldRetry(const Status& status, const wire::ErrorStatusPB* 
   return false;
 }
 
-bool OutboundCall::ScheduleRetry() {
+bool OutboundCall::RefusedAsOverloaded(const Status& status) {
+  // ERROR_SERVER_TOO_BUSY and ERROR_UNAVAILABLE (OnResponse); a server
+  // shutting down is a RemoteError, a broken connection a NetworkError.
+  return status.IsServiceUnavailable();
+}
+
+bool OutboundCall::ScheduleRetry(const Status& status) {
   transport::Reactor* r = reactor();
   if (r == nullptr || !r->IsCurrentThread()) return false;  // its timer needs its loop
   double cap = static_cast<double>(retry_policy_.initial_backoff.ToMicroseconds());
@@ -89,7 +95,11 @@ bool OutboundCall::ScheduleRetry() {
   std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
   MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
   if (!deadline().IsMax() && at >= deadline()) return false;
-  if (guards_ != nullptr) {
+  // Only a server's refusal spends the guards: they keep retries from
+  // adding to a server's overload. A connection that broke failed every
+  // call it carried at once; those retries are paced by the policy's
+  // backoff and bounded by its attempts (issue 46).
+  if (guards_ != nullptr && RefusedAsOverloaded(status)) {
     if (guards_->retry_budget != nullptr && !guards_->retry_budget->TryRetry(LoopTime())) {
       not_retried_because_ = "its server's retry budget is spent";
       return false;
@@ -245,7 +255,7 @@ void OutboundCall::Complete(const Status& attempt_status,
       // not with the failure it would have retried.
       status = Status::Aborted(Describe() + " cancelled");
       error.reset();
-    } else if (ScheduleRetry()) {
+    } else if (ScheduleRetry(status)) {
       return;
     } else if (not_retried_because_ != nullptr) {
       status = status.CloneAndPrepend(std::string("not retried (") + not_retried_because_ + ")");

@@ -69,9 +69,10 @@ class OutboundCall final : public transport::ClientCall {
   // `idempotent`: the caller allows a retry after the request may have
   // reached the server.
   void set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue);
-  // The overload guards of its server: a retry needs the retry budget's
-  // leave (and the throttle's), and each attempt's answer tells the
-  // throttle whether the server accepted it.
+  // The overload guards of its server: a retry after the server refused
+  // the call as overloaded needs the retry budget's leave (and the
+  // throttle's), and each attempt's answer tells the throttle whether the
+  // server accepted it.
   void set_guards(std::shared_ptr<ServerGuards> guards) { guards_ = std::move(guards); }
   // The timeout_millis a request carries when `remaining` is left of its
   // deadline: whole milliseconds rounded up, from 1 to UINT32_MAX.
@@ -84,8 +85,14 @@ class OutboundCall final : public transport::ClientCall {
   OutboundCall(RetryOf, OutboundCall* prior);
   // Whether the failure `status` may be retried (attempts left, and safe to).
   bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
-  // True if a retry was scheduled; false: this attempt's outcome is final.
-  bool ScheduleRetry();
+  // True if a retry of the attempt that ended with `status` was scheduled;
+  // false: this attempt's outcome is final. Only a retry after a refusal
+  // as overloaded asks the server's guards (budget, throttle).
+  bool ScheduleRetry(const Status& status);
+  // Whether an attempt that ended with `status` was refused by its server
+  // as overloaded (too busy, unavailable): it did not run, and retrying it
+  // adds to that server's load.
+  static bool RefusedAsOverloaded(const Status& status);
   // Whether an attempt that ended so was accepted by the server (for the
   // throttle): answered with anything but a refusal.
   static bool ServerAccepted(const Status& status, const wire::ErrorStatusPB* error);

@@ -1,0 +1,285 @@
+// Retries through a flaky network (issue 46): a proxy between client and
+// server cuts the connection at a random 2% of the chunks it forwards, and
+// every call is an exactly-once (tracked) deposit with a generous
+// RetryPolicy, on a client Messenger with every setting at its default.
+// Every deposit must succeed and every account's balance must be exactly
+// the deposits made: a cut connection is a network fault to retry through,
+// not a server refusing work, so it must not spend the retry budget.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "contract_test_util.h"
+#include "exactly_once_test.osprey.h"
+#include "osprey/base/countdown_latch.h"
+#include "osprey/base/socket.h"
+#include "osprey/rpc/messenger.h"
+#include "recording_proxy.h"
+#include "rpc_test_util.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+using exactly_once_test::LedgerAddRequestPB;
+using exactly_once_test::LedgerAddResponsePB;
+using exactly_once_test::LedgerServiceIf;
+using exactly_once_test::LedgerServiceProxy;
+using exactly_once_test::ResetRequestPB;
+using exactly_once_test::ResetResponsePB;
+
+constexpr int kAccounts = 16;
+
+// Accounts with balances; Add deposits `amount` into `account`, after
+// sleeping `sleep_ms` (the handler's cost). Tracked: the server answers a
+// retry of a deposit that ran from memory.
+class Bank : public LedgerServiceIf {
+ public:
+  void Add(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp, RpcContext* ctx) override {
+    if (req->sleep_ms() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    balances_[req->account()] += req->amount();
+    resp->set_balance(balances_[req->account()]);
+    resp->set_handler_runs(++runs_);
+    ctx->RespondSuccess();
+  }
+  void AddUntracked(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp,
+                    RpcContext* ctx) override {
+    Add(req, resp, ctx);
+  }
+  void Reset(const ResetRequestPB*, ResetResponsePB*, RpcContext* ctx) override {
+    ctx->RespondSuccess();
+  }
+  bool AuthorizeAnyUser(const google::protobuf::Message*, google::protobuf::Message*,
+                        RpcContext*) override {
+    return true;
+  }
+  bool AuthorizeAdmin(const google::protobuf::Message*, google::protobuf::Message*,
+                      RpcContext*) override {
+    return true;
+  }
+  std::map<uint32_t, uint64_t> balances() {
+    std::lock_guard<std::mutex> l(mu_);
+    return balances_;
+  }
+  uint64_t runs() {
+    std::lock_guard<std::mutex> l(mu_);
+    return runs_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint32_t, uint64_t> balances_;
+  uint64_t runs_ = 0;
+};
+
+// What the application asks for: many attempts, the default backoffs.
+RetryPolicy SixtyAttempts() {
+  RetryPolicy p;
+  p.max_attempts = 60;
+  return p;
+}
+
+// The amount of deposit `i`: distinct enough that a lost or doubled
+// deposit shows in the account's balance.
+uint32_t AmountOf(int i) { return 1 + static_cast<uint32_t>(i % 97); }
+uint32_t AccountOf(int i) { return static_cast<uint32_t>(i % kAccounts); }
+
+class FlakyNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Everything at its default but the reactors: a server as users make it.
+    ASSERT_TRUE(MessengerBuilder("bank").set_num_reactors(2).Build(&server_).ok());
+    auto bank = std::make_unique<Bank>();
+    bank_ = bank.get();
+    ASSERT_TRUE(server_->RegisterService(std::move(bank)).ok());
+    Sockaddr addr;
+    ASSERT_TRUE(server_->Listen(Sockaddr::Loopback(0), &addr).ok());
+    cutter_ = std::make_unique<RecordingProxy>(addr);
+    cutter_->CutAtRandomReads(0.02, /*seed=*/46);
+    ASSERT_TRUE(cutter_->Start(&via_).ok());
+    ASSERT_TRUE(MessengerBuilder("client").Build(&client_).ok());  // every default
+  }
+  void TearDown() override {
+    if (client_) client_->Shutdown();
+    cutter_.reset();
+    if (server_) server_->Shutdown();
+  }
+
+  // Records deposit `i`'s outcome; the first few failures are kept.
+  void Record(int i, const Status& s, int attempts) {
+    if (s.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      expected_[AccountOf(i)] += AmountOf(i);
+      ++succeeded_;
+      return;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    ++failed_;
+    if (failures_.size() < 5) {
+      failures_.push_back("deposit " + std::to_string(i) + " after " + std::to_string(attempts) +
+                          " attempt(s): " + s.ToString());
+    }
+  }
+
+  // Every deposit succeeded, every balance is exactly what was deposited,
+  // and no deposit ran twice.
+  void ExpectEveryDepositExactlyOnce(int deposits) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::string why;
+    for (const std::string& f : failures_) why += "\n  " + f;
+    EXPECT_EQ(0, failed_) << failed_ << " of " << deposits << " deposits failed ("
+                          << cutter_->cuts() << " cuts), e.g.:" << why;
+    EXPECT_EQ(deposits, succeeded_);
+    EXPECT_EQ(expected_, bank_->balances());
+    EXPECT_EQ(static_cast<uint64_t>(succeeded_), bank_->runs())
+        << "a deposit ran twice or was lost";
+    EXPECT_GT(cutter_->cuts(), 0) << "the proxy never cut: the test tested nothing";
+  }
+
+  // `threads` threads of blocking deposits, `deposits` in all.
+  void SyncDeposits(int threads, int deposits, uint32_t sleep_ms) {
+    std::atomic<int> next{0};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&] {
+        LedgerServiceProxy proxy(client_, via_);
+        for (int i = next++; i < deposits; i = next++) {
+          LedgerAddRequestPB req;
+          req.set_account(AccountOf(i));
+          req.set_amount(AmountOf(i));
+          req.set_sleep_ms(sleep_ms);
+          LedgerAddResponsePB resp;
+          RpcController ctl;
+          ctl.set_timeout(MonoDelta::FromSeconds(60));
+          EXPECT_TRUE(ctl.set_retry_policy(SixtyAttempts()).ok());
+          Status s = proxy.Add(req, &resp, &ctl);
+          Record(i, s, ctl.attempts());
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+
+  std::shared_ptr<Messenger> server_, client_;
+  Bank* bank_ = nullptr;
+  std::unique_ptr<RecordingProxy> cutter_;
+  Sockaddr via_;
+  std::mutex mu_;
+  std::map<uint32_t, uint64_t> expected_;
+  int succeeded_ = 0, failed_ = 0;
+  std::vector<std::string> failures_;
+};
+
+TEST_F(FlakyNetworkTest, EightThreadsOfBlockingDepositsAllSucceedExactlyOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kDeposits = 2000;
+  SyncDeposits(8, kDeposits, /*sleep_ms=*/0);
+  ExpectEveryDepositExactlyOnce(kDeposits);
+}
+
+TEST_F(FlakyNetworkTest, BlockingDepositsWithAOneMillisecondHandlerAllSucceedExactlyOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kDeposits = 2000;
+  SyncDeposits(8, kDeposits, /*sleep_ms=*/1);
+  ExpectEveryDepositExactlyOnce(kDeposits);
+}
+
+// An async window of 100 deposits in flight: one cut fails up to 100 calls
+// at once, one event that must not exhaust the budget for all of them.
+TEST_F(FlakyNetworkTest, AnAsyncWindowOfAHundredDepositsAllSucceedExactlyOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kDeposits = 4000;
+  constexpr int kWindow = 100;
+  LedgerServiceProxy proxy(client_, via_);
+  struct Deposit {
+    LedgerAddRequestPB req;
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+  };
+  std::vector<std::unique_ptr<Deposit>> deposits(kDeposits);
+  CountDownLatch all_done(kDeposits);
+  std::mutex window_mu;
+  std::condition_variable window_cv;
+  int in_flight = 0;
+  for (int i = 0; i < kDeposits; ++i) {
+    {
+      std::unique_lock<std::mutex> l(window_mu);
+      window_cv.wait(l, [&] { return in_flight < kWindow; });
+      ++in_flight;
+    }
+    auto& d = deposits[i];
+    d = std::make_unique<Deposit>();
+    d->req.set_account(AccountOf(i));
+    d->req.set_amount(AmountOf(i));
+    d->ctl.set_timeout(MonoDelta::FromSeconds(60));
+    ASSERT_TRUE(d->ctl.set_retry_policy(SixtyAttempts()).ok());
+    Deposit* raw = d.get();
+    proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, raw, i] {
+      Record(i, raw->ctl.status(), raw->ctl.attempts());
+      {
+        std::lock_guard<std::mutex> l(window_mu);
+        --in_flight;
+      }
+      window_cv.notify_one();
+      all_done.CountDown();
+    });
+  }
+  ASSERT_TRUE(all_done.WaitFor(MonoDelta::FromSeconds(120)));
+  ExpectEveryDepositExactlyOnce(kDeposits);
+}
+
+// A server that is gone: nothing listens. Each of 100 calls in flight at
+// once is retried as its policy says, to its last attempt, and ends with
+// the connection's error, not with a spent budget after its first.
+TEST(RetryWithoutAServerTest, EachCallUsesItsPolicysAttemptsNotABudget) {
+  Watchdog dog(std::chrono::seconds(60));
+  Sockaddr addr;
+  {
+    Socket probe;  // a free port, closed again
+    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
+    ASSERT_TRUE(probe.GetLocalAddress(&addr).ok());
+  }
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").Build(&client).ok());  // every default
+  LedgerServiceProxy proxy(client, addr);
+  RetryPolicy policy;
+  policy.max_attempts = 5;
+  policy.initial_backoff = MonoDelta::FromMilliseconds(1);
+  policy.max_backoff = MonoDelta::FromMilliseconds(10);
+  constexpr int kCalls = 100;
+  struct Call {
+    LedgerAddRequestPB req;
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  CountDownLatch done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call& c = *calls.back();
+    c.req.set_amount(1);
+    c.ctl.set_timeout(MonoDelta::FromSeconds(30));
+    ASSERT_TRUE(c.ctl.set_retry_policy(policy).ok());
+    proxy.AddAsync(c.req, &c.resp, &c.ctl, [&] { done.CountDown(); });
+  }
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(40)));
+  for (const auto& c : calls) {
+    EXPECT_TRUE(c->ctl.status().IsNetworkError()) << c->ctl.status().ToString();
+    EXPECT_EQ(std::string::npos, c->ctl.status().message().find("budget"))
+        << c->ctl.status().ToString();
+    EXPECT_EQ(policy.max_attempts, c->ctl.attempts()) << c->ctl.status().ToString();
+  }
+  client->Shutdown();
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test
