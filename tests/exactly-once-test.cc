@@ -563,6 +563,67 @@ TEST_F(ExactlyOnceTest, RememberedAnswersStayWithinTheirByteBound) {
   EXPECT_EQ(static_cast<uint64_t>(kCalls), ledger_->runs());
 }
 
+// Issue 47: under SASL PLAIN a user is a name the peer chose. A peer at
+// 127.0.0.2 naming 120 users, each holding just under the victim's answer,
+// must not make the victim's stored answer (127.0.0.1) stale: the shares
+// of PLAIN names are the peer's address, so the attacker's names share one.
+// (Before, each name had a share of its own, and at the whole bound the
+// victim, holding the most, gave first: its retry was refused STALE.)
+TEST_F(ExactlyOnceTest, APeerNamingManyPlainUsersCannotMakeAnothersAnswerStale) {
+  constexpr size_t kBound = 256 * 1024;
+  RememberedResults r;
+  r.max_bytes = kBound;
+  ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server").set_remembered_results(r)));
+  Sockaddr victim_at, attacker_at;
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.1:0", &victim_at).ok());
+  ASSERT_TRUE(Sockaddr::Parse("127.0.0.2:0", &attacker_at).ok());
+  RawConn victim;
+  ASSERT_TRUE(victim.ConnectFrom(victim_at, addr_).ok());
+  ASSERT_TRUE(victim.Negotiate("victim").ok());
+  const wire::RequestIdPB mine = Id("victim-client", 1, 1);
+  Answer first = Exchange(&victim, AddFrame(1, &mine, 7, 0, 0, /*padding=*/16 * 1024));
+  ASSERT_FALSE(first.is_error) << first.error.message();
+  // 120 names of 12 KiB each: 1.4 MiB asked of a 256 KiB memory.
+  int refused = 0;
+  for (int i = 0; i < 120; ++i) {
+    RawConn attacker;
+    ASSERT_TRUE(attacker.ConnectFrom(attacker_at, addr_).ok());
+    ASSERT_TRUE(attacker.Negotiate("name-" + std::to_string(i)).ok());
+    const wire::RequestIdPB id = Id("attacker-" + std::to_string(i), 1, 1);
+    Answer a = Exchange(&attacker, AddFrame(1, &id, 1, 0, 0, /*padding=*/12 * 1024));
+    if (a.is_error) ++refused;
+    EXPECT_LE(Gauge("osprey_server_remembered_bytes"), static_cast<double>(kBound));
+  }
+  // The victim's retry of its call gets its stored answer; nothing ran twice.
+  const uint64_t runs = ledger_->runs();
+  const wire::RequestIdPB retry = Id("victim-client", 1, 1, 2);
+  Answer again = Exchange(&victim, AddFrame(2, &retry, 7));
+  ASSERT_FALSE(again.is_error) << "the victim's answer was evicted by another peer's names: "
+                               << again.error.message();
+  EXPECT_EQ(first.response.balance(), again.response.balance());
+  EXPECT_EQ(first.response.handler_runs(), again.response.handler_runs());
+  EXPECT_EQ(runs, ledger_->runs());
+  EXPECT_EQ(0, refused) << "the attacker's own oldest answers give way to its newest";
+}
+
+// A client id longer than 64 bytes (Kudu's are 32) is refused before it
+// costs the tracker anything.
+TEST_F(ExactlyOnceTest, AClientIdLongerThanSixtyFourBytesIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConn conn;
+  ASSERT_NO_FATAL_FAILURE(Connect(&conn));
+  const wire::RequestIdPB id = Id(std::string(65, 'x'), 1, 1);
+  Answer a = Exchange(&conn, AddFrame(1, &id, 1));
+  ASSERT_TRUE(a.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_INVALID_REQUEST, a.error.code()) << a.error.message();
+  EXPECT_EQ(0u, ledger_->runs());
+  EXPECT_EQ(0, Gauge("osprey_server_remembered_clients"));
+  const wire::RequestIdPB ok = Id(std::string(64, 'x'), 1, 1);
+  a = Exchange(&conn, AddFrame(2, &ok, 1));
+  EXPECT_FALSE(a.is_error) << a.error.message();
+  EXPECT_EQ(1u, ledger_->runs());
+}
+
 TEST_F(ExactlyOnceTest, AnAttemptThatDidNotRunLeavesNothingAndItsRetryRuns) {
   ASSERT_NO_FATAL_FAILURE(Start());
   RawConn conn;

@@ -166,6 +166,17 @@ class RawConn {
     return sock_.Connect(addr);
   }
 
+  // Connects from the address `local` (port 0): every 127/8 address is
+  // loopback, so one test can be peers at several addresses.
+  Status ConnectFrom(const Sockaddr& local, const Sockaddr& addr) {
+    OSPREY_RETURN_NOT_OK(sock_.Init(addr));
+    OSPREY_RETURN_NOT_OK(sock_.Bind(local));
+    OSPREY_RETURN_NOT_OK(sock_.SetNoDelay(true));  // many small frames, no 40 ms waits
+    timeval tv{10, 0};
+    setsockopt(sock_.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return sock_.Connect(addr);
+  }
+
   Status Send(const std::string& bytes) {
     return sock_.WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }

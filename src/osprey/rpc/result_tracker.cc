@@ -53,8 +53,17 @@ std::string ResultTracker::ClientKey(const std::string& user, const std::string&
   return std::to_string(user.size()) + ":" + user + client_id;
 }
 
-ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire::RequestIdPB& id,
+ResultTracker::Decision ResultTracker::Track(const std::string& user, const std::string& share,
+                                             const wire::RequestIdPB& id,
                                              std::unique_ptr<TrackedCall>* call) {
+  if (id.client_id().size() > kMaxClientIdBytes) {
+    (*call)->RespondFailure(
+        wire::ErrorStatusPB::ERROR_INVALID_REQUEST,
+        Status::InvalidArgument("the request id's client id is " +
+                                std::to_string(id.client_id().size()) + " bytes long; at most " +
+                                std::to_string(kMaxClientIdBytes) + " are allowed"));
+    return Decision::kInvalid;
+  }
   enum class Reply { kNone, kStored, kStale, kFull, kTooManyWaiting } reply = Reply::kNone;
   Answer stored;
   {
@@ -62,8 +71,8 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
     const MonoTime now = Now();
     SweepLocked(now);
     std::string key = ClientKey(user, id.client_id());
-    User* u = &users_[user];
-    u->name = user;
+    User* u = &users_[share];
+    u->name = share;
     pinned_ = u;
     // However Track ends, a user left without clients goes.
     struct Unpin {
@@ -157,7 +166,7 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const wire
                                " is stale: its answer was already acknowledged or forgotten"));
       return Decision::kStale;
     case Reply::kFull:
-      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full for user " << user
+      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full for " << share
                                  << " (its share " << max_bytes_per_user_ << " of "
                                  << options_.max_bytes << " bytes); refusing its new ones until "
                                  << "its clients acknowledge answers or they expire";
@@ -293,9 +302,8 @@ bool ResultTracker::EvictOne(User* user, const Client* keep) {
     e.answer_bytes = 0;
     e.state = State::kEvicted;
     e.order = evicted_.insert(evicted_.end(), {n.at, n.client, n.seq_no});
-    LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers of user " << user->name
-                               << " (its share " << max_bytes_per_user_ << " of "
-                               << options_.max_bytes
+    LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers of " << user->name << " (its share "
+                               << max_bytes_per_user_ << " of " << options_.max_bytes
                                << " bytes); their retries will be refused as stale";
     return true;
   }

@@ -34,9 +34,14 @@
 //    anything to evict gives first, in the same order, but never to a user
 //    that would then hold as much: that one gives its own, or is refused.
 //    So one user, however busy, can neither evict the answers of a user
-//    holding less, nor take the room the others' shares leave. (Under SASL
-//    PLAIN a client names its own user: shares then separate only
-//    authenticated users.)
+//    holding less, nor take the room the others' shares leave.
+//  - A share belongs to whoever the caller names in Track: the
+//    authenticated user, or, where the user is only a name the peer chose
+//    (SASL PLAIN), the peer's address (ServiceIf::TrackAuthorized), so
+//    that a peer cannot multiply its shares by naming users. Answers stay
+//    keyed by the user either way.
+//  - A client id is at most kMaxClientIdBytes (Kudu's are 32): a longer
+//    one is refused ERROR_INVALID_REQUEST and costs nothing.
 //  - When a user's records alone fill its share, its new requests are
 //    refused ERROR_SERVER_TOO_BUSY (retryable) until acknowledgements or
 //    time free room; other users are not. The bound is never passed, and
@@ -134,13 +139,20 @@ class ResultTracker {
     kStale,     // refused with ERROR_REQUEST_STALE
     kRefused,   // refused ERROR_SERVER_TOO_BUSY: the memory bound, or too
                 // many duplicates waiting
+    kInvalid,   // refused ERROR_INVALID_REQUEST: a client id too long
   };
-  // What to do with `*call`, which `user` sent with `id`. Takes the call
-  // for kWaiting (*call is then null); answers it for every decision but
-  // kRun. `id` may be the call's own: it is not read once the call is
-  // handed over.
-  Decision Track(const std::string& user, const wire::RequestIdPB& id,
+  static constexpr size_t kMaxClientIdBytes = 64;
+  // What to do with `*call`, which `user` sent with `id`, counted against
+  // `share`'s part of the memory (see above). Takes the call for kWaiting
+  // (*call is then null); answers it for every decision but kRun. `id` may
+  // be the call's own: it is not read once the call is handed over.
+  Decision Track(const std::string& user, const std::string& share, const wire::RequestIdPB& id,
                  std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_);
+  // The same, with the user's own share: for authenticated users.
+  Decision Track(const std::string& user, const wire::RequestIdPB& id,
+                 std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_) {
+    return Track(user, user, id, call);
+  }
 
   // The first attempt of `key` answered. `store`: its handler ran and
   // succeeded, so the answer is kept; otherwise the request is forgotten
@@ -155,8 +167,8 @@ class ResultTracker {
   // Every byte counted against max_bytes.
   size_t memory_bytes() const EXCLUDES(mu_);
   size_t clients() const EXCLUDES(mu_);
-  // What `user` holds, counted against its share.
-  size_t user_bytes(const std::string& user) const EXCLUDES(mu_);
+  // What `share` (a user, or a PLAIN peer's address) holds.
+  size_t user_bytes(const std::string& share) const EXCLUDES(mu_);
   // Requests whose answers were evicted, kept so that their retries are
   // refused.
   size_t evicted_records() const EXCLUDES(mu_);

@@ -42,8 +42,14 @@ bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
   // may answer and free it.
   ResultTracker::Key key{call->remote_user(), call->request_id().client_id(),
                          call->request_id().seq_no()};
+  // Whose share of the tracker's memory the call spends: a user who proved
+  // who they are, or, for a name the peer chose (SASL PLAIN), the peer's
+  // address, which naming more users does not multiply.
+  const std::string share = call->remote_identity().method == AuthenticationMethod::kPlain
+                                ? "address " + call->remote_address().host()
+                                : "user " + key.user;
   std::unique_ptr<TrackedCall> tracked(ctx->call_.release());
-  ResultTracker::Decision d = tracker->Track(key.user, call->request_id(), &tracked);
+  ResultTracker::Decision d = tracker->Track(key.user, share, call->request_id(), &tracked);
   // The tracker answered the call, or holds it (then tracked is null).
   ctx->call_.reset(static_cast<InboundCall*>(tracked.release()));
   if (d == ResultTracker::Decision::kRun) {
