@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -74,6 +75,16 @@ class HostileClientTest : public ::testing::Test {
   void ExpectClosedAndServerHealthy(RawConn* c) {
     EXPECT_TRUE(c->WaitForClose(MonoDelta::FromSeconds(5))) << "server kept the connection open";
     c->Close();
+    EXPECT_LE(WaitForFdCountAtMost(baseline_fds_), baseline_fds_) << "a descriptor leaked";
+    ExpectNormalCallWorks();
+  }
+
+  // As ExpectClosedAndServerHealthy, for several connections at once.
+  void ExpectAllClosedAndServerHealthy(std::vector<std::unique_ptr<RawConn>>* conns) {
+    for (auto& c : *conns) {
+      EXPECT_TRUE(c->WaitForClose(MonoDelta::FromSeconds(5))) << "server kept a connection open";
+      c->Close();
+    }
     EXPECT_LE(WaitForFdCountAtMost(baseline_fds_), baseline_fds_) << "a descriptor leaked";
     ExpectNormalCallWorks();
   }
@@ -201,6 +212,96 @@ TEST_F(PreAuthMemoryTest, ANegotiateOfManyEmptyEntriesIsRefusedBeforeItIsParsed)
   std::cerr << "peak RSS grew by " << growth << " KiB (not checked under a sanitizer)\n";
 #else
   // The frame's own bytes and the test's copy of them, not 25 MB.
+  EXPECT_LT(growth, 4 * 1024) << "peak RSS grew by " << growth << " KiB";
+#endif
+}
+
+// 512,000 empty unknown fields (field 3, varint 0: 2 bytes each) for the
+// inside of one nested message: 1,024,000 bytes that protobuf would keep
+// as an UnknownField each, some 32 MB (issue 47, finding 1).
+std::string ManyEmptyUnknownFields() {
+  std::string fields;
+  fields.reserve(1'024'000);
+  for (int i = 0; i < 512'000; ++i) fields += std::string("\x18\x00", 2);
+  return fields;
+}
+
+// A NEGOTIATE of about 1 MB (under the 1 MiB limit) with one
+// sasl_mechanisms entry, PLAIN, that also carries 512,000 empty unknown
+// fields. Its top level has two fields; only a count at every depth sees
+// the rest. Sent on 8 connections, one after the other, each kept open (as
+// an attacker would), before any SASL.
+TEST_F(PreAuthMemoryTest, FieldsNestedInANegotiateAreCountedOnEightConnections) {
+  StartServer(MessengerBuilder("server"));
+  std::string entry = std::string("\x12\x05", 2) + "PLAIN" + ManyEmptyUnknownFields();
+  std::string body = std::string("\x10\x01", 2)  // step: NEGOTIATE
+                     + "\x22" + Varint32(static_cast<uint32_t>(entry.size())) + entry;
+  entry.clear();
+  entry.shrink_to_fit();
+  wire::RequestHeader h;
+  h.set_call_id(kNegotiationCallId);
+  const std::string frame = RawFrame(h.SerializeAsString(), body);
+  body.clear();
+  body.shrink_to_fit();
+  ASSERT_LT(frame.size(), 1024u * 1024u) << "the frame must fit the negotiation limit";
+  // The frame is resident before the baseline: only the server's growth counts.
+  ASSERT_TRUE(ResetPeakRss()) << "this kernel cannot reset the peak RSS";
+  const int64_t before = PeakRssKiB();
+  ASSERT_GT(before, 0);
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < 8; ++i) {
+    conns.push_back(std::make_unique<RawConn>());
+    RawConn* c = conns.back().get();
+    Connect(c);
+    ASSERT_TRUE(c->SendConnectionHeader().ok());
+    ASSERT_TRUE(c->Send(frame).ok());
+    ExpectFatal(c, kNegotiationCallId, ErrorStatusPB::FATAL_UNAUTHORIZED,
+                "negotiation message has more than 64 fields");
+  }
+  const int64_t growth = PeakRssKiB() - before;
+  ExpectAllClosedAndServerHealthy(&conns);
+#ifdef OSPREY_SANITIZED
+  std::cerr << "peak RSS grew by " << growth << " KiB (not checked under a sanitizer)\n";
+#else
+  // 8 frames of 1 MB in turn, not 8 times 32 MB of parsed fields.
+  EXPECT_LT(growth, 4 * 1024) << "peak RSS grew by " << growth << " KiB";
+#endif
+}
+
+// After SASL PLAIN (anyone gets that far), a connection context whose
+// user_info carries 512,000 empty unknown fields: counted at every depth
+// as a NEGOTIATE is, and refused before protobuf parses it.
+TEST_F(PreAuthMemoryTest, FieldsNestedInTheConnectionContextAreCounted) {
+  StartServer(MessengerBuilder("server"));
+  std::string info = std::string("\x12\x01", 2) + "x" + ManyEmptyUnknownFields();
+  std::string body = "\x12" + Varint32(static_cast<uint32_t>(info.size())) + info;
+  info.clear();
+  info.shrink_to_fit();
+  wire::RequestHeader h;
+  h.set_call_id(kConnectionContextCallId);
+  const std::string frame = RawFrame(h.SerializeAsString(), body);
+  body.clear();
+  body.shrink_to_fit();
+  ASSERT_TRUE(ResetPeakRss()) << "this kernel cannot reset the peak RSS";
+  const int64_t before = PeakRssKiB();
+  ASSERT_GT(before, 0);
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < 8; ++i) {
+    conns.push_back(std::make_unique<RawConn>());
+    RawConn* c = conns.back().get();
+    Connect(c);
+    ASSERT_TRUE(c->SendConnectionHeader().ok());
+    ASSERT_TRUE(c->NegotiateStep().ok());
+    ASSERT_TRUE(c->SaslStep("anyone").ok());
+    ASSERT_TRUE(c->Send(frame).ok());
+    ExpectFatal(c, kConnectionContextCallId, ErrorStatusPB::FATAL_DESERIALIZING_REQUEST,
+                "connection context has more than 64 fields");
+  }
+  const int64_t growth = PeakRssKiB() - before;
+  ExpectAllClosedAndServerHealthy(&conns);
+#ifdef OSPREY_SANITIZED
+  std::cerr << "peak RSS grew by " << growth << " KiB (not checked under a sanitizer)\n";
+#else
   EXPECT_LT(growth, 4 * 1024) << "peak RSS grew by " << growth << " KiB";
 #endif
 }

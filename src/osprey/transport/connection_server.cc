@@ -47,9 +47,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         return s;
       }
       wire::ConnectionContextPB ctx;
-      if (!ctx.ParseFromArray(frame.main_message.data(),
-                              static_cast<int>(frame.main_message.size()))) {
-        Status s = Status::Corruption("connection context does not parse");
+      if (Status s = ParseConnectionContext(frame.main_message, &ctx); !s.ok()) {
         SendFatalError(id, ErrorStatusPB::FATAL_DESERIALIZING_REQUEST, s);
         return s;
       }

@@ -178,5 +178,104 @@ TEST(NegotiationTest, AClearFrameAfterTheTlsSwitchIsNeverAccepted) {
   }
 }
 
+// `n` empty unknown fields (field 3, varint 0).
+std::string EmptyUnknownFields(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string("\x18\x00", 2);
+  return out;
+}
+
+// A length-delimited field `tag` (one byte) holding `inside`.
+std::string Nested(char tag, const std::string& inside) {
+  std::string out(1, tag);
+  for (uint32_t v = static_cast<uint32_t>(inside.size()); true; v >>= 7) {
+    if (v < 0x80) {
+      out.push_back(static_cast<char>(v));
+      break;
+    }
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  }
+  return out + inside;
+}
+
+// Issue 47, finding 1: the 64 fields are counted at every depth, inside
+// sasl_mechanisms and authn_types entries and unknown groups too, so that
+// no NEGOTIATE parses into more than 64 fields' worth of objects.
+TEST(NegotiationTest, ParseNegotiateCountsFieldsAtEveryDepth) {
+  const std::string step("\x10\x01", 2);  // NEGOTIATE
+  // step, the entry, its mechanism and `unknown` fields inside the entry.
+  auto in_mechanism = [&](int unknown) {
+    return step + Nested('\x22', "\x12\x05PLAIN" + EmptyUnknownFields(unknown));
+  };
+  // step, the entry, its sasl and `unknown` fields inside the sasl.
+  auto in_authn_type = [&](int unknown) {
+    return step + Nested('\x3a', Nested('\x0a', EmptyUnknownFields(unknown)));
+  };
+  // step, then an unknown group (field 20) of `unknown` fields.
+  auto in_group = [&](int unknown) {
+    return step + "\xa3\x01" + EmptyUnknownFields(unknown) + "\xa4\x01";
+  };
+  struct Cell {
+    std::string body;
+    bool ok;
+  };
+  for (const Cell& c : std::vector<Cell>{
+           {in_mechanism(61), true},
+           {in_mechanism(62), false},
+           {in_mechanism(512'000), false},
+           {in_authn_type(61), true},
+           {in_authn_type(62), false},
+           {in_group(62), true},
+           {in_group(63), false},
+       }) {
+    NegotiatePB pb;
+    Status s = ParseNegotiate(Slice(c.body), &pb);
+    if (c.ok) {
+      EXPECT_TRUE(s.ok()) << c.body.size() << " bytes: " << s.ToString();
+      EXPECT_EQ(NegotiatePB::NEGOTIATE, pb.step());
+    } else {
+      EXPECT_TRUE(s.IsCorruption()) << c.body.size() << " bytes: " << s.ToString();
+      EXPECT_NE(std::string::npos, s.message().find("more than 64 fields")) << s.ToString();
+    }
+  }
+  // What real peers send parses as before; a packed list counts by its bytes.
+  for (const NegotiatePB& real :
+       {ClientNegotiateRequest({true, true}, {.certificate = true, .token = true}),
+        ClientSaslInitiate("user"), ClientTokenExchange(std::string(4096, 't'))}) {
+    NegotiatePB pb;
+    ASSERT_TRUE(ParseNegotiate(Slice(real.SerializeAsString()), &pb).ok());
+    EXPECT_EQ(real.SerializeAsString(), pb.SerializeAsString());
+  }
+  NegotiatePB pb;
+  EXPECT_TRUE(ParseNegotiate(Slice(step + Nested('\x0a', std::string(62, '\x01'))), &pb).ok());
+  EXPECT_FALSE(ParseNegotiate(Slice(step + Nested('\x0a', std::string(63, '\x01'))), &pb).ok());
+  // A group never closed, or closed by another field's end, does not parse.
+  EXPECT_TRUE(ParseNegotiate(Slice(step + "\xa3\x01\x18\x00"), &pb).IsCorruption());
+  EXPECT_TRUE(ParseNegotiate(Slice(step + "\xa3\x01\xac\x01"), &pb).IsCorruption());
+}
+
+// The connection context, parsed after SASL PLAIN (which anyone passes), is
+// counted the same way.
+TEST(NegotiationTest, ParseConnectionContextCountsFieldsAtEveryDepth) {
+  const std::string nonce("nonce");
+  wire::ConnectionContextPB real = ClientConnectionContext("user", &nonce), ctx;
+  ASSERT_TRUE(ParseConnectionContext(Slice(real.SerializeAsString()), &ctx).ok());
+  EXPECT_EQ("user", ctx.deprecated_user_info().real_user());
+  EXPECT_EQ("nonce", ctx.encoded_nonce());
+  // user_info, its real_user and 62 unknown fields: 64.
+  EXPECT_TRUE(
+      ParseConnectionContext(Slice(Nested('\x12', "\x12\x01x" + EmptyUnknownFields(62))), &ctx)
+          .ok());
+  for (const std::string& body :
+       {Nested('\x12', "\x12\x01x" + EmptyUnknownFields(63)),
+        Nested('\x12', "\x12\x01x" + EmptyUnknownFields(512'000)), EmptyUnknownFields(65)}) {
+    Status s = ParseConnectionContext(Slice(body), &ctx);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(std::string::npos, s.message().find("connection context has more than 64 fields"))
+        << s.ToString();
+  }
+  EXPECT_TRUE(ParseConnectionContext(Slice("\xff\xff"), &ctx).IsCorruption());
+}
+
 }  // namespace
 }  // namespace osprey::transport

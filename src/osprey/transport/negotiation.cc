@@ -1,7 +1,10 @@
 #include "osprey/transport/negotiation.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+
+#include <climits>
 
 #include "osprey/wire/sasl_plain.h"
 
@@ -48,33 +51,113 @@ NegotiatePB ClientNegotiateRequest(const TlsFeatures& offer, OtherAuthn others) 
   return pb;
 }
 
-Status ParseNegotiate(Slice body, wire::NegotiatePB* out) {
-  using google::protobuf::internal::WireFormatLite;
-  if (body.size() > static_cast<size_t>(INT32_MAX)) {
-    return Status::Corruption("negotiation message of " + std::to_string(body.size()) +
-                              " bytes is too long");
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+// Deeper than any message a peer may send before authentication
+// (NegotiatePB > AuthenticationTypePB > Sasl is 3); protobuf would follow
+// unknown groups 100 deep.
+constexpr int kMaxCountedDepth = 8;
+
+enum class FieldCount { kWithin, kTooMany, kMalformed };
+
+// Counts the fields of one message of `type` (nullptr: an unknown group,
+// whose fields are all unknown) into *fields, recursing into sub-messages
+// the descriptor names and into groups, since protobuf keeps each nested
+// field, known or not, as an object of its own. A packed list counts one a
+// byte, its most entries. `end_tag`: the tag that closes the group being
+// read, 0 for a message that runs to the stream's limit.
+FieldCount CountFields(CodedInputStream* in, const Descriptor* type, uint32_t end_tag, int depth,
+                       int64_t max_fields, int64_t* fields) {
+  if (depth > kMaxCountedDepth) return FieldCount::kMalformed;
+  while (true) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) {
+      // The end of the message, or bytes that are no tag.
+      return end_tag == 0 && in->BytesUntilLimit() == 0 ? FieldCount::kWithin
+                                                        : FieldCount::kMalformed;
+    }
+    if (tag == end_tag) return FieldCount::kWithin;
+    if (WireFormatLite::GetTagFieldNumber(tag) == 0) return FieldCount::kMalformed;
+    if (++*fields > max_fields) return FieldCount::kTooMany;
+    const FieldDescriptor* field =
+        type == nullptr ? nullptr : type->FindFieldByNumber(WireFormatLite::GetTagFieldNumber(tag));
+    FieldCount nested = FieldCount::kWithin;
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t len;
+        if (!in->ReadVarint32(&len) || len > static_cast<uint32_t>(INT32_MAX)) {
+          return FieldCount::kMalformed;
+        }
+        if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
+          CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(len));
+          nested = CountFields(in, field->message_type(), 0, depth + 1, max_fields, fields);
+          in->PopLimit(limit);
+        } else {
+          if (field != nullptr && field->is_packable()) *fields += len;
+          if (!in->Skip(static_cast<int>(len))) return FieldCount::kMalformed;
+        }
+        break;
+      }
+      case WireFormatLite::WIRETYPE_START_GROUP: {
+        const Descriptor* group_type =
+            field != nullptr && field->type() == FieldDescriptor::TYPE_GROUP ? field->message_type()
+                                                                             : nullptr;
+        nested = CountFields(in, group_type,
+                             WireFormatLite::MakeTag(WireFormatLite::GetTagFieldNumber(tag),
+                                                     WireFormatLite::WIRETYPE_END_GROUP),
+                             depth + 1, max_fields, fields);
+        break;
+      }
+      case WireFormatLite::WIRETYPE_END_GROUP:
+        return FieldCount::kMalformed;  // closes no group that is open
+      default:  // varint, fixed32, fixed64; SkipField refuses wire types 6 and 7
+        if (!WireFormatLite::SkipField(in, tag)) return FieldCount::kMalformed;
+        break;
+    }
+    if (nested != FieldCount::kWithin) return nested;
+    if (*fields > max_fields) return FieldCount::kTooMany;
   }
-  google::protobuf::io::CodedInputStream in(body.data(), static_cast<int>(body.size()));
+}
+
+// `body` into `out` if it has at most `max_fields` fields at every depth,
+// counted before protobuf parses anything; `what` names the message in
+// errors.
+Status ParseCounted(Slice body, google::protobuf::Message* out, int max_fields,
+                    const std::string& what) {
+  if (body.size() > static_cast<size_t>(INT32_MAX)) {
+    return Status::Corruption(what + " of " + std::to_string(body.size()) + " bytes is too long");
+  }
+  CodedInputStream in(body.data(), static_cast<int>(body.size()));
+  in.PushLimit(static_cast<int>(body.size()));
   int64_t fields = 0;
-  while (uint32_t tag = in.ReadTag()) {
-    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
-        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint32_t len;  // packed supported_features: at most one entry a byte
-      if (!in.ReadVarint32(&len) || !in.Skip(static_cast<int>(len))) break;
-      fields += len;
-    } else {
-      if (!WireFormatLite::SkipField(&in, tag)) break;
-      ++fields;
-    }
-    if (fields > kMaxNegotiateFields) {
-      return Status::Corruption("negotiation message has more than " +
-                                std::to_string(kMaxNegotiateFields) + " fields");
-    }
+  switch (CountFields(&in, out->GetDescriptor(), 0, 0, max_fields, &fields)) {
+    case FieldCount::kWithin:
+      break;
+    case FieldCount::kTooMany:
+      return Status::Corruption(what + " has more than " + std::to_string(max_fields) +
+                                " fields (counted at every depth)");
+    case FieldCount::kMalformed:
+      return Status::Corruption(what + " does not parse as " + out->GetDescriptor()->name());
   }
   if (!out->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-    return Status::Corruption("negotiation message does not parse as NegotiatePB");
+    return Status::Corruption(what + " does not parse as " + out->GetDescriptor()->name());
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status ParseNegotiate(Slice body, wire::NegotiatePB* out) {
+  return ParseCounted(body, out, kMaxNegotiateFields, "negotiation message");
+}
+
+Status ParseConnectionContext(Slice body, wire::ConnectionContextPB* out) {
+  return ParseCounted(body, out, kMaxNegotiateFields, "connection context");
 }
 
 Status ClientClearFrameAfterTls(int32_t call_id, bool is_error, Slice body) {

@@ -61,16 +61,22 @@ Status ClientCheckNegotiate(const wire::NegotiatePB& server_negotiate, const Tls
                             bool tls_required, TlsFeatures* agreed, OtherAuthn offered_others = {},
                             AuthnType* chosen = nullptr);
 
-// Most fields a NegotiatePB may have on the wire, repeated entries each
-// counted (a packed list by its bytes). Real ones have about a dozen; a
-// peer that has not authenticated could otherwise fill a 1 MiB frame with
-// 2-byte empty entries that parse into some 30 times their size.
+// Most fields a NegotiatePB or a ConnectionContextPB may have on the wire,
+// at every depth together: repeated entries each counted, the fields inside
+// sub-messages and groups too, known or not (a packed list by its bytes).
+// Real ones have about a dozen; a peer that has not authenticated could
+// otherwise fill a 1 MiB frame with 2-byte empty fields, at the top level or
+// inside one nested entry, that parse into some 30 times their size.
 inline constexpr int kMaxNegotiateFields = 64;
 
 // `body` as a NegotiatePB: Corruption if it has more than
-// kMaxNegotiateFields fields (counted before anything is parsed) or does
-// not parse.
+// kMaxNegotiateFields fields (counted before anything is parsed), nests
+// deeper than 8, or does not parse.
 Status ParseNegotiate(Slice body, wire::NegotiatePB* out);
+
+// `body` as a ConnectionContextPB, its fields bounded as ParseNegotiate's:
+// a server parses it after SASL, which under PLAIN anyone passes.
+Status ParseConnectionContext(Slice body, wire::ConnectionContextPB* out);
 
 // A client that switched to TLS records got clear bytes instead, and this
 // frame is the first of them: why its connection ends. The server's
