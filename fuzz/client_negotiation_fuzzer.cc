@@ -1,20 +1,28 @@
 // The client side of negotiation against bytes a server (or anyone on the
-// path) sends (issue 40). The first input byte picks where they arrive; the
-// rest are the bytes:
-//  - even: the clear stream before the client's TLS switch. Frames are
+// path) sends (issues 40 and 47). The client requires encryption and
+// offers every TLS feature, TLS_AUTHENTICATION_ONLY included (a loopback
+// client that does not encrypt loopback), with one set of credentials:
+// bits 1-2 of the first input byte pick a CA that verifies the server, a
+// token (with the CA), a certificate of its own, or certificate
+// authentication. Bit 0 picks where the rest of the bytes arrive:
+//  - 0: the clear stream before the client's TLS switch. Frames are
 //    decoded as a client connection decodes them (at most 1 MiB each, the
-//    negotiation limit), and each negotiation frame (call id -33) goes to a
-//    ClientNegotiator that requires TLS. It must never finish negotiation
-//    (steps.done) without a finished TLS handshake: no server's bytes talk a
-//    TLS-requiring client out of TLS.
-//  - odd: after the switch. A real handshake with an in-memory server runs
-//    first (OpenSSL on both sides), then the bytes arrive where records
-//    must be, and are decrypted as the connection does. No plaintext may
-//    come out (the fuzzer cannot forge authenticated records); bytes that
-//    are no records and start as a clear frame go, as their first frame, to
-//    ClientClearFrameAfterTls, which must never accept it.
-// The seeds include the man in the middle's injection: a clear SASL_SUCCESS
-// and forged answers.
+//    negotiation limit), and each negotiation frame (call id -33) goes to
+//    the ClientNegotiator. No server's bytes talk it out of encryption: it
+//    never agrees to authentication only (whatever features the answer
+//    lists), never finishes negotiation (steps.done) without a finished
+//    TLS handshake, and switches to records when the handshake ends.
+//  - 1: after the switch. A real handshake with an in-memory server that
+//    would allow authentication only runs first (OpenSSL on both sides);
+//    the client must switch to records at its end. Then the bytes arrive
+//    where records must be, and are decrypted as the connection does. No
+//    plaintext may come out (the fuzzer cannot forge authenticated
+//    records); bytes that are no records and start as a clear frame go, as
+//    their first frame, to ClientClearFrameAfterTls, which must never
+//    accept it.
+// The seeds include the man in the middle's injections: a clear
+// SASL_SUCCESS and forged answers, and a NEGOTIATE answer listing
+// TLS_AUTHENTICATION_ONLY.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -55,9 +63,36 @@ const TlsContext* ClientContext() {
   return ctx;
 }
 
-void BeforeTheSwitch(Slice bytes) {
-  ClientNegotiator client("alice", TlsFeatures{true, false}, /*tls_required=*/true,
-                          ClientContext());
+// What the client holds, by `pick` (0-3): each alone makes a downgrade
+// worth an attacker's while.
+ClientAuthPolicy Credentials(int pick) {
+  ClientAuthPolicy auth;
+  switch (pick) {
+    case 0:
+      auth.verifies_server = true;
+      break;
+    case 1:
+      auth.verifies_server = true;
+      auth.token = "a signed token";
+      break;
+    case 2:
+      auth.presents_certificate = true;
+      break;
+    default:
+      auth.presents_certificate = true;
+      auth.certificate = true;
+      break;
+  }
+  return auth;
+}
+
+// Every TLS feature: what a loopback client that does not encrypt loopback
+// is asked to offer.
+constexpr TlsFeatures kEveryFeature{true, true};
+
+void BeforeTheSwitch(Slice bytes, int credentials) {
+  ClientNegotiator client("alice", kEveryFeature, /*tls_required=*/true, ClientContext(),
+                          Credentials(credentials));
   (void)client.Start();
   osprey::wire::ResponseDecoder decoder(kNegotiationFrameLimit);
   std::vector<osprey::wire::InboundResponse> frames;
@@ -71,9 +106,13 @@ void BeforeTheSwitch(Slice bytes) {
     }
     NegotiationSteps steps;
     if (!client.Handle(pb, &steps).ok()) return;
+    if (client.agreed().authentication_only) abort();  // talked out of encryption
     handshake_done |= steps.tls_handshake_done;
     if (steps.done && !handshake_done) abort();  // talked out of TLS
-    if (steps.tls_handshake_done) return;        // what follows is records
+    if (steps.tls_handshake_done) {
+      if (steps.records_from < 0) abort();  // the handshake ended and records do not follow
+      return;                               // what follows is records
+    }
   }
 }
 
@@ -94,12 +133,15 @@ class Collect : public PlaintextSink {
   size_t got_ = 0;
 };
 
-void AfterTheSwitch(Slice bytes) {
-  ClientNegotiator client("alice", TlsFeatures{true, false}, /*tls_required=*/true,
-                          ClientContext());
+void AfterTheSwitch(Slice bytes, int credentials) {
+  ClientNegotiator client("alice", kEveryFeature, /*tls_required=*/true, ClientContext(),
+                          Credentials(credentials));
   ServerTlsPolicy policy;
   policy.available = true;
   policy.required = true;
+  // A loopback server that does not encrypt loopback: it lists
+  // authentication only, as a relay could for any server.
+  policy.allow_authentication_only = true;
   ServerNegotiator server(policy, ServerContext());
   std::deque<NegotiatePB> to_server{client.Start()}, to_client;
   bool switched = false;
@@ -116,6 +158,8 @@ void AfterTheSwitch(Slice bytes) {
       to_client.pop_front();
       for (auto& m : steps.send) to_server.push_back(m);
       switched = steps.tls_handshake_done;
+      // The client encrypts whatever the server allowed.
+      if (switched && (steps.records_from < 0 || client.agreed().authentication_only)) abort();
     }
   }
   if (!switched) abort();  // two real negotiators always finish the handshake
@@ -144,10 +188,11 @@ void AfterTheSwitch(Slice bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Slice bytes(data + 1, size - 1);
+  const int credentials = (data[0] >> 1) & 3;
   if (data[0] % 2 == 0) {
-    BeforeTheSwitch(bytes);
+    BeforeTheSwitch(bytes, credentials);
   } else {
-    AfterTheSwitch(bytes);
+    AfterTheSwitch(bytes, credentials);
   }
   return 0;
 }

@@ -194,11 +194,14 @@ TEST_P(TlsRpcTest, SyncAndAsyncCallsTravelEncrypted) {
 
 TEST_P(TlsRpcTest, LoopbackAuthenticationOnlyKeepsTrafficInTheClear) {
   // Kudu's default on loopback: TLS authenticates, the calls stay clear.
+  // The client's encryption is optional (Kudu's default): one that requires
+  // it and holds a CA never offers authentication only (issue 47, finding
+  // 2; ARelayListingAuthenticationOnlyCannotTurnOffEncryptionOnLoopback).
   StartServer(RpcEncryption::kRequired, /*encrypt_loopback=*/false);
   RecordingProxy wire(server_.address);
   Sockaddr via;
   ASSERT_TRUE(wire.Start(&via).ok());
-  auto client = TlsClient(RpcEncryption::kRequired, /*encrypt_loopback=*/false);
+  auto client = TlsClient(RpcEncryption::kOptional, /*encrypt_loopback=*/false);
   Status s = CallEcho(client, via, "visible-on-loopback");
   ASSERT_TRUE(s.ok()) << s.ToString();
 
@@ -1069,6 +1072,47 @@ TEST_P(ForgedAnswerTest, AClearCallAnswerAfterTheHandshakeIsRefused) {
   EXPECT_FALSE(s.ok()) << "a forged answer was taken: result " << result;
   EXPECT_NE(1337u, result);
   EXPECT_TRUE(Contains(s.message(), "clear bytes after the TLS handshake")) << s.ToString();
+}
+
+// Issue 47, finding 2: on loopback a relay adds TLS_AUTHENTICATION_ONLY to
+// the clear NEGOTIATE answer of a server that encrypts loopback, relays the
+// real handshake, and answers whatever the client then sends in the clear.
+// A client that requires encryption and holds a CA file (Kudu's loopback
+// default otherwise: no loopback encryption of its own) must encrypt
+// anyway: its SASL step and its call go in records to the real server, and
+// no forged answer is taken.
+TEST_P(ForgedAnswerTest, ARelayListingAuthenticationOnlyCannotTurnOffEncryptionOnLoopback) {
+  StartServer(RpcEncryption::kRequired, /*encrypt_loopback=*/true);
+  wire::NegotiatePB success;
+  success.set_step(wire::NegotiatePB::SASL_SUCCESS);
+  DowngradingRelay relay(server_.address, ForgedFrame(-33, success) + ForgedResults());
+  Sockaddr addr;
+  ASSERT_TRUE(relay.Start(&addr).ok());
+  std::shared_ptr<Messenger> client =
+      TlsClient(RpcEncryption::kRequired, /*encrypt_loopback=*/false);
+  CalculatorServiceProxy proxy(client, addr);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(2);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.Add(req, &resp, &ctl);
+  EXPECT_TRUE(relay.rewrote()) << "the relay never saw the server's NEGOTIATE";
+  EXPECT_FALSE(relay.downgraded())
+      << "the client sent SASL in the clear after the handshake: "
+      << relay.clear_after_handshake().size()
+      << " bytes, and took a forged answer: " << s.ToString() << ", result " << resp.result();
+  EXPECT_NE(1337u, resp.result());
+  // Nothing made the call fail: it ran, encrypted, on the real server.
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(3u, resp.result());
+  EXPECT_TRUE(relay.client_encrypted());
+  std::vector<ConnectionInfo> conns;
+  ASSERT_TRUE(client->DumpConnections(&conns).ok());
+  ASSERT_EQ(1u, conns.size());
+  EXPECT_EQ(ConnectionSecurity::kTlsEncrypted, conns[0].security);
+  client->Shutdown();
 }
 
 // A model of Apache Kudu's server with full TLS: it reads SASL steps and the

@@ -264,6 +264,42 @@ TEST_F(TokenAuthTest, AForgedClearTokenExchangeAfterTheHandshakeIsRefused) {
   EXPECT_TRUE(Contains(s.message(), "clear bytes after the TLS handshake")) << s.ToString();
 }
 
+// Issue 47, finding 2 for tokens: on loopback a relay adds
+// TLS_AUTHENTICATION_ONLY to the server's clear NEGOTIATE answer. The
+// client (loopback not encrypted, Kudu's default) must still send its
+// token inside the TLS records: never in the clear, for the relay to read.
+TEST_F(TokenAuthTest, ATokenNeverLeavesTheRecordsWhenARelayListsAuthenticationOnly) {
+  wire::NegotiatePB exchange;
+  exchange.set_step(wire::NegotiatePB::TOKEN_EXCHANGE);
+  WhoAmIResponsePB root;
+  root.set_user("root");
+  root.set_address("forged");
+  std::string forged = rpc_test::ForgedFrame(-33, exchange);
+  for (int32_t id = 0; id < 4; ++id) forged += rpc_test::ForgedFrame(id, root);
+  TestServer encrypted;
+  ASSERT_TRUE(encrypted
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("token-server")
+                             .set_rpc_encryption(RpcEncryption::kRequired)
+                             .set_rpc_encrypt_loopback(true)
+                             .set_tls_certificate_files(cert_, key_file_)
+                             .set_tls_ca_file(cert_)
+                             .set_token_verifier(verifier_))
+                  .ok());
+  rpc_test::DowngradingRelay relay(encrypted.address, forged);
+  Sockaddr addr;
+  ASSERT_TRUE(relay.Start(&addr).ok());
+  const std::string token = MakeToken(signing_, 5, "bob", kNow + 60);
+  WhoAmIResponsePB who;
+  Status s = WhoAmIAt(addr, token, &who, /*encrypt_loopback=*/false);
+  EXPECT_TRUE(relay.rewrote());
+  EXPECT_FALSE(relay.downgraded()) << "the token went out in the clear";
+  EXPECT_FALSE(Contains(relay.clear_after_handshake(), token));
+  EXPECT_NE("root", who.user());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("bob", who.user());
+}
+
 // Tokens Apache Kudu's own TokenSigner issued (the class a Kudu master
 // issues them with), and its public keys: scripts/kudu-interop.sh builds
 // scripts/kudu-token-issuer.cc against a Kudu peer and gives the folder it

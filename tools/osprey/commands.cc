@@ -71,7 +71,11 @@ class Session {
     } else if (flags.rpc_encryption == "required") {
       b.set_rpc_encryption(RpcEncryption::kRequired);
     }
-    b.set_rpc_encrypt_loopback(flags.rpc_encrypt_loopback_connections);
+    // A CA file is a promise that the server is verified: on loopback
+    // too, where authentication-only TLS would leave every call after the
+    // verified handshake in the clear for anyone to answer (issue 47).
+    b.set_rpc_encrypt_loopback(flags.rpc_encrypt_loopback_connections ||
+                               !flags.tls_ca_file.empty());
     if (!flags.tls_ca_file.empty()) b.set_tls_ca_file(flags.tls_ca_file);
     return b.Build(&messenger_);
   }

@@ -42,10 +42,12 @@ void AddConnectionFlags(CLI::App* app, ConnectionFlags* f) {
       ->check(CLI::IsMember({"disabled", "optional", "required"}))
       ->capture_default_str();
   app->add_flag("--rpc_encrypt_loopback_connections", f->rpc_encrypt_loopback_connections,
-                "encrypt on loopback too (otherwise TLS there only authenticates)");
+                "encrypt on loopback too (otherwise TLS there only authenticates; always on "
+                "with --tls_ca_file)");
   app->add_option("--tls_ca_file", f->tls_ca_file,
                   "PEM CA bundle: the server's certificate must be signed by it and name the "
-                  "host dialled (without it the certificate is not checked)")
+                  "host dialled (without it the certificate is not checked); loopback is then "
+                  "encrypted too")
       ->check(CLI::ExistingFile);
   app->add_option("--user", f->user, "the user name to authenticate as (default: yours)");
 }

@@ -133,6 +133,7 @@ void Connection::OnConnected() {
                      o.tls_client_cert_authentication;
   auth.token = o.authn_token;
   auth.verifies_server = o.tls_client != nullptr && o.tls_client->verifies_peer();
+  auth.presents_certificate = o.tls_client != nullptr && o.tls_client->presents_certificate();
   client_negotiator_ = std::make_unique<ClientNegotiator>(identity_.user, ClientTlsOffer(),
                                                           o.encryption == RpcEncryption::kRequired,
                                                           o.tls_client.get(), std::move(auth));

@@ -49,11 +49,13 @@ void Take(const NegotiationSteps& steps, Side* side, std::deque<NegotiatePB>* to
   side->handshake_done |= steps.tls_handshake_done;
 }
 
-Outcome Negotiate(TlsFeatures offer, bool client_required, ServerTlsPolicy policy) {
+Outcome Negotiate(TlsFeatures offer, bool client_required, ServerTlsPolicy policy,
+                  ClientAuthPolicy auth = {}) {
   std::unique_ptr<TlsContext> server_tls, client_tls;
   EXPECT_TRUE(TlsContext::CreateServer(TlsOptions(), &server_tls).ok());
   EXPECT_TRUE(TlsContext::CreateClient(TlsOptions(), &client_tls).ok());
-  ClientNegotiator client("alice", offer, client_required, offer.tls ? client_tls.get() : nullptr);
+  ClientNegotiator client("alice", offer, client_required, offer.tls ? client_tls.get() : nullptr,
+                          auth);
   ServerNegotiator server(policy, policy.available ? server_tls.get() : nullptr);
   Outcome out;
   std::deque<NegotiatePB> to_server{client.Start()}, to_client;
@@ -136,6 +138,42 @@ TEST(NegotiatorTest, AuthenticationOnlyTlsNeverSwitches) {
   EXPECT_FALSE(o.client.switched);
   EXPECT_FALSE(o.server.switched);
   EXPECT_TRUE(o.client.done && o.server.done);
+}
+
+// Issue 47, finding 2: a loopback client that requires encryption and can
+// verify the server, or has a certificate, never lists authentication-only
+// (a relay could list it for the server), so it encrypts even against a
+// server that would allow it. With optional encryption Kudu's rule stands.
+TEST(NegotiatorTest, AClientWithCredentialsRequiringEncryptionNeverOffersAuthenticationOnly) {
+  ClientAuthPolicy verifies, presents, by_certificate;
+  verifies.verifies_server = true;
+  presents.presents_certificate = true;
+  by_certificate.certificate = true;
+  for (const ClientAuthPolicy& auth : {verifies, presents, by_certificate}) {
+    ClientNegotiator client("alice", {true, true}, /*tls_required=*/true, nullptr, auth);
+    EXPECT_FALSE(ListedTlsFeatures(client.Start()).authentication_only);
+    EXPECT_TRUE(ListedTlsFeatures(client.Start()).tls);
+    Outcome o = Negotiate({true, true}, true, kOptionalLoopback, auth);
+    ASSERT_TRUE(o.client.status.ok()) << o.client.status.ToString();
+    ASSERT_TRUE(o.server.status.ok()) << o.server.status.ToString();
+    EXPECT_FALSE(o.client_agreed.authentication_only || o.server_agreed.authentication_only);
+    EXPECT_EQ(NegotiatePB::SASL_INITIATE, o.client.first_record_step);
+  }
+  Outcome optional = Negotiate({true, true}, false, kOptionalLoopback, verifies);
+  ASSERT_TRUE(optional.client.status.ok() && optional.server.status.ok());
+  EXPECT_TRUE(optional.client_agreed.authentication_only);
+  // A token never leaves the records, whatever the encryption setting.
+  ClientAuthPolicy token;
+  token.token = "signed token";
+  token.verifies_server = true;
+  for (bool required : {false, true}) {
+    ClientNegotiator client("alice", {true, true}, required, nullptr, token);
+    NegotiatePB start = client.Start();
+    EXPECT_FALSE(ListedTlsFeatures(start).authentication_only);
+    bool token_offered = false;
+    for (const auto& t : start.authn_types()) token_offered |= t.has_token();
+    EXPECT_TRUE(token_offered);
+  }
 }
 
 TEST(NegotiatorTest, RequiredSidesRefuseAPeerWithoutTls) {

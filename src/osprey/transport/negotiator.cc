@@ -35,12 +35,25 @@ Status HandshakeRound(TlsSession* tls, Slice peer_token, NegotiationSteps* steps
   return Status::OK();
 }
 
+// The client's offer without TLS_AUTHENTICATION_ONLY where a downgrade
+// would cost it something (see ClientNegotiator's constructor). Tokens
+// never leave the records, whatever the encryption setting; the rest only
+// when the user asked for encryption, as Kudu's loopback rule otherwise
+// stands (a client with optional encryption can be stripped of TLS anyway).
+TlsFeatures ClientOffer(TlsFeatures offer, bool tls_required, const ClientAuthPolicy& auth) {
+  const bool sends_token = !auth.token.empty() && auth.verifies_server;
+  const bool has_credentials =
+      auth.verifies_server || auth.certificate || auth.presents_certificate;
+  if (sends_token || (tls_required && has_credentials)) offer.authentication_only = false;
+  return offer;
+}
+
 }  // namespace
 
 ClientNegotiator::ClientNegotiator(std::string user, TlsFeatures offer, bool tls_required,
                                    const TlsContext* tls_context, ClientAuthPolicy auth)
     : user_(std::move(user)),
-      offer_(offer),
+      offer_(ClientOffer(offer, tls_required, auth)),
       tls_required_(tls_required),
       tls_context_(tls_context),
       auth_(std::move(auth)) {}

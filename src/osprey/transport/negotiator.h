@@ -58,6 +58,9 @@ struct ClientAuthPolicy {
   // client verifies the server's certificate, as Kudu requires.
   std::string token;
   bool verifies_server = false;
+  // This side's TLS context presents a certificate from files (whether or
+  // not certificate authentication is on).
+  bool presents_certificate = false;
 };
 
 // How a server authenticates its clients.
@@ -81,6 +84,14 @@ struct ServerAuthPolicy {
 class ClientNegotiator {
  public:
   // `tls_context` is null when this side's encryption is disabled.
+  // `offer.authentication_only` (a loopback connection, loopback not
+  // encrypted) is dropped when the client has something a man in the
+  // middle wants: a token to send, or, requiring encryption, a CA to verify
+  // the server or a certificate of its own (issue 47, finding 2). The
+  // server's NEGOTIATE answer is clear and unauthenticated, so anyone on
+  // the path can list the feature there; the handshake that follows proves
+  // the real server, and then the SASL step, the token and every call would
+  // go in the clear to whoever listed it.
   ClientNegotiator(std::string user, TlsFeatures offer, bool tls_required,
                    const TlsContext* tls_context, ClientAuthPolicy auth = {});
   ~ClientNegotiator();

@@ -136,6 +136,7 @@ Status TlsContext::CreateServer(const TlsOptions& options, std::unique_ptr<TlsCo
   OSPREY_RETURN_NOT_OK(LoadCredentials(ctx, options));
   c->by_certificate_ = !options.cert_file.empty() && !options.ca_file.empty();
   c->verifies_peer_ = !options.ca_file.empty();
+  c->presents_certificate_ = !options.cert_file.empty();
   if (options.cert_file.empty()) {
     std::string cert, key;
     OSPREY_RETURN_NOT_OK(MakeSelfSigned("osprey-server", &cert, &key));
@@ -163,6 +164,7 @@ Status TlsContext::CreateClient(const TlsOptions& options, std::unique_ptr<TlsCo
   c->check_host_ = !options.ca_file.empty() && options.verify_server_host;
   c->by_certificate_ = !options.cert_file.empty() && !options.ca_file.empty();
   c->verifies_peer_ = !options.ca_file.empty();
+  c->presents_certificate_ = !options.cert_file.empty();
   *out = std::move(c);
   return Status::OK();
 }

@@ -57,6 +57,9 @@ class TlsContext {
   bool authenticates_by_certificate() const { return by_certificate_; }
   // It verifies the peer's certificate against a CA.
   bool verifies_peer() const { return verifies_peer_; }
+  // It presents a certificate from files (a server without files presents
+  // a self-signed one, which does not count).
+  bool presents_certificate() const { return presents_certificate_; }
 
   // A self-signed certificate and its key, PEM, for `common_name`: what a
   // server without configured files uses, and what tests build CAs from.
@@ -71,6 +74,7 @@ class TlsContext {
   bool check_host_ = false;
   bool by_certificate_ = false;
   bool verifies_peer_ = false;
+  bool presents_certificate_ = false;
 };
 
 class TlsSession {
