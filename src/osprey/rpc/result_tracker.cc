@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "osprey/base/log_escape.h"
+
 namespace osprey {
 
 namespace {
@@ -166,9 +168,10 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const std:
                                " is stale: its answer was already acknowledged or forgotten"));
       return Decision::kStale;
     case Reply::kFull:
-      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full for " << share
-                                 << " (its share " << max_bytes_per_user_ << " of "
-                                 << options_.max_bytes << " bytes); refusing its new ones until "
+      LOG_EVERY_N(WARNING, 1000) << "the memory of exactly-once requests is full for "
+                                 << EscapeForLog(share) << " (its share " << max_bytes_per_user_
+                                 << " of " << options_.max_bytes
+                                 << " bytes); refusing its new ones until "
                                  << "its clients acknowledge answers or they expire";
       (*call)->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
                               Status::ServiceUnavailable(
@@ -302,8 +305,9 @@ bool ResultTracker::EvictOne(User* user, const Client* keep) {
     e.answer_bytes = 0;
     e.state = State::kEvicted;
     e.order = evicted_.insert(evicted_.end(), {n.at, n.client, n.seq_no});
-    LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers of " << user->name << " (its share "
-                               << max_bytes_per_user_ << " of " << options_.max_bytes
+    LOG_EVERY_N(WARNING, 1000) << "evicting stored RPC answers of " << EscapeForLog(user->name)
+                               << " (its share " << max_bytes_per_user_ << " of "
+                               << options_.max_bytes
                                << " bytes); their retries will be refused as stale";
     return true;
   }

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <functional>
 
+#include "osprey/base/log_escape.h"
 #include "osprey/base/log_rate_limiter.h"
 #include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/connection_internal.h"
@@ -34,7 +35,9 @@ namespace connection_internal {
 void LogBadPeer(const std::string& line) {
   std::string suffix;
   if (LogRateLimiter::BadPeers()->Allow(MonoTime::Now(), &suffix)) {
-    LOG(WARNING) << line << suffix;
+    // Bad-peer lines quote what the peer sent (a SASL mechanism, a frame's
+    // text): escaped, so that no peer can end the line and forge another.
+    LOG(WARNING) << EscapeForLog(line) << suffix;
   }
 }
 }  // namespace connection_internal

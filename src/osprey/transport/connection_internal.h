@@ -28,7 +28,8 @@ int64_t WorkerSetLimit();
 
 // What a peer causes at will (a bad header, a refused negotiation, a
 // silent or unreading peer) is logged through one limiter, a count per
-// interval: no peer can fill the server's log.
+// interval: no peer can fill the server's log. The line is escaped
+// (EscapeForLog): it quotes what the peer sent.
 void LogBadPeer(const std::string& line);
 
 }  // namespace osprey::transport::connection_internal

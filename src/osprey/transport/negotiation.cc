@@ -6,6 +6,7 @@
 
 #include <climits>
 
+#include "osprey/base/log_escape.h"
 #include "osprey/wire/sasl_plain.h"
 
 namespace osprey::transport {
@@ -277,7 +278,8 @@ Status InitiatedMechanism(const NegotiatePB& client, SaslMechanisms offered,
   }
   *chosen = ListedMechanisms(client);
   if ((chosen->plain && offered.plain) || (chosen->gssapi && offered.gssapi)) return Status::OK();
-  std::string named = client.sasl_mechanisms(0).mechanism();
+  // The peer's own text: escaped, as this message is logged.
+  std::string named = EscapeForLog(client.sasl_mechanisms(0).mechanism());
   if (chosen->plain) {
     return Status::NotAuthorized(
         "negotiation: this server requires Kerberos authentication (rpc_authentication="
