@@ -266,6 +266,50 @@ section_sidecars() {
   expect_rc 1
   expect_err "(it exists: sidecars are never written over a file, or through a link)"
 
+  CHECK="--save_sidecars refuses a symbolic link as DIR itself (issue 47)"
+  mkdir "$TMP/elsewhere"
+  ln -s "$TMP/elsewhere" "$TMP/dirlink"
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' --sidecar "$TMP/side1" \
+    --save_sidecars "$TMP/dirlink"
+  expect_rc 1
+  expect_err "cannot use $TMP/dirlink for sidecars: it is a symbolic link or not a directory"
+  [[ -z "$(ls -A "$TMP/elsewhere")" ]] || fail "a sidecar was written through the link"
+
+  CHECK="--save_sidecars refuses a directory others may write to (issue 47)"
+  mkdir "$TMP/open"
+  chmod 0777 "$TMP/open"
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' --sidecar "$TMP/side1" \
+    --save_sidecars "$TMP/open"
+  expect_rc 1
+  expect_err "cannot use $TMP/open for sidecars: others may write to it"
+  [[ -z "$(ls -A "$TMP/open")" ]] || fail "a sidecar was written to a directory others may write"
+
+  CHECK="--save_sidecars refuses another user's directory (issue 47)"
+  local theirs=/
+  if [[ "$(id -u)" == 0 ]]; then  # root owns /: make one nobody owns
+    theirs="$TMP/theirs"
+    mkdir "$theirs"
+    chown 65534 "$theirs"
+  fi
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' --sidecar "$TMP/side1" \
+    --save_sidecars "$theirs"
+  expect_rc 1
+  expect_err "cannot use $theirs for sidecars: it is not yours"
+  [[ ! -e "$theirs/sidecar-0" ]] || fail "a sidecar was written to another user's directory"
+
+  CHECK="--save_sidecars writes at most 100 files; past that none, and why (issue 47)"
+  local many=()
+  for _ in $(seq 101); do many+=(--sidecar "$TMP/side1"); done
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' "${many[@]}" \
+    --save_sidecars "$TMP/many"
+  expect_rc 1
+  expect_err "the response has 101 sidecars, more than the 100 --save_sidecars writes: none written"
+  [[ ! -e "$TMP/many/sidecar-0" ]] || fail "sidecars were written past the bound"
+  osp call "$a" "$CALC.Echo" '{"data": "", "echo_sidecars": true}' "${many[@]:2}" \
+    --save_sidecars "$TMP/many"
+  expect_rc 0
+  [[ -e "$TMP/many/sidecar-99" && ! -e "$TMP/many/sidecar-100" ]] || fail "not 100 sidecars written"
+
   CHECK="a sidecar file that does not exist: exit 2"
   osp call "$a" "$CALC.Echo" '{"data": ""}' --sidecar "$TMP/nothing"
   expect_rc 2
@@ -336,6 +380,15 @@ section_errors() {
     fail "the error on a terminal is not escaped: $(od -c "$TMP/tty" | head -20)"
   ! grep -q $'\x1b' "$TMP/tty" || fail "an escape byte reached the terminal"
   ! grep -q $'\xc2\x9b' "$TMP/tty" || fail "a C1 control reached the terminal"
+  CHECK="a lone C1 byte (0x9b, CSI on terminals with 8-bit controls) reaches a terminal escaped (issue 47)"
+  set +e
+  timeout "$CALL_LIMIT" script -qec "$(printf '%q ' "$OSPREY" call "$a" "$CALC.Fail" --format text \
+    'message: "x\233[2Jy \303\251"')" /dev/null >"$TMP/tty" 2>&1
+  set -e
+  grep -qF 'Invalid argument: x\x9b[2Jy '$'\xc3\xa9' "$TMP/tty" ||
+    fail "a lone 0x9b on a terminal is not escaped (or valid UTF-8 was): $(od -c "$TMP/tty" | head -20)"
+  ! LC_ALL=C grep -q $'\x9b' "$TMP/tty" || fail "a lone 0x9b reached the terminal"
+  CHECK="a server's text reaches a pipe exactly"
   osp call "$a" "$CALC.Fail" '{"message": "\u001b[2J"}'
   expect_rc 1
   grep -q $'\x1b\[2J' <<<"$ERR" || fail "a pipe did not get the exact bytes: $ERR"

@@ -203,6 +203,25 @@ Status ReadRequest(const CallFlags& flags, std::string* out) {
   return Status::OK();
 }
 
+// Most files one response may make --save_sidecars write. A KRPC response
+// may carry 10,000 sidecars; a hostile server would have every one written.
+constexpr int kMaxSidecarFiles = 100;
+
+// Closes a descriptor when it goes out of scope.
+class ClosingFd {
+ public:
+  explicit ClosingFd(int fd) : fd_(fd) {}
+  ~ClosingFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ClosingFd(const ClosingFd&) = delete;
+  ClosingFd& operator=(const ClosingFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
 Status SaveSidecars(const RpcController& ctl, const std::string& dir) {
   const int n = ctl.num_inbound_sidecars();
   if (n == 0) return Status::OK();
@@ -211,16 +230,50 @@ Status SaveSidecars(const RpcController& ctl, const std::string& dir) {
               << "; --save_sidecars DIR writes them to files\n";
     return Status::OK();
   }
+  if (n > kMaxSidecarFiles) {
+    return Status::InvalidArgument("the response has " + std::to_string(n) +
+                                   " sidecars, more than the " + std::to_string(kMaxSidecarFiles) +
+                                   " --save_sidecars writes: none written");
+  }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::IOError("cannot make directory " + dir, errno);
+  }
+  // DIR itself is never a symbolic link (someone could point it anywhere
+  // the user may write), and is the user's own, which nobody else may
+  // write to (else they could plant or swap entries in it). Files are then
+  // made relative to the directory opened here, so a rename of DIR or of
+  // a path above it after these checks changes nothing.
+  ClosingFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dfd.get() < 0) {
+    int err = errno;
+    if (err == ELOOP || err == ENOTDIR) {
+      return Status::IOError("cannot use " + dir +
+                             " for sidecars: it is a symbolic link or not a directory");
+    }
+    return Status::IOError("cannot open directory " + dir, err);
+  }
+  struct stat st;
+  if (::fstat(dfd.get(), &st) != 0) return Status::IOError("cannot stat " + dir, errno);
+  if (st.st_uid != ::geteuid()) {
+    return Status::IOError("cannot use " + dir +
+                           " for sidecars: it is not yours (its owner is uid " +
+                           std::to_string(st.st_uid) + "); use a directory of your own");
+  }
+  if ((st.st_mode & S_IWOTH) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::IOError("cannot use " + dir + " for sidecars: others may write to it (mode " +
+                           mode + "); use a directory of your own");
   }
   for (int i = 0; i < n; ++i) {
     Slice data;
     OSPREY_RETURN_NOT_OK(ctl.GetInboundSidecar(i, &data));
-    const std::string path = dir + "/sidecar-" + std::to_string(i);
+    const std::string name = "sidecar-" + std::to_string(i);
+    const std::string path = dir + "/" + name;
     // A new file only: never through a symbolic link someone left there,
     // never over a file that exists.
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = ::openat(dfd.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      0644);
     if (fd < 0) {
       int err = errno;
       return Status::IOError("cannot create " + path +

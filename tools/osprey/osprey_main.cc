@@ -89,7 +89,9 @@ int Main(int argc, char** argv) {
                    "request names)")
       ->check(CLI::ExistingFile);
   call_cmd->add_option("--save_sidecars", call.save_sidecars,
-                       "write the response's sidecars to DIR/sidecar-0, DIR/sidecar-1, ...");
+                       "write the response's sidecars (at most 100) to DIR/sidecar-0, "
+                       "DIR/sidecar-1, ...; DIR must be yours, not a symbolic link, and not "
+                       "writable by others");
   call_cmd
       ->add_option("--repeat", call.repeat,
                    "make the call N times, one after another, and print a latency summary")

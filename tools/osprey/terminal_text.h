@@ -9,9 +9,11 @@
 
 namespace osprey::cli {
 
-// `text` with every C0 control byte but newline and tab, DEL, and every
-// C1 control (U+0080..U+009F, as UTF-8) written as \xNN, and every
-// backslash as \\ so that what is shown tells the two apart.
+// `text` with every C0 control byte but newline and tab, DEL, every C1
+// control (U+0080..U+009F, as UTF-8) and every byte that is not part of
+// well-formed UTF-8 (among them a lone 0x80..0x9f, a C1 control on
+// terminals with 8-bit controls) written as \xNN, and every backslash as
+// \\ so that what is shown tells the two apart.
 std::string EscapeForTerminal(std::string_view text);
 
 // `text` as it goes to file descriptor `fd`: escaped when `fd` is a
