@@ -32,6 +32,13 @@ class HttpClient {
     OSPREY_RETURN_NOT_OK(sock_.Init(addr));
     return sock_.Connect(addr);
   }
+  // From `from`, an address of this host (port 0: any): every address of
+  // 127.0.0.0/8 is loopback, so one test plays several peers.
+  Status ConnectFrom(const Sockaddr& from, const Sockaddr& addr) {
+    OSPREY_RETURN_NOT_OK(sock_.Init(addr));
+    OSPREY_RETURN_NOT_OK(sock_.Bind(from));
+    return sock_.Connect(addr);
+  }
   Status SendRaw(const std::string& bytes) {
     return sock_.WriteAll(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }

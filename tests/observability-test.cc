@@ -573,7 +573,14 @@ TEST(HttpEndpointsTest, APipeliningPeerThatNeverReadsIsBoundedAndDropped) {
 // the reactor: answered in order without recursing once per request.
 TEST(HttpEndpointsTest, ThousandsOfPipelinedRequestsAreAnsweredInOrder) {
   HttpServer hs;
-  ASSERT_TRUE(hs.Start().ok());
+  // No request cap (1,000 by default): AKeepAliveConnectionClosesAtItsRequestCapAndAge
+  // tests it.
+  ASSERT_TRUE(hs.server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("observed")
+                             .set_http_endpoints(true)
+                             .set_http_keepalive_limits(0, MonoDelta::FromSeconds(600)))
+                  .ok());
   HttpClient h;
   ASSERT_TRUE(h.Connect(hs.server.address).ok());
   constexpr int kRequests = 2000;  // 66 KB: within what a peer may send ahead
@@ -806,9 +813,12 @@ TEST(HttpEndpointsTest, HttpOnlyConnectionsHaveALimitApartFromRpcs) {
   ASSERT_TRUE(http.Get("/healthz", &r).ok());
   EXPECT_EQ(200, r.status);
   ASSERT_TRUE(CheckedAdd(proxy, 2, 2).ok());
-  // Each limit holds: a second scraper is closed at once.
+  // Each limit holds: a second scraper gets only a /healthz-only slot of
+  // the reserve, and is closed after its answer.
   HttpClient second;
   ASSERT_TRUE(second.Connect(hs.http_address).ok());
+  ASSERT_TRUE(second.Get("/metrics", &r).ok());
+  EXPECT_EQ(503, r.status);
   EXPECT_TRUE(second.ClosedWithin(MonoDelta::FromSeconds(5)));
 }
 
@@ -861,11 +871,11 @@ TEST(HttpEndpointsTest, HttpOnTheRpcPortHasItsOwnLimitAndIdleTimeout) {
     ASSERT_TRUE(scrapers.back()->Get("/healthz", &r).ok());
     EXPECT_EQ(200, r.status);
   }
-  // A third: 503, and closed.
+  // A third: 503 (but for /healthz, which the reserve answers), and closed.
   HttpClient third;
   ASSERT_TRUE(third.Connect(hs.server.address).ok());
   HttpReply busy;
-  ASSERT_TRUE(third.Get("/healthz", &busy).ok());
+  ASSERT_TRUE(third.Get("/metrics", &busy).ok());
   EXPECT_EQ(503, busy.status);
   EXPECT_EQ("too many HTTP connections\n", busy.body);
   // Two RPC clients still get in: the scrapers hold no RPC slot.
@@ -942,6 +952,302 @@ TEST(HttpEndpointsTest, ListenHttpWhileCallsFlowThroughTheSameReactor) {
   stop.store(true);
   for (auto& t : callers) t.join();
   for (const Sockaddr& a : listeners) EXPECT_EQ("200", HealthzOn(a));
+}
+
+Sockaddr Addr(const std::string& host_port) {
+  Sockaddr a;
+  EXPECT_TRUE(Sockaddr::Parse(host_port, &a).ok()) << host_port;
+  return a;
+}
+
+void SleepFor(MonoDelta d) {
+  std::this_thread::sleep_for(std::chrono::microseconds(d.ToMicroseconds()));
+}
+
+// Keeps up to `n` keep-alive connections from one address, each asking for
+// /metrics every `period` and reconnecting when closed, as the attacker of
+// issue 47 (finding 4) did: how many it holds (answered 200) is held().
+class ConnectionHoarder {
+ public:
+  ConnectionHoarder(Sockaddr from, Sockaddr target, size_t n)
+      : from_(from), target_(target), conns_(n) {}
+  ~ConnectionHoarder() { Stop(); }
+  // One round on this thread, then rounds every `period` on another.
+  void Start(MonoDelta period) {
+    Round();
+    thread_ = std::thread([this, period] {
+      while (!stop_.load()) {
+        SleepFor(period);
+        Round();
+      }
+    });
+  }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  size_t held() const { return held_.load(); }
+  size_t most_held() const { return most_held_.load(); }
+
+ private:
+  void Round() {
+    size_t held = 0;
+    for (auto& c : conns_) {
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        if (c == nullptr) {
+          c = std::make_unique<HttpClient>();
+          if (!c->ConnectFrom(from_, target_).ok()) {
+            c.reset();
+            continue;
+          }
+        }
+        HttpReply r;
+        Status s = c->Get("/metrics", &r);
+        if (s.ok() && r.status == 200 && r.Header("Connection") == "keep-alive") {
+          ++held;
+          break;
+        }
+        c.reset();
+      }
+    }
+    held_.store(held);
+    if (held > most_held_.load()) most_held_.store(held);
+  }
+  const Sockaddr from_, target_;
+  std::vector<std::unique_ptr<HttpClient>> conns_;
+  std::atomic<size_t> held_{0}, most_held_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Issue 47, finding 4: 64 keep-alive connections from one address held
+// every HTTP slot (one pool for the RPC port and every ListenHttp address),
+// and everyone else's /healthz got 503 or was closed. Now a peer holds at
+// most its share of each pool, with the defaults, and another address's
+// /healthz is answered every second.
+TEST(HttpEndpointsTest, OnePeerHoldingSixtyFourConnectionsLocksNoOneOutOfHealthz) {
+  for (int on_rpc_port = 0; on_rpc_port < 2; ++on_rpc_port) {
+    SCOPED_TRACE(on_rpc_port ? "the RPC port" : "a ListenHttp address");
+    HttpServer rpc_port;
+    SeparateHttpServer separate;
+    Sockaddr target;
+    if (on_rpc_port) {
+      ASSERT_TRUE(rpc_port.Start().ok());
+      target = rpc_port.server.address;
+    } else {
+      ASSERT_TRUE(separate.Start().ok());
+      target = separate.http_address;
+    }
+    ConnectionHoarder hoarder(Addr("127.0.0.2:0"), target, 64);
+    hoarder.Start(MonoDelta::FromMilliseconds(250));
+    for (int probe = 0; probe < 4; ++probe) {
+      EXPECT_EQ("200", HealthzOn(target))
+          << "probe " << probe << "; the hoarder holds " << hoarder.held() << " connections";
+      SleepFor(MonoDelta::FromSeconds(1));
+    }
+    hoarder.Stop();
+    // Its share: set_http_max_connections_per_peer's default.
+    EXPECT_EQ(8u, hoarder.most_held());
+  }
+}
+
+// Holds a connection from `from` answered 200 on /metrics with keep-alive,
+// or says why not.
+std::string Hold(HttpClient* c, const Sockaddr& from, const Sockaddr& target) {
+  HttpReply r;
+  Status s = c->ConnectFrom(from, target);
+  if (s.ok()) s = c->Get("/metrics", &r);
+  if (!s.ok()) return s.ToString();
+  return std::to_string(r.status) + " " + r.Header("Connection");
+}
+constexpr const char* kHeld = "200 keep-alive";
+
+// Every new bound of issue 47 pushed on: a peer's share of a pool...
+TEST(HttpEndpointsTest, APeerGetsAtMostItsShareOfAPool) {
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start(MessengerBuilder("observed")
+                           .set_http_connection_limits(4, MonoDelta::FromSeconds(30))
+                           .set_http_max_connections_per_peer(2)
+                           .set_http_healthz_reserve(0))
+                  .ok());
+  const Sockaddr target = hs.http_address;
+  HttpClient a1, a2, a3, b1, b2, c1;
+  EXPECT_EQ(kHeld, Hold(&a1, Addr("127.0.0.2:0"), target));
+  EXPECT_EQ(kHeld, Hold(&a2, Addr("127.0.0.2:0"), target));
+  EXPECT_NE(kHeld, Hold(&a3, Addr("127.0.0.2:0"), target));  // its share is full
+  EXPECT_EQ(kHeld, Hold(&b1, Addr("127.0.0.3:0"), target));
+  EXPECT_EQ(kHeld, Hold(&b2, Addr("127.0.0.3:0"), target));
+  // The pool is full: a newcomer is refused although its own share is free.
+  EXPECT_NE(kHeld, Hold(&c1, Addr("127.0.0.4:0"), target));
+  // A slot given back is the peer's again.
+  { HttpClient gone = std::move(a1); }
+  EXPECT_TRUE(WaitUntil([&] {
+    HttpClient again;
+    return Hold(&again, Addr("127.0.0.2:0"), target) == kHeld;
+  }));
+}
+
+// ...the /healthz reserve, and half of it at most per peer...
+TEST(HttpEndpointsTest, APoolFullOfOnePeerStillAnswersOthersHealthzFromTheReserve) {
+  SeparateHttpServer hs;
+  ASSERT_TRUE(hs.Start(MessengerBuilder("observed")
+                           .set_negotiation_timeout(MonoDelta::FromMilliseconds(500))
+                           .set_http_connection_limits(1, MonoDelta::FromSeconds(30))
+                           .set_http_max_connections_per_peer(0)
+                           .set_http_healthz_reserve(2))
+                  .ok());
+  const Sockaddr target = hs.http_address;
+  HttpClient holder;
+  ASSERT_EQ(kHeld, Hold(&holder, Addr("127.0.0.2:0"), target));
+  // Another address: /healthz answered, and the connection closed after it.
+  HttpClient probe;
+  ASSERT_TRUE(probe.ConnectFrom(Addr("127.0.0.1:0"), target).ok());
+  HttpReply r;
+  ASSERT_TRUE(probe.Get("/healthz", &r).ok());
+  EXPECT_EQ(200, r.status);
+  EXPECT_EQ("close", r.Header("Connection"));
+  EXPECT_TRUE(probe.ClosedWithin(MonoDelta::FromSeconds(5)));
+  // Any other page there: 503.
+  HttpClient other;
+  ASSERT_TRUE(other.ConnectFrom(Addr("127.0.0.1:0"), target).ok());
+  ASSERT_TRUE(other.Get("/metrics", &r).ok());
+  EXPECT_EQ(503, r.status);
+  EXPECT_EQ("too many HTTP connections\n", r.body);
+  EXPECT_TRUE(other.ClosedWithin(MonoDelta::FromSeconds(5)));
+  // The holder takes one reserve slot and sits in it; a second is refused
+  // (half the reserve per peer), and others' probes still get the other.
+  HttpClient sitter, second;
+  ASSERT_TRUE(sitter.ConnectFrom(Addr("127.0.0.2:0"), target).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    HttpClient c;
+    return c.ConnectFrom(Addr("127.0.0.2:0"), target).ok() && !c.Get("/healthz", &r).ok();
+  }));
+  MonoTime sat = MonoTime::Now();
+  EXPECT_EQ("200", HealthzOn(target));
+  // The sitter goes within the request timeout (0.5 s), not the idle one.
+  EXPECT_TRUE(sitter.ClosedWithin(MonoDelta::FromSeconds(10)));
+  EXPECT_LT(MonoTime::Now() - sat, MonoDelta::FromSeconds(5));
+  ASSERT_TRUE(holder.Get("/healthz", &r).ok());  // the holder is served all along
+  EXPECT_EQ(200, r.status);
+
+  // Without a reserve, a full pool refuses /healthz too.
+  SeparateHttpServer none;
+  ASSERT_TRUE(none.Start(MessengerBuilder("observed")
+                             .set_http_connection_limits(1, MonoDelta::FromSeconds(30))
+                             .set_http_healthz_reserve(0))
+                  .ok());
+  HttpClient none_holder;
+  ASSERT_EQ(kHeld, Hold(&none_holder, Addr("127.0.0.2:0"), none.http_address));
+  EXPECT_NE("200", HealthzOn(none.http_address));
+}
+
+// ...the request cap and the age of a keep-alive connection...
+TEST(HttpEndpointsTest, AKeepAliveConnectionClosesAtItsRequestCapAndAge) {
+  {
+    HttpServer hs;
+    ASSERT_TRUE(hs.server
+                    .Start(1, ServicePoolOptions(),
+                           MessengerBuilder("observed")
+                               .set_http_endpoints(true)
+                               .set_http_keepalive_limits(3, MonoDelta()))
+                    .ok());
+    HttpClient h;
+    ASSERT_TRUE(h.Connect(hs.server.address).ok());
+    HttpReply r;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(h.Get("/healthz", &r).ok()) << i;
+      EXPECT_EQ(i < 2 ? "keep-alive" : "close", r.Header("Connection")) << i;
+    }
+    EXPECT_TRUE(h.ClosedWithin(MonoDelta::FromSeconds(5)));
+    // Pipelined past the cap: three answers, then the connection closes.
+    HttpClient p;
+    ASSERT_TRUE(p.Connect(hs.server.address).ok());
+    std::string five;
+    for (int i = 0; i < 5; ++i) five += "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    ASSERT_TRUE(p.SendRaw(five).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.Read(&r).ok()) << i;
+    EXPECT_FALSE(p.Read(&r, MonoDelta::FromSeconds(5)).ok());
+  }
+  {
+    HttpServer hs;
+    const MonoDelta age = MonoDelta::FromMilliseconds(600);
+    ASSERT_TRUE(hs.server
+                    .Start(1, ServicePoolOptions(),
+                           MessengerBuilder("observed")
+                               .set_http_endpoints(true)
+                               .set_http_keepalive_limits(0, age))
+                    .ok());
+    // One that asks every 100 ms, well within the 30 s idle timeout: past
+    // its age it is closed, by the answer ("Connection: close") or while
+    // quiet between two requests.
+    HttpClient busy;
+    const MonoTime opened = MonoTime::Now();
+    ASSERT_TRUE(busy.Connect(hs.server.address).ok());
+    HttpReply r;
+    int answers = 0;
+    while (answers < 100 && busy.Get("/healthz", &r).ok()) {
+      ++answers;
+      if (r.Header("Connection") == "close") break;
+      SleepFor(MonoDelta::FromMilliseconds(100));
+    }
+    EXPECT_TRUE(busy.ClosedWithin(MonoDelta::FromSeconds(5)));
+    EXPECT_GE(MonoTime::Now() - opened, age);
+    EXPECT_GE(answers, 2);
+    EXPECT_LT(answers, 50);
+    // One quiet after its first answer goes at its age, not the idle timeout.
+    HttpClient quiet;
+    ASSERT_TRUE(quiet.Connect(hs.server.address).ok());
+    const MonoTime start = MonoTime::Now();
+    ASSERT_TRUE(quiet.Get("/healthz", &r).ok());
+    EXPECT_TRUE(quiet.ClosedWithin(MonoDelta::FromSeconds(20)));
+    EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(10));
+  }
+}
+
+// ...and a pool each for the RPC port and every ListenHttp address.
+TEST(HttpEndpointsTest, TheRpcPortAndEachHttpAddressHaveAPoolOfTheirOwn) {
+  TestServer server;
+  ASSERT_TRUE(server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("observed")
+                             .set_http_endpoints(true)
+                             .set_http_connection_limits(2, MonoDelta::FromSeconds(30))
+                             .set_http_max_connections_per_peer(0)
+                             .set_http_healthz_reserve(0))
+                  .ok());
+  Sockaddr first, second;
+  ASSERT_TRUE(server.messenger->ListenHttp(Sockaddr::Loopback(0), &first).ok());
+  ASSERT_TRUE(server.messenger->ListenHttp(Sockaddr::Loopback(0), &second).ok());
+  std::vector<std::unique_ptr<HttpClient>> held;
+  for (const Sockaddr& where : {server.address, first}) {
+    for (int i = 0; i < 3; ++i) {
+      held.push_back(std::make_unique<HttpClient>());
+      std::string got = Hold(held.back().get(), Addr("127.0.0.2:0"), where);
+      if (i < 2) {
+        EXPECT_EQ(kHeld, got) << where.ToString() << " " << i;
+      } else {
+        EXPECT_NE(kHeld, got) << where.ToString() << " is full";
+      }
+    }
+  }
+  EXPECT_EQ("200", HealthzOn(second));
+}
+
+TEST(HttpEndpointsTest, HttpLimitsOutOfRangeAreRefusedAtBuild) {
+  std::shared_ptr<Messenger> m;
+  Status s = MessengerBuilder("x").set_http_healthz_reserve(1025).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_http_healthz_reserve")) << s.ToString();
+  s = MessengerBuilder("x").set_http_keepalive_limits(10, MonoDelta::FromSeconds(-1)).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_http_keepalive_limits")) << s.ToString();
+  // 0 turns each off.
+  s = MessengerBuilder("x")
+          .set_http_max_connections_per_peer(0)
+          .set_http_healthz_reserve(0)
+          .set_http_keepalive_limits(0, MonoDelta())
+          .Build(&m);
+  EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 TEST(HttpEndpointsTest, WithoutHttpEndpointsAnHttpRequestIsClosed) {

@@ -22,6 +22,7 @@
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_options.h"
+#include "osprey/transport/http_connection_pool.h"
 #include "osprey/transport/http_host_check.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/sasl_gssapi.h"
@@ -29,6 +30,17 @@
 #include "osprey/transport/transport_metrics.h"
 
 namespace osprey {
+
+namespace {
+// A reserve beyond this would be a second pool, not room for probes.
+constexpr size_t kMaxHttpHealthzReserve = 1024;
+
+transport::HttpConnectionPool::Limits HttpPoolLimits(const transport::ConnectionOptions& o) {
+  return {.max_connections = o.max_http_connections,
+          .max_per_peer = o.max_http_connections_per_peer,
+          .healthz_reserve = o.http_healthz_reserve};
+}
+}  // namespace
 
 MessengerBuilder::MessengerBuilder(std::string name)
     : name_(std::move(name)), options_(std::make_shared<transport::ConnectionOptions>()) {}
@@ -154,6 +166,23 @@ MessengerBuilder& MessengerBuilder::set_http_connection_limits(size_t max_connec
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_http_max_connections_per_peer(size_t n) {
+  MutableOptions().max_http_connections_per_peer = n;
+  return *this;
+}
+
+MessengerBuilder& MessengerBuilder::set_http_healthz_reserve(size_t n) {
+  MutableOptions().http_healthz_reserve = n;
+  return *this;
+}
+
+MessengerBuilder& MessengerBuilder::set_http_keepalive_limits(size_t max_requests,
+                                                              MonoDelta max_age) {
+  MutableOptions().http_max_requests_per_connection = max_requests;
+  MutableOptions().http_max_connection_age = max_age;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_http_allowed_hosts(std::vector<std::string> hosts) {
   http_allowed_hosts_ = std::move(hosts);
   return *this;
@@ -217,6 +246,15 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   if (o.max_http_connections < 1 || o.http_idle_timeout <= MonoDelta()) {
     return Status::InvalidArgument(
         "HTTP connection limits need at least one connection and a positive idle timeout");
+  }
+  if (o.http_healthz_reserve > kMaxHttpHealthzReserve) {
+    return Status::InvalidArgument("set_http_healthz_reserve: at most " +
+                                   std::to_string(kMaxHttpHealthzReserve) +
+                                   " connections (0: none)");
+  }
+  if (o.http_max_connection_age < MonoDelta()) {
+    return Status::InvalidArgument(
+        "set_http_keepalive_limits: the maximum age must not be negative (0: no cap)");
   }
   if (http_on_rpc_port_ == false && !http_endpoints_) {
     return Status::InvalidArgument(
@@ -447,7 +485,7 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
     CHECK(s.ok()) << s.ToString();  // fixed, valid names
   }
   options.keepalive = metrics_;
-  options.http_connections = open_http_connections_;
+  options.http_connections = transport::HttpConnectionPool::Make(HttpPoolLimits(options));
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);
     options.http_handler = http_.get();
@@ -575,12 +613,13 @@ Status Messenger::AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bo
   Sockaddr actual;
   OSPREY_RETURN_NOT_OK(transport::Acceptor::Listen(addr, &listener, &actual));
   transport::Reactor* r = reactors_[0].get();
+  // Apart, so that scrapes still connect when RPC clients fill their
+  // limit, scrapers never take an RPC client's place, and each HTTP address
+  // has a pool of its own (filling one, or the RPC port's, shuts no other).
   auto acceptor = std::make_shared<transport::Acceptor>(
       r, std::move(listener), http_only ? Serves::kHttp : Serves::kRpc,
-      [this] { return NextServerReactor(); },
-      // Apart, so that scrapes still connect when RPC clients fill the
-      // limit, and scrapers never take an RPC client's place.
-      http_only ? open_http_connections_ : open_server_connections_);
+      [this] { return NextServerReactor(); }, http_only ? nullptr : open_server_connections_,
+      http_only ? transport::HttpConnectionPool::Make(HttpPoolLimits(options)) : nullptr);
   Status result;
   CountDownLatch started(1);
   if (!r->Schedule([&] {

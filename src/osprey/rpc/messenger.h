@@ -198,10 +198,27 @@ class MessengerBuilder {
   // ListenHttp on an address of their own (a loopback or management
   // network); true serves them on its RPC port anyway, with a WARNING.
   MessengerBuilder& set_http_on_rpc_port(bool enabled);
-  // HTTP connections (RPC port and HTTP listeners together): at most
-  // `max_connections` at once (64 by default), apart from RPC connections,
-  // each closed when idle for `idle_timeout` (30 s by default).
+  // HTTP connections: at most `max_connections` at once (64 by default) on
+  // the RPC port, and as many on each ListenHttp address (a pool each,
+  // apart from RPC connections), each closed when idle for `idle_timeout`
+  // (30 s by default).
   MessengerBuilder& set_http_connection_limits(size_t max_connections, MonoDelta idle_timeout);
+  // Against one peer holding a whole pool (issue 47): of each pool's
+  // connections, at most `n` from one address (8 by default; 0: no limit).
+  // Peers on a Unix socket have no address to tell them apart: only the
+  // pool's total applies to them.
+  MessengerBuilder& set_http_max_connections_per_peer(size_t n);
+  // Past a full pool, or a peer's full share, up to `n` more connections
+  // (4 by default, at most 1,024; 0: none) serve /healthz alone: one
+  // request each, anything else answered 503, closed after the answer or
+  // within the negotiation timeout; one address holds at most half of them.
+  // So an orchestrator's probe is answered however the pool is held.
+  MessengerBuilder& set_http_healthz_reserve(size_t n);
+  // A keep-alive HTTP connection closes after `max_requests` answers (1,000
+  // by default) or once `max_age` old (10 minutes), whichever comes first;
+  // the answer that reaches a cap says "Connection: close", and one idle at
+  // its age goes then. 0 (either): no such cap.
+  MessengerBuilder& set_http_keepalive_limits(size_t max_requests, MonoDelta max_age);
   // Host names an HTTP request may name in its Host header besides this
   // server's address, "localhost" on loopback and this machine's host name
   // (against DNS rebinding: see transport/http_host_check.h); "*" allows
@@ -288,8 +305,9 @@ class Messenger {
   // Serves the HTTP endpoints, and nothing else, on `addr` as well: a
   // scrape address apart from the RPC port (another interface, a fixed
   // port). Needs MessengerBuilder::set_http_endpoints(true); any number of
-  // addresses. Their connections have a max_server_connections limit of
-  // their own, apart from RPC's. An RPC client there is answered 400 and
+  // addresses. Each address has a pool of HTTP connections of its own
+  // (set_http_connection_limits and the settings after it), apart from the
+  // RPC port's and from RPC connections. An RPC client there is answered 400 and
   // its calls fail with NetworkError "the server answered in HTTP…".
   Status ListenHttp(const Sockaddr& addr, Sockaddr* bound = nullptr);
   Status RegisterService(std::unique_ptr<ServiceIf> service,
@@ -388,9 +406,6 @@ class Messenger {
   const uint64_t id_;
   // Before metrics_, which counts them.
   const std::shared_ptr<std::atomic<int64_t>> open_server_connections_ =
-      std::make_shared<std::atomic<int64_t>>(0);
-  // Those of the HTTP-only listeners, under a limit of their own.
-  const std::shared_ptr<std::atomic<int64_t>> open_http_connections_ =
       std::make_shared<std::atomic<int64_t>>(0);
   // Shared with the reactors: see messenger_metrics.h.
   const std::shared_ptr<MessengerMetrics> metrics_;

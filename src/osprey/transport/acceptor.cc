@@ -14,12 +14,14 @@ namespace osprey::transport {
 
 Acceptor::Acceptor(Reactor* reactor, Socket listener, Serves serves,
                    std::function<Reactor*()> pick_reactor,
-                   std::shared_ptr<std::atomic<int64_t>> open_connections)
+                   std::shared_ptr<std::atomic<int64_t>> open_connections,
+                   std::shared_ptr<HttpConnectionPool> http_pool)
     : reactor_(reactor),
       listener_(std::move(listener)),
       serves_(serves),
       pick_reactor_(std::move(pick_reactor)),
-      open_connections_(std::move(open_connections)) {}
+      open_connections_(std::move(open_connections)),
+      http_pool_(std::move(http_pool)) {}
 
 Acceptor::~Acceptor() {
   if (listener_.is_open()) RemoveUnixSocketFile();
@@ -105,18 +107,31 @@ void Acceptor::HandleEvents(uint32_t) {
       });
       return;
     }
-    int64_t limit =
-        static_cast<int64_t>(serves_ == Serves::kHttp ? reactor_->options().max_http_connections
-                                                      : reactor_->options().max_server_connections);
-    if (open_connections_->load() >= limit) {
-      MonoTime now = MonoTime::Now();
-      if (now - last_refusal_log_ > MonoDelta::FromSeconds(1)) {
-        LOG(WARNING) << "refusing connection from " << remote.ToString() << ": " << limit
-                     << (serves_ == Serves::kHttp ? " HTTP" : " server")
-                     << " connections are open (the configured maximum)";
-        last_refusal_log_ = now;
+    HttpConnectionPool::Slot http_slot;
+    if (serves_ == Serves::kHttp) {
+      http_slot = http_pool_->Take(remote);
+      if (http_slot.kind() == HttpConnectionPool::Kind::kRefused) {
+        MonoTime now = MonoTime::Now();
+        if (now - last_refusal_log_ > MonoDelta::FromSeconds(1)) {
+          LOG(WARNING) << "refusing HTTP connection from " << remote.ToString()
+                       << ": this address's pool, that peer's share of it and the /healthz "
+                          "reserve are full (set_http_connection_limits, "
+                          "set_http_max_connections_per_peer, set_http_healthz_reserve)";
+          last_refusal_log_ = now;
+        }
+        continue;  // `conn` closes here
       }
-      continue;  // `conn` closes here
+    } else {
+      const auto limit = static_cast<int64_t>(reactor_->options().max_server_connections);
+      if (open_connections_->load() >= limit) {
+        MonoTime now = MonoTime::Now();
+        if (now - last_refusal_log_ > MonoDelta::FromSeconds(1)) {
+          LOG(WARNING) << "refusing connection from " << remote.ToString() << ": " << limit
+                       << " server connections are open (the configured maximum)";
+          last_refusal_log_ = now;
+        }
+        continue;  // `conn` closes here
+      }
     }
     Status ns;
     if (!remote.is_unix()) ns = conn.SetNoDelay(true);
@@ -131,7 +146,7 @@ void Acceptor::HandleEvents(uint32_t) {
     Task adopt;
     if (serves_ == Serves::kHttp) {
       auto h = std::make_shared<HttpConnection>(target, std::move(conn), remote, std::string(),
-                                                target->http_handler(), open_connections_);
+                                                target->http_handler(), std::move(http_slot));
       adopt = [target, h = std::move(h)]() mutable { target->AdoptHttpConnection(std::move(h)); };
     } else {
       auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),

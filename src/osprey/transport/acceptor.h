@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "osprey/base/socket.h"
+#include "osprey/transport/http_connection_pool.h"
 #include "osprey/transport/reactor.h"
 
 namespace osprey::transport {
@@ -18,14 +19,16 @@ namespace osprey::transport {
 class Acceptor : public EventHandler, public std::enable_shared_from_this<Acceptor> {
  public:
   enum class Serves { kRpc, kHttp };
-  // `open_connections` counts the connections alive under one limit
+  // kRpc: `open_connections` counts the connections alive under one limit
   // (shared with every connection this acceptor creates, which decrement
   // it on destruction); past the reactor options' max_server_connections
-  // new connections are closed at once. A messenger's RPC listener and its
-  // HTTP-only listeners have a count each.
+  // new connections are closed at once.
+  // kHttp: each connection takes a slot in `http_pool` (this listener's
+  // own), and one that finds none is closed at once.
   // kHttp needs the reactors' options to have an http_handler.
   Acceptor(Reactor* reactor, Socket listener, Serves serves, std::function<Reactor*()> pick_reactor,
-           std::shared_ptr<std::atomic<int64_t>> open_connections);
+           std::shared_ptr<std::atomic<int64_t>> open_connections,
+           std::shared_ptr<HttpConnectionPool> http_pool = nullptr);
   // A listener never stopped (its reactor had already stopped) closes
   // here, and its Unix socket file goes too.
   ~Acceptor() override;
@@ -47,6 +50,7 @@ class Acceptor : public EventHandler, public std::enable_shared_from_this<Accept
   std::function<Reactor*()> pick_reactor_;
   bool paused_ = false;
   std::shared_ptr<std::atomic<int64_t>> open_connections_;
+  const std::shared_ptr<HttpConnectionPool> http_pool_;
   MonoTime last_refusal_log_;
 };
 

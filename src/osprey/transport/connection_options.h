@@ -13,6 +13,7 @@
 
 namespace osprey::transport {
 
+class HttpConnectionPool;
 class HttpHandler;
 class HttpHostCheck;
 class BlockingWorker;
@@ -98,13 +99,23 @@ struct ConnectionOptions {
   // False: HTTP is served only on the messenger's HTTP listeners
   // (Messenger::ListenHttp), and a request on the RPC port is refused.
   bool http_on_rpc_port = true;
-  // HTTP connections, on the RPC port and on HTTP listeners together: at
-  // most this many at once, counted in `http_connections` (apart from RPC
-  // connections, whose slots they never hold), each closed when idle for
-  // http_idle_timeout.
+  // HTTP connections: at most max_http_connections at once on the RPC
+  // port, and as many again on each HTTP listener (a pool each, apart from
+  // RPC connections, whose slots they never hold), at most
+  // max_http_connections_per_peer of them from one address (0: no limit),
+  // and http_healthz_reserve more that serve /healthz alone once a pool or
+  // a peer's share is full (see HttpConnectionPool). Each closes when idle
+  // for http_idle_timeout, and a keep-alive connection after
+  // http_max_requests_per_connection answers or once
+  // http_max_connection_age old (0: no cap), so that none is held forever.
   size_t max_http_connections = 64;
+  size_t max_http_connections_per_peer = 8;
+  size_t http_healthz_reserve = 4;
+  size_t http_max_requests_per_connection = 1000;
+  MonoDelta http_max_connection_age = MonoDelta::FromSeconds(600);
   MonoDelta http_idle_timeout = MonoDelta::FromSeconds(30);
-  std::shared_ptr<std::atomic<int64_t>> http_connections;
+  // The RPC port's pool, made by the messenger from the limits above.
+  std::shared_ptr<HttpConnectionPool> http_connections;
   // Which Host headers name this server; null: not checked.
   std::shared_ptr<const HttpHostCheck> http_host_check;
   // Server calls in flight are traced for /rpcz.

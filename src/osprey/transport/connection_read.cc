@@ -86,10 +86,11 @@ void Connection::BecomeHttp() {
   // this connection closes quietly.
   std::string first(reinterpret_cast<const char*>(conn_header_), conn_header_got_);
   const ConnectionOptions& o = reactor_->options();
-  // Counted as HTTP, not in the RPC connections' slots (this connection's
-  // own count goes when it does, below).
-  if (o.http_connections != nullptr &&
-      o.http_connections->load() >= static_cast<int64_t>(o.max_http_connections)) {
+  // A slot of the RPC port's HTTP pool, not of the RPC connections (this
+  // connection's own count goes when it does, below).
+  HttpConnectionPool::Slot slot;
+  if (o.http_connections != nullptr) slot = o.http_connections->Take(remote_);
+  if (slot.kind() == HttpConnectionPool::Kind::kRefused) {
     // The request's bytes are read first: closing a socket with unread
     // input sends a reset, which may overtake the answer.
     uint8_t drain[16 * 1024];
@@ -108,7 +109,7 @@ void Connection::BecomeHttp() {
   reactor_->RemoveFd(socket_.fd());
   auto http =
       std::make_shared<HttpConnection>(reactor_, std::move(socket_), remote_, std::move(first),
-                                       reactor_->http_handler(), o.http_connections);
+                                       reactor_->http_handler(), std::move(slot));
   Shutdown(Status::Aborted("served as HTTP"));
   reactor_->AdoptHttpConnection(std::move(http));
 }

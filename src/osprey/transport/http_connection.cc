@@ -57,26 +57,32 @@ std::string FormatHttpResponse(const HttpResponse& response, bool keep_alive, bo
 
 HttpConnection::HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote,
                                std::string first_bytes, HttpHandler* handler,
-                               std::shared_ptr<std::atomic<int64_t>> open_counter)
+                               HttpConnectionPool::Slot slot)
     : reactor_(reactor),
       reactor_keepalive_(reactor->shared_from_this()),
       socket_(std::move(socket)),
       remote_(remote),
       handler_(handler),
-      open_counter_(std::move(open_counter)),
-      in_(std::move(first_bytes)) {
-  if (open_counter_) open_counter_->fetch_add(1);
-}
+      slot_(std::move(slot)),
+      healthz_only_(slot_.kind() == HttpConnectionPool::Kind::kHealthzOnly),
+      opened_at_(MonoTime::Now()),
+      in_(std::move(first_bytes)) {}
 
-HttpConnection::~HttpConnection() {
-  if (open_counter_) open_counter_->fetch_sub(1);
-}
+HttpConnection::~HttpConnection() = default;  // slot_ goes back to its pool
 
 Status HttpConnection::Start() {
   reactor_->AssertCurrentThread();
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), EPOLLIN, this));
   const MonoTime now = MonoTime::Now();
   timer_state_.idle_since = now;
+  // A reserve slot is for a probe, which asks at once: held quiet, it goes
+  // within the request timeout, so a peer cannot sit in the reserve.
+  const ConnectionOptions& o = reactor_->options();
+  if (healthz_only_) {
+    timer_state_.retire_at = now + o.negotiation_timeout;
+  } else if (o.http_max_connection_age > MonoDelta()) {
+    timer_state_.retire_at = opened_at_ + o.http_max_connection_age;
+  }
   NoteInput(now);
   Parse();
   UpdateTimer();
@@ -124,6 +130,10 @@ void HttpConnection::OnTimer() {
       break;
     case HttpTimeout::kIdle:
       Close("idle");
+      return;
+    case HttpTimeout::kRetired:
+      Close(healthz_only_ ? "no request in time on a /healthz-only connection"
+                          : "past its maximum age (set_http_keepalive_limits)");
       return;
     case HttpTimeout::kNotReading:
       Close("the peer took no byte of its answer for the idle timeout");
@@ -200,6 +210,13 @@ void HttpConnection::Dispatch() {
     SendError(405, "only GET and HEAD are served");
     return;
   }
+  if (healthz_only_ && req.path != "/healthz") {
+    // The same answer as a full pool on the RPC port: this connection got
+    // in only to answer probes.
+    close_after_send_ = true;
+    SendError(503, "too many HTTP connections");
+    return;
+  }
   if (const HttpHostCheck* check = reactor_->options().http_host_check.get()) {
     Sockaddr local;
     Status hs = socket_.GetLocalAddress(&local);
@@ -241,7 +258,15 @@ void HttpConnection::SendError(int status, const std::string& text) {
 void HttpConnection::Send(HttpResponse response) {
   if (closed_) return;
   awaiting_answer_ = false;
-  const bool keep = keep_alive_ && !close_after_send_;
+  const ConnectionOptions& o = reactor_->options();
+  ++answers_;
+  // Caps on a keep-alive connection (issue 47): without them one that asks
+  // before each idle timeout held its slot for ever.
+  const bool capped =
+      healthz_only_ ||
+      (o.http_max_requests_per_connection > 0 && answers_ >= o.http_max_requests_per_connection) ||
+      MonoTime::Now() >= timer_state_.retire_at;
+  const bool keep = keep_alive_ && !close_after_send_ && !capped;
   out_.append(FormatHttpResponse(response, keep, head_request_));
   if (!keep) close_after_send_ = true;
   timer_state_.output_progress_at = MonoTime::Now();

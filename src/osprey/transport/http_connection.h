@@ -12,7 +12,11 @@
 // answered 4xx and closes this connection alone; so does a request not
 // complete within the negotiation timeout of its first byte (408), and a
 // peer that takes no byte of an answer for the idle timeout. Keep-alive
-// connections close when idle for the idle timeout (http_timeouts.h).
+// connections close when idle for the idle timeout (http_timeouts.h), and
+// after their request cap or age (the answer that reaches it says
+// "Connection: close"). A connection in a /healthz-only slot of its pool
+// (HttpConnectionPool) answers one request, 503 unless it is /healthz, and
+// closes; quiet, it closes within the request timeout.
 //
 // Owned by its Reactor (AdoptHttpConnection); every method runs on that
 // reactor's thread, under its loop lock.
@@ -27,6 +31,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
+#include "osprey/transport/http_connection_pool.h"
 #include "osprey/transport/http_request_parser.h"
 #include "osprey/transport/http_timeouts.h"
 #include "osprey/transport/reactor.h"
@@ -57,8 +62,9 @@ class HttpHandler {
 class HttpConnection : public EventHandler, public std::enable_shared_from_this<HttpConnection> {
  public:
   // `first_bytes`: what was read before the connection was known to be HTTP.
+  // `slot`: its place in its pool (not kRefused), given back when it goes.
   HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote, std::string first_bytes,
-                 HttpHandler* handler, std::shared_ptr<std::atomic<int64_t>> open_counter);
+                 HttpHandler* handler, HttpConnectionPool::Slot slot);
   ~HttpConnection() override;
 
   // Registers with the reactor and parses the first bytes.
@@ -84,7 +90,9 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   Socket socket_;
   const Sockaddr remote_;
   HttpHandler* const handler_;
-  const std::shared_ptr<std::atomic<int64_t>> open_counter_;
+  const HttpConnectionPool::Slot slot_;
+  const bool healthz_only_;
+  const MonoTime opened_at_;
 
   HttpRequestParser parser_ GUARDED_BY(reactor_->loop_mu_);
   std::string in_ GUARDED_BY(reactor_->loop_mu_);  // read, not yet parsed
@@ -97,6 +105,7 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool closed_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool parsing_ GUARDED_BY(reactor_->loop_mu_) = false;  // Parse() is on the stack
+  uint64_t answers_ GUARDED_BY(reactor_->loop_mu_) = 0;  // begun, toward the request cap
   HttpTimerState timer_state_ GUARDED_BY(reactor_->loop_mu_);
   TimerId timer_ GUARDED_BY(reactor_->loop_mu_);
   MonoTime timer_at_ GUARDED_BY(reactor_->loop_mu_) = MonoTime::Max();

@@ -54,6 +54,28 @@ TEST(HttpTimeoutsTest, UnsentOutputWaitsForAPeerThatReads) {
   EXPECT_EQ(HttpTimeout::kNotReading, At(s, s.output_progress_at + kIdle, &next));
 }
 
+// Issue 47: a keep-alive connection past its age closes when next quiet,
+// however recently it asked (the idle timeout alone let a peer that asks
+// every 20 s keep it forever); before then, the idle timeout.
+TEST(HttpTimeoutsTest, AConnectionPastItsAgeClosesWhenQuiet) {
+  const MonoTime t0 = MonoTime::Now();
+  HttpTimerState s;
+  s.idle_since = t0 + MonoDelta::FromSeconds(599);  // answered just now
+  s.retire_at = t0 + MonoDelta::FromSeconds(600);
+  MonoTime next;
+  EXPECT_EQ(HttpTimeout::kNone, At(s, s.retire_at - kNs, &next));
+  EXPECT_EQ(s.retire_at, next);
+  EXPECT_EQ(HttpTimeout::kRetired, At(s, s.retire_at, &next));
+  // A request in progress at that instant is not cut: its answer closes it.
+  s.request_pending = true;
+  s.request_started_at = s.retire_at - kNs;
+  EXPECT_EQ(HttpTimeout::kNone, At(s, s.retire_at, &next));
+  // Retirement later than the idle timeout: idle comes first.
+  s.request_pending = false;
+  s.retire_at = s.idle_since + kIdle + kNs;
+  EXPECT_EQ(HttpTimeout::kIdle, At(s, s.idle_since + kIdle, &next));
+}
+
 TEST(HttpTimeoutsTest, NothingTimesOutWhileTheHandlerWorks) {
   const MonoTime t0 = MonoTime::Now();
   HttpTimerState s;

@@ -17,6 +17,10 @@ HttpTimeout CheckHttpTimeout(const HttpTimerState& state, MonoTime now, MonoDelt
   } else {
     deadline = state.idle_since + idle_timeout;
     kind = HttpTimeout::kIdle;
+    if (state.retire_at < deadline) {
+      deadline = state.retire_at;
+      kind = HttpTimeout::kRetired;
+    }
   }
   if (now >= deadline) return kind;
   *next = deadline;
