@@ -166,8 +166,11 @@ void Connection::StartTlsRecords(std::unique_ptr<TlsSession> session) {
   // ahead of every record.
   tls_ = std::make_unique<TlsRecordLayer>(std::move(session), &outbound_);
   outbound_bytes_ = 0;
-  // Until negotiation ends, the server may answer in the clear.
-  tls_->set_keep_raw_input(role_ == Role::kClient);
+  // Until negotiation ends, the server may answer in the clear: with one
+  // frame, at most the negotiation frame limit and its length.
+  tls_->set_keep_raw_input(role_ == Role::kClient,
+                           4 + std::min(reactor_->options().max_negotiation_frame_size,
+                                        reactor_->options().max_frame_size));
   tls_switch_pending_ = true;
 }
 

@@ -278,5 +278,55 @@ TEST(TlsRecordLayerTest, BytesThatAreNotRecordsAreAnErrorAndKeptWhenAsked) {
   EXPECT_EQ("", receiver.TakeRawInput());
 }
 
+// Issue 47, finding 8: a client keeps the raw bytes after its switch to
+// records only while they may be the server's clear error frame, and never
+// more than one frame of them. Records from the server (here 3 MiB of them,
+// more than the 1 MiB frame a connection allows before it is open) are not
+// kept at all.
+TEST(TlsRecordLayerTest, RawInputIsNotKeptOnceItIsRecords) {
+  Sessions s = HandshakeInMemory();
+  FrameQueue none;
+  TlsRecordLayer sender(std::move(s.server), &none);
+  TlsRecordLayer receiver(std::move(s.client), &none);
+  receiver.set_keep_raw_input(true);
+  SocketPair sockets;
+  const std::string payload(64 * 1024, 'p');
+  StringSink sink;
+  for (int i = 0; i < 48; ++i) {
+    FrameQueue frames = Frames({payload});
+    size_t frame_bytes = payload.size(), wrote;
+    ASSERT_TRUE(sender.Flush(&sockets.a, &frames, &frame_bytes, &wrote).ok());
+    ASSERT_EQ(0u, sender.unsent_bytes());
+    bool answered;
+    ASSERT_TRUE(receiver.Decrypt(ReadAvailable(&sockets.b), &sink, &answered).ok());
+  }
+  EXPECT_EQ(48 * payload.size(), sink.out.size());
+  EXPECT_EQ(0u, receiver.TakeRawInput().size()) << "raw bytes kept after 3 MiB of records";
+}
+
+// Clear bytes after the switch (what a server's error frame looks like) are
+// kept up to the bound; past it, the negotiation fails with an error that
+// says so, and nothing is kept.
+TEST(TlsRecordLayerTest, RawInputPastOneFrameFailsTheNegotiation) {
+  Sessions s = HandshakeInMemory();
+  FrameQueue none;
+  TlsRecordLayer receiver(std::move(s.client), &none);
+  receiver.set_keep_raw_input(true, /*max_bytes=*/64);
+  StringSink sink;
+  bool answered;
+  const std::string fits("\0\0\0\x3c", 4);  // a length, the start of a clear frame
+  EXPECT_FALSE(receiver.Decrypt(fits, &sink, &answered).IsNetworkError());
+  EXPECT_EQ(fits, receiver.TakeRawInput());
+
+  TlsRecordLayer second(std::move(s.server), &none);
+  second.set_keep_raw_input(true, /*max_bytes=*/64);
+  const std::string too_long = std::string("\0\0\0\x40", 4) + std::string(61, 'x');
+  Status st = second.Decrypt(too_long, &sink, &answered);
+  EXPECT_TRUE(st.IsNetworkError()) << st.ToString();
+  EXPECT_NE(std::string::npos, st.message().find("more than 64 bytes")) << st.ToString();
+  EXPECT_EQ("", second.TakeRawInput());
+  EXPECT_TRUE(sink.out.empty());
+}
+
 }  // namespace
 }  // namespace osprey::transport

@@ -104,8 +104,23 @@ uint8_t* TlsRecordLayer::ReadBuffer(size_t* size) {
 }
 
 Status TlsRecordLayer::Decrypt(Slice records, PlaintextSink* sink, bool* answered) {
-  if (keep_raw_input_) {
-    raw_input_.append(reinterpret_cast<const char*>(records.data()), records.size());
+  if (keep_raw_input_ && !records.empty()) {
+    if (raw_input_.empty() && records[0] != 0) {
+      // Records: the server accepted the handshake, and a clear frame can
+      // no longer come first. Nothing more needs keeping.
+      set_keep_raw_input(false);
+    } else if (raw_input_.size() + records.size() > max_raw_input_) {
+      // More than one frame of clear bytes: whatever they are, they are
+      // not the one error frame a server may send here.
+      Status s = Status::NetworkError(
+          "server sent " + std::to_string(raw_input_.size() + records.size()) +
+          " bytes after the TLS handshake that are neither TLS records nor one frame: more than " +
+          std::to_string(max_raw_input_) + " bytes");
+      set_keep_raw_input(false);
+      return s;
+    } else {
+      raw_input_.append(reinterpret_cast<const char*>(records.data()), records.size());
+    }
   }
   session_->FeedRecords(records);
   Status s;
@@ -125,8 +140,9 @@ Status TlsRecordLayer::Decrypt(Slice records, PlaintextSink* sink, bool* answere
   return s;
 }
 
-void TlsRecordLayer::set_keep_raw_input(bool keep) {
+void TlsRecordLayer::set_keep_raw_input(bool keep, size_t max_bytes) {
   keep_raw_input_ = keep;
+  max_raw_input_ = max_bytes;
   if (!keep && !raw_input_.empty()) std::string().swap(raw_input_);
 }
 

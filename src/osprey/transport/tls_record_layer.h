@@ -76,12 +76,19 @@ class TlsRecordLayer {
   // answer) that wait for the next Flush.
   Status Decrypt(Slice records, PlaintextSink* sink, bool* answered);
 
-  // While set, the raw records Decrypt is given are also kept: a client
-  // that switched to records before the server accepted its handshake may
-  // get the server's clear error frame instead (see TakeRawInput).
-  void set_keep_raw_input(bool keep);
+  // While set, the raw bytes Decrypt is given are also kept: a client that
+  // switched to records before the server accepted its handshake may get
+  // the server's clear error frame instead (see TakeRawInput). Kept only
+  // while they may be that frame: from a first byte of 0 (a frame's length
+  // starts so, a record's type never), and at most `max_bytes` (one frame
+  // with its length); past that, Decrypt fails with NetworkError. Bytes
+  // that start as records are not kept (the frame can only come first).
+  void set_keep_raw_input(bool keep, size_t max_bytes = kDefaultMaxRawInput);
   // What Decrypt was given while keep_raw_input was set.
   std::string TakeRawInput();
+
+  // One frame of the default max_negotiation_frame_size, with its length.
+  static constexpr size_t kDefaultMaxRawInput = 4 + 1024 * 1024;
 
  private:
   std::unique_ptr<TlsSession> session_;
@@ -93,6 +100,7 @@ class TlsRecordLayer {
   std::vector<iovec> iov_scratch_;
   std::vector<uint8_t> read_buf_;
   bool keep_raw_input_ = false;
+  size_t max_raw_input_ = kDefaultMaxRawInput;
   std::string raw_input_;
 };
 
