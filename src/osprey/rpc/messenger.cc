@@ -94,6 +94,16 @@ MessengerBuilder& MessengerBuilder::set_tcp_keepalive(const TcpKeepalive& keepal
   MutableOptions().tcp_keepalive = keepalive;
   return *this;
 }
+MessengerBuilder& MessengerBuilder::set_unauthenticated_limits(size_t max_connections,
+                                                               size_t max_per_address,
+                                                               size_t max_bytes) {
+  transport::ConnectionOptions& o = MutableOptions();
+  o.max_unauthenticated_connections = max_connections;
+  o.max_unauthenticated_connections_per_address = max_per_address;
+  o.max_unauthenticated_bytes = max_bytes == 0 ? 32 * 1024 * 1024 : max_bytes;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_max_outbound_queue_bytes(size_t bytes) {
   MutableOptions().max_outbound_queue_bytes = bytes;
   return *this;
@@ -266,9 +276,6 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   if (o.spin_before_sleep < MonoDelta() || o.spin_before_sleep > MonoDelta::FromMilliseconds(1)) {
     return Status::InvalidArgument("spin before sleep must be from 0 to 1 ms");
-  }
-  if (o.max_server_connections < 1) {
-    return Status::InvalidArgument("max server connections must be at least 1");
   }
   if (o.max_outbound_queue_bytes < o.max_frame_size) {
     return Status::InvalidArgument("max outbound queue bytes must be at least the max frame size");
@@ -485,6 +492,7 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
     CHECK(s.ok()) << s.ToString();  // fixed, valid names
   }
   options.keepalive = metrics_;
+  transport::ResolveConnectionLimits(&options);
   options.http_connections = transport::HttpConnectionPool::Make(HttpPoolLimits(options));
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);

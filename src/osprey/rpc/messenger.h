@@ -121,7 +121,18 @@ class MessengerBuilder {
   MessengerBuilder& set_caller_reads(bool on);
   MessengerBuilder& set_worker_reads(bool on);
   MessengerBuilder& set_max_outbound_queue_bytes(size_t bytes);
+  // Server connections open at once; 0 (the default): half the process's
+  // RLIMIT_NOFILE at Build, at most 50,000, so that a flood meets this
+  // bound before the descriptor limit.
   MessengerBuilder& set_max_server_connections(size_t n);
+  // What a peer can hold before it authenticates (issue 47): server
+  // connections not yet negotiated, in all and from one address, and the
+  // bytes they buffer together. Each 0: its default (half of
+  // max_server_connections; half of that per address, at most 256;
+  // 32 MiB). A connection past a count is closed at once; one whose read
+  // takes the bytes past the budget is closed then.
+  MessengerBuilder& set_unauthenticated_limits(size_t max_connections, size_t max_per_address,
+                                               size_t max_bytes);
   // TCP keepalive and user timeout on every TCP connection, client and
   // server: on by default, with Kudu's values (see TcpKeepalive).
   MessengerBuilder& set_tcp_keepalive(const TcpKeepalive& keepalive);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 
+#include "osprey/base/log_rate_limiter.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/http_connection.h"
 #include "osprey/transport/transport_metrics.h"
@@ -93,8 +94,13 @@ void Acceptor::HandleEvents(uint32_t) {
       int err = s.posix_errno();
       if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) return;
       // Out of descriptors (EMFILE, ENFILE) or memory: the listener stays
-      // readable, so stop polling it for a moment instead of spinning.
-      LOG(WARNING) << "accept failed, pausing the listener for 100 ms: " << s.ToString();
+      // readable, so stop polling it for a moment instead of spinning. A
+      // peer can cause it at will: rate-limited like bad peers.
+      std::string suffix;
+      if (LogRateLimiter::BadPeers()->Allow(MonoTime::Now(), &suffix)) {
+        LOG(WARNING) << "accept failed, pausing the listener for 100 ms: " << s.ToString()
+                     << suffix;
+      }
       paused_ = true;
       reactor_->RemoveFd(listener_.fd());
       std::weak_ptr<Acceptor> weak = shared_from_this();
@@ -149,8 +155,27 @@ void Acceptor::HandleEvents(uint32_t) {
                                                 target->http_handler(), std::move(http_slot));
       adopt = [target, h = std::move(h)]() mutable { target->AdoptHttpConnection(std::move(h)); };
     } else {
-      auto c = std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn),
-                                            remote, std::string());
+      // Before it authenticates, a peer holds a place among the
+      // connections not yet negotiated, bounded in all and per address.
+      PreAuthLimits::Ticket ticket;
+      if (const std::shared_ptr<PreAuthLimits>& limits = reactor_->options().pre_auth) {
+        std::string why;
+        ticket = limits->Admit(remote, &why);
+        if (!ticket.held()) {
+          std::string suffix;
+          if (LogRateLimiter::BadPeers()->Allow(MonoTime::Now(), &suffix)) {
+            LOG(WARNING) << "refusing connection from " << remote.ToString() << ": " << why
+                         << suffix;
+          }
+          if (TransportMetrics* m = reactor_->options().metrics.get()) {
+            m->connections_refused_unauthenticated->Increment();
+          }
+          continue;  // `conn` closes here
+        }
+      }
+      auto c =
+          std::make_shared<Connection>(target, Connection::Role::kServer, std::move(conn), remote,
+                                       std::string(), std::string(), std::move(ticket));
       c->CountIn(open_connections_);
       adopt = [target, c = std::move(c)]() mutable { target->AdoptServerConnection(std::move(c)); };
     }

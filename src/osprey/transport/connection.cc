@@ -43,7 +43,7 @@ void LogBadPeer(const std::string& line) {
 }  // namespace connection_internal
 
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
-                       std::string user, std::string host)
+                       std::string user, std::string host, PreAuthLimits::Ticket pre_auth)
     : reactor_(reactor),
       reactor_keepalive_(reactor->shared_from_this()),
       role_(role),
@@ -53,6 +53,7 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
       identity_{std::move(user), "", AuthenticationMethod::kPlain},
       state_(role == Role::kClient ? State::kConnecting : State::kAwaitingConnectionHeader),
       route_(role == Role::kClient),
+      pre_auth_(std::move(pre_auth)),
       last_activity_(MonoTime::Now()) {
   // Raised to max_frame_size when the connection opens (OpenFrameLimit).
   size_t max =
@@ -252,6 +253,7 @@ void Connection::Shutdown(const Status& why) {
   state_ = State::kClosed;
   closed_.store(true, std::memory_order_release);
   close_reason_ = why;
+  pre_auth_.Release();
   if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
   negotiation_timer_ = {};
   if (socket_.is_open()) {

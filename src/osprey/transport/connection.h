@@ -33,6 +33,7 @@
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/negotiator.h"
+#include "osprey/transport/pre_auth_limits.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/tls_context.h"
 #include "osprey/transport/tls_record_layer.h"
@@ -48,8 +49,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   enum class Role { kClient, kServer };
 
   // `host`: a client's host name as dialled (ConnectionKey::host).
+  // `pre_auth`: a server connection's place among those not yet
+  // negotiated (PreAuthLimits), held until it opens or closes.
   Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote, std::string user,
-             std::string host = "");
+             std::string host = "", PreAuthLimits::Ticket pre_auth = {});
   ~Connection() override;
 
   Role role() const { return role_; }
@@ -203,6 +206,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void RaiseFrameLimit() REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
   void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
+  // Server, not yet open: charges what the decoder now buffers against the
+  // budget of connections not yet negotiated. False: over it, the
+  // connection was closed.
+  bool ChargePreAuthBytes() REQUIRES(reactor_->loop_mu_);
   // Decrypts TLS records and decodes the frames they complete.
   void DecryptAndDecode(Slice records) REQUIRES(reactor_->loop_mu_);
   Status ReadConnectionHeader() REQUIRES(reactor_->loop_mu_);
@@ -334,6 +341,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool clear_after_tls_ GUARDED_BY(reactor_->loop_mu_) = false;
 
   TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
+  // Held from the acceptor until the connection opens or closes; its
+  // charge follows the bytes request_decoder_ buffers (ChargePreAuthBytes).
+  PreAuthLimits::Ticket pre_auth_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;
   MonoTime last_activity_ GUARDED_BY(reactor_->loop_mu_);
   int64_t published_queued_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;

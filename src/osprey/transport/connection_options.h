@@ -16,6 +16,7 @@ namespace osprey::transport {
 class HttpConnectionPool;
 class HttpHandler;
 class HttpHostCheck;
+class PreAuthLimits;
 class BlockingWorker;
 class KerberosCredentials;
 }  // namespace osprey::transport
@@ -25,6 +26,11 @@ class TokenVerifier;
 namespace osprey::transport {
 class TlsContext;
 class TransportMetrics;
+
+struct ConnectionOptions;
+// Fills in the limits left at 0 (their defaults) from the process's
+// RLIMIT_NOFILE as it is now, and makes `pre_auth` from them.
+void ResolveConnectionLimits(ConnectionOptions* options);
 
 struct ConnectionOptions {
   size_t max_frame_size = wire::kDefaultMaxFrameSize;
@@ -40,7 +46,24 @@ struct ConnectionOptions {
   size_t max_outbound_queue_bytes = 256 * 1024 * 1024;
   // Server connections open at once; the acceptor closes any beyond this at
   // once, so existing connections keep their file descriptors and memory.
-  size_t max_server_connections = 50000;
+  // 0 (the default): half the process's RLIMIT_NOFILE when the messenger is
+  // built, at most 50,000 (ResolveConnectionLimits): a flood of connections
+  // then meets this bound, which refuses only the newcomers, before the
+  // descriptor limit, where accept fails for everyone; the other half is
+  // room for the listeners, client connections, worker sets and files.
+  size_t max_server_connections = 0;
+  // Before authentication (PreAuthLimits): server connections not yet
+  // negotiated, in all and from one peer address, and the bytes they may
+  // buffer together. 0: the default, half of max_server_connections, and
+  // half of that per address (at most 256), so that one address cannot
+  // hold the slots others need to log in. Past a count a new connection is
+  // closed at once; past the bytes, the connection whose read passed them.
+  size_t max_unauthenticated_connections = 0;
+  size_t max_unauthenticated_connections_per_address = 0;
+  size_t max_unauthenticated_bytes = 32 * 1024 * 1024;
+  // Set by the messenger from the three above; shared by its RPC
+  // listeners' connections.
+  std::shared_ptr<PreAuthLimits> pre_auth;
   // Set on every TCP connection, both roles.
   TcpKeepalive tcp_keepalive;
   // A thread about to sleep on a socket (a blocking caller, a waiting

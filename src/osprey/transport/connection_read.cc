@@ -168,12 +168,27 @@ void Connection::ReadAvailable() {
     } else {
       DecodeFrames(n);
     }
+    if (!ChargePreAuthBytes()) return;
     if (n < space) return;  // the kernel had no more for now
   }
   // Bytes may be left. A worker that read them leaves them to the reactor:
   // bytes that came after the first of a burst woke the reactor, not the
   // worker, which the kernel takes off its set's wait queue as it wakes it
   // (WorkerReadsTest.ABurstLargerThanOneReadIsAllAnswered).
+}
+
+bool Connection::ChargePreAuthBytes() {
+  if (!pre_auth_.held() || state_ == State::kClosed) return true;
+  const size_t buffered = request_decoder_->buffered_bytes();
+  if (pre_auth_.Charge(buffered)) return true;
+  Status s = Status::ServiceUnavailable(
+      "connections not yet negotiated would buffer more than " +
+      std::to_string(reactor_->options().max_unauthenticated_bytes) +
+      " bytes (the budget before authentication); closing this one, which buffers " +
+      std::to_string(buffered));
+  LogBadPeer(ToString() + ": " + s.ToString());
+  Shutdown(s);
+  return false;
 }
 
 void Connection::DecodeFrames(size_t n) {

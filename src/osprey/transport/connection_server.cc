@@ -57,6 +57,7 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         return s;
       }
       state_ = State::kOpen;
+      pre_auth_.Release();  // authenticated: no longer bounded as a stranger
       RaiseFrameLimit();
       if (reactor_->options().worker_reads) OSPREY_RETURN_NOT_OK(MakeWorkerSet());
       if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);

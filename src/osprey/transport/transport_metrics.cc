@@ -28,6 +28,10 @@ TransportMetrics::TransportMetrics(MetricRegistry* r, int num_reactors,
   bytes_received = MakeCounter(r, "osprey_bytes_received_total", "Bytes read from sockets.");
   connections_accepted = MakeCounter(r, "osprey_connections_accepted_total",
                                      "Connections this messenger accepted (RPC and HTTP).");
+  connections_refused_unauthenticated =
+      MakeCounter(r, "osprey_connections_refused_unauthenticated_total",
+                  "Connections accepted and closed at once because as many as allowed were still "
+                  "negotiating, in all or from the peer's address (set_unauthenticated_limits).");
   reactor_borrows = MakeCounter(
       r, "osprey_reactor_borrows_total",
       "Times a caller or worker thread did a sleeping reactor's work in its place (a sync call "

@@ -49,6 +49,9 @@ class TransportMetrics {
   Counter* bytes_sent;
   Counter* bytes_received;
   Counter* connections_accepted;
+  // Accepted and closed at once: the limit of connections not yet
+  // negotiated, in all or from the peer's address (PreAuthLimits).
+  Counter* connections_refused_unauthenticated;
   // Work another thread did in a sleeping reactor's place
   // (Reactor::TryRunHere): a sync call sent, an answer written, without
   // waking the reactor.
