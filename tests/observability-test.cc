@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/prometheus_text.h"
 #include "osprey/base/sanitizers.h"
+#include "osprey/transport/tls_context.h"
 #include "rpc_test_util.h"
 
 namespace osprey::rpc_test {
@@ -1248,6 +1252,140 @@ TEST(HttpEndpointsTest, HttpLimitsOutOfRangeAreRefusedAtBuild) {
           .set_http_keepalive_limits(0, MonoDelta())
           .Build(&m);
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Runs `command` (a shell line) and gives its standard output; *exit_code
+// gets its exit status.
+std::string RunShell(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) {
+    *exit_code = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Issue 47, item 3: the pages on ListenHttp over TLS with the server's
+// certificate, optionally only to clients with a certificate the CA
+// signed, as a real client (curl) sees them.
+TEST(HttpEndpointsTest, HttpsPagesWithTheServersCertificateAndOptionallyClientCertificates) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("osprey-https-" + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+  auto make = [&](const std::string& name) {
+    std::string cert, key;
+    EXPECT_TRUE(
+        transport::TlsContext::MakeSelfSigned(name, &cert, &key, "IP:127.0.0.1,DNS:localhost")
+            .ok());
+    std::ofstream(dir + "/" + name + ".crt") << cert;
+    std::ofstream(dir + "/" + name + ".key") << key;
+    return cert;
+  };
+  // Self-signed certificates are their own CAs: the bundle trusts the
+  // server and the client, not the stranger.
+  const std::string server_pem = make("server"), client_pem = make("client");
+  make("stranger");
+  std::ofstream(dir + "/ca.pem") << server_pem << client_pem;
+  const std::string curl = "curl -sS --max-time 10 --cacert " + dir + "/ca.pem ";
+  const std::string client_cert = "--cert " + dir + "/client.crt --key " + dir + "/client.key ";
+  const std::string stranger_cert =
+      "--cert " + dir + "/stranger.crt --key " + dir + "/stranger.key ";
+  auto builder = [&](bool require) {
+    MessengerBuilder b("observed");
+    b.set_negotiation_timeout(MonoDelta::FromMilliseconds(500))
+        .set_tls_certificate_files(dir + "/server.crt", dir + "/server.key")
+        .set_tls_ca_file(dir + "/ca.pem")
+        .set_http_tls(true, require);
+    return b;
+  };
+  int rc;
+  {
+    SeparateHttpServer hs;
+    ASSERT_TRUE(hs.Start(builder(false)).ok());
+    const std::string url = "https://127.0.0.1:" + std::to_string(hs.http_address.port());
+    // Two pages on one kept-alive TLS connection.
+    EXPECT_EQ("OK\n200", RunShell(curl + "-w '%{http_code}' " + url + "/healthz", &rc));
+    EXPECT_EQ(0, rc);
+    std::string two =
+        RunShell(curl + "-o /dev/null -o /dev/null -w '%{http_code} %{num_connects}\\n' " + url +
+                     "/healthz " + url + "/metrics",
+                 &rc);
+    EXPECT_EQ("200 1\n200 0\n", two);  // the second reused the connection
+    EXPECT_EQ(0, rc);
+    // A client certificate is not needed, but one presented is verified.
+    EXPECT_EQ(
+        "200",
+        RunShell(curl + client_cert + "-o /dev/null -w '%{http_code}' " + url + "/healthz", &rc));
+    EXPECT_NE(
+        "200",
+        RunShell(curl + stranger_cert + "-o /dev/null -w '%{http_code}' " + url + "/healthz", &rc));
+    EXPECT_NE(0, rc);
+    // A client that does not trust the server's certificate refuses it.
+    RunShell("curl -sS --max-time 10 --cacert " + dir + "/stranger.crt " + url + "/healthz", &rc);
+    EXPECT_EQ(60, rc);  // CURLE_PEER_FAILED_VERIFICATION
+    // Plain HTTP there: 400, in the clear, saying to use HTTPS; no page.
+    const std::string plain = "http://127.0.0.1:" + std::to_string(hs.http_address.port());
+    EXPECT_EQ("this address serves HTTPS: use https://\n400",
+              RunShell("curl -sS --max-time 10 -w '%{http_code}' " + plain + "/metrics", &rc));
+    // A peer that never completes a handshake goes after the request
+    // timeout (0.5 s).
+    HttpClient silent;
+    ASSERT_TRUE(silent.Connect(hs.http_address).ok());
+    ASSERT_TRUE(silent.SendRaw(std::string("\x16\x03\x01\x00\x05", 5)).ok());  // a record begun
+    const MonoTime start = MonoTime::Now();
+    EXPECT_TRUE(silent.ClosedWithin(MonoDelta::FromSeconds(10)));
+    EXPECT_LT(MonoTime::Now() - start, MonoDelta::FromSeconds(5));
+  }
+  {
+    SeparateHttpServer hs;
+    ASSERT_TRUE(hs.Start(builder(true)).ok());
+    const std::string url =
+        "https://127.0.0.1:" + std::to_string(hs.http_address.port()) + "/healthz";
+    // Without a certificate: refused in the handshake, no status.
+    EXPECT_EQ("000", RunShell(curl + "-o /dev/null -w '%{http_code}' " + url, &rc));
+    EXPECT_NE(0, rc);
+    EXPECT_EQ("000", RunShell(curl + stranger_cert + "-o /dev/null -w '%{http_code}' " + url, &rc));
+    EXPECT_NE(0, rc);
+    EXPECT_EQ("200", RunShell(curl + client_cert + "-o /dev/null -w '%{http_code}' " + url, &rc));
+    EXPECT_EQ(0, rc);
+  }
+}
+
+TEST(HttpEndpointsTest, HttpsNeedsTheServersCertificateAndForClientCertificatesACa) {
+  std::shared_ptr<Messenger> m;
+  Status s = MessengerBuilder("x").set_http_endpoints(true).set_http_tls(true).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_tls_certificate_files")) << s.ToString();
+  s = MessengerBuilder("x").set_http_tls(true).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_http_endpoints(true)")) << s.ToString();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("osprey-https-args-" + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::string cert, key;
+  ASSERT_TRUE(transport::TlsContext::MakeSelfSigned("server", &cert, &key).ok());
+  std::ofstream(dir + "/s.crt") << cert;
+  std::ofstream(dir + "/s.key") << key;
+  s = MessengerBuilder("x")
+          .set_http_endpoints(true)
+          .set_tls_certificate_files(dir + "/s.crt", dir + "/s.key")
+          .set_http_tls(true, /*require_client_certificate=*/true)
+          .Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("set_tls_ca_file")) << s.ToString();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(HttpEndpointsTest, WithoutHttpEndpointsAnHttpRequestIsClosed) {

@@ -193,6 +193,12 @@ MessengerBuilder& MessengerBuilder::set_http_keepalive_limits(size_t max_request
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_http_tls(bool enabled, bool require_client_certificate) {
+  http_tls_ = enabled;
+  http_tls_require_client_certificate_ = require_client_certificate;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_http_allowed_hosts(std::vector<std::string> hosts) {
   http_allowed_hosts_ = std::move(hosts);
   return *this;
@@ -310,10 +316,35 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   }
   transport::ConnectionOptions options = o;
   bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
-  if (options.encryption == RpcEncryption::kDisabled) {
-    if (files) {
+  if (http_tls_) {
+    if (!http_endpoints_) {
       return Status::InvalidArgument(
-          "TLS certificate, key or CA files are set but rpc_encryption is disabled");
+          "set_http_tls: there are no HTTP endpoints to serve (set_http_endpoints(true))");
+    }
+    if (tls_cert_file_.empty()) {
+      return Status::InvalidArgument(
+          "set_http_tls: HTTPS needs this server's certificate and key "
+          "(set_tls_certificate_files), which clients verify");
+    }
+    if (http_tls_require_client_certificate_ && tls_ca_file_.empty()) {
+      return Status::InvalidArgument(
+          "set_http_tls: requiring client certificates needs the CA that signs them "
+          "(set_tls_ca_file)");
+    }
+    transport::TlsOptions tls;
+    tls.cert_file = tls_cert_file_;
+    tls.key_file = tls_key_file_;
+    tls.ca_file = tls_ca_file_;
+    std::unique_ptr<transport::TlsContext> http_tls;
+    OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateServer(tls, &http_tls));
+    options.http_tls = std::move(http_tls);
+    options.http_tls_require_client_certificate = http_tls_require_client_certificate_;
+  }
+  if (options.encryption == RpcEncryption::kDisabled) {
+    if (files && !http_tls_) {
+      return Status::InvalidArgument(
+          "TLS certificate, key or CA files are set but rpc_encryption is disabled (and "
+          "set_http_tls is off)");
     }
   } else {
     transport::TlsOptions tls;

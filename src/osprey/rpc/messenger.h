@@ -230,6 +230,15 @@ class MessengerBuilder {
   // the answer that reaches a cap says "Connection: close", and one idle at
   // its age goes then. 0 (either): no such cap.
   MessengerBuilder& set_http_keepalive_limits(size_t max_requests, MonoDelta max_age);
+  // HTTPS on the ListenHttp addresses (the RPC port's pages stay plain),
+  // off by default: the pages are served over TLS with this server's
+  // certificate (set_tls_certificate_files, needed), and, with
+  // `require_client_certificate`, only to clients presenting a certificate
+  // the CA file (set_tls_ca_file, then needed) signed; others fail the
+  // handshake. Without the requirement a certificate a client presents is
+  // still verified. Plain HTTP there is answered 400. Works whatever
+  // rpc_encryption is.
+  MessengerBuilder& set_http_tls(bool enabled, bool require_client_certificate = false);
   // Host names an HTTP request may name in its Host header besides this
   // server's address, "localhost" on loopback and this machine's host name
   // (against DNS rebinding: see transport/http_host_check.h); "*" allows
@@ -291,6 +300,8 @@ class MessengerBuilder {
   bool metrics_ = true;
   bool http_endpoints_ = false;
   std::optional<bool> http_on_rpc_port_;  // unset: see set_http_on_rpc_port
+  bool http_tls_ = false;
+  bool http_tls_require_client_certificate_ = false;
   std::vector<std::string> http_allowed_hosts_;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;

@@ -152,7 +152,8 @@ void Acceptor::HandleEvents(uint32_t) {
     Task adopt;
     if (serves_ == Serves::kHttp) {
       auto h = std::make_shared<HttpConnection>(target, std::move(conn), remote, std::string(),
-                                                target->http_handler(), std::move(http_slot));
+                                                target->http_handler(), std::move(http_slot),
+                                                /*tls=*/reactor_->options().http_tls != nullptr);
       adopt = [target, h = std::move(h)]() mutable { target->AdoptHttpConnection(std::move(h)); };
     } else {
       // Before it authenticates, a peer holds a place among the

@@ -139,6 +139,11 @@ struct ConnectionOptions {
   MonoDelta http_idle_timeout = MonoDelta::FromSeconds(30);
   // The RPC port's pool, made by the messenger from the limits above.
   std::shared_ptr<HttpConnectionPool> http_connections;
+  // HTTPS on the HTTP listeners (MessengerBuilder::set_http_tls): the
+  // server's certificate, and its CA when client certificates are checked;
+  // null: plain HTTP. Never on the RPC port.
+  std::shared_ptr<const TlsContext> http_tls;
+  bool http_tls_require_client_certificate = false;
   // Which Host headers name this server; null: not checked.
   std::shared_ptr<const HttpHostCheck> http_host_check;
   // Server calls in flight are traced for /rpcz.

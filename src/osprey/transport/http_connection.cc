@@ -57,7 +57,7 @@ std::string FormatHttpResponse(const HttpResponse& response, bool keep_alive, bo
 
 HttpConnection::HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote,
                                std::string first_bytes, HttpHandler* handler,
-                               HttpConnectionPool::Slot slot)
+                               HttpConnectionPool::Slot slot, bool tls)
     : reactor_(reactor),
       reactor_keepalive_(reactor->shared_from_this()),
       socket_(std::move(socket)),
@@ -66,12 +66,21 @@ HttpConnection::HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& 
       slot_(std::move(slot)),
       healthz_only_(slot_.kind() == HttpConnectionPool::Kind::kHealthzOnly),
       opened_at_(MonoTime::Now()),
+      wants_tls_(tls),
       in_(std::move(first_bytes)) {}
 
 HttpConnection::~HttpConnection() = default;  // slot_ goes back to its pool
 
 Status HttpConnection::Start() {
   reactor_->AssertCurrentThread();
+  if (wants_tls_) {
+    const ConnectionOptions& o = reactor_->options();
+    if (o.http_tls == nullptr) return Status::IllegalState("HTTPS without a TLS context");
+    OSPREY_RETURN_NOT_OK(o.http_tls->NewSession(&tls_));
+    // The context requires a client certificate whenever it has a CA;
+    // without set_http_tls's requirement, one presented is still verified.
+    if (!o.http_tls_require_client_certificate) tls_->DoNotRequirePeerCertificate();
+  }
   OSPREY_RETURN_NOT_OK(reactor_->AddFd(socket_.fd(), EPOLLIN, this));
   const MonoTime now = MonoTime::Now();
   timer_state_.idle_since = now;
@@ -90,7 +99,10 @@ Status HttpConnection::Start() {
 }
 
 void HttpConnection::NoteInput(MonoTime now) {
-  const bool pending = !in_.empty() || parser_.in_request();
+  // An HTTPS handshake is part of the first request: the request timeout
+  // bounds it from the accept.
+  const bool pending =
+      !in_.empty() || parser_.in_request() || (tls_ != nullptr && !tls_->handshake_done());
   if (pending && !timer_state_.request_pending) timer_state_.request_started_at = now;
   timer_state_.request_pending = pending;
 }
@@ -139,6 +151,10 @@ void HttpConnection::OnTimer() {
       Close("the peer took no byte of its answer for the idle timeout");
       return;
     case HttpTimeout::kRequestIncomplete:
+      if (tls_ != nullptr && !tls_->handshake_done()) {
+        Close("TLS handshake not complete in time");
+        return;
+      }
       in_.clear();
       close_after_send_ = true;
       SendError(408, "the request was not complete in time");
@@ -162,7 +178,11 @@ void HttpConnection::HandleEvents(uint32_t events) {
       }
       if (n == 0) break;
       if (TransportMetrics* m = reactor_->options().metrics.get()) m->bytes_received->Increment(n);
-      in_.append(reinterpret_cast<const char*>(buf), n);
+      if (tls_ != nullptr) {
+        if (!TakeTlsBytes(buf, n)) return;
+      } else {
+        in_.append(reinterpret_cast<const char*>(buf), n);
+      }
       if (in_.size() > kMaxBufferedBytes) {
         Close("more than " + std::to_string(kMaxBufferedBytes) + " bytes sent ahead of an answer");
         return;
@@ -177,6 +197,49 @@ void HttpConnection::HandleEvents(uint32_t events) {
     Parse();  // the answer went: a pipelined request may be next
   }
   UpdateTimer();
+}
+
+bool HttpConnection::TakeTlsBytes(const uint8_t* data, size_t n) {
+  if (tls_failed_) return true;  // closing after the alert or the 400: dropped
+  Slice records(data, n);
+  if (!tls_->handshake_done()) {
+    // A TLS connection begins with a handshake record (type 22); a plain
+    // request begins with its method. Say so in the clear, as most HTTPS
+    // servers do, instead of an alert a browser shows as garbage.
+    if (!tls_began_ && n > 0 && data[0] != 22) {
+      tls_failed_ = true;
+      close_after_send_ = true;
+      SendError(400, "this address serves HTTPS: use https://");
+      return !closed_;
+    }
+    tls_began_ = tls_began_ || n > 0;
+    std::string out;
+    bool done = false;
+    Status s = tls_->Handshake(records, &out, &done);
+    out_.append(out);  // the next handshake flight, or an alert
+    if (!s.ok()) {
+      VLOG(1) << "HTTPS handshake from " << remote_.ToString() << " failed: " << s.ToString();
+      tls_failed_ = true;
+      close_after_send_ = true;
+      if (out_.empty()) {
+        Close(s.ToString());
+        return false;
+      }
+      Flush();
+      return !closed_;
+    }
+    if (!out.empty()) Flush();
+    if (closed_ || !done) return !closed_;
+    records = Slice();  // what came with the last handshake message waits in the session
+  }
+  Status s = tls_->Decrypt(records, &in_);
+  tls_->TakeOutput(&out_);  // an alert or a KeyUpdate answer of its own
+  if (!s.ok()) {
+    Close(s.IsAborted() ? "the peer ended its TLS session" : s.ToString());
+    return false;
+  }
+  if (!out_.empty()) Flush();
+  return !closed_;
 }
 
 void HttpConnection::Parse() {
@@ -267,7 +330,16 @@ void HttpConnection::Send(HttpResponse response) {
       (o.http_max_requests_per_connection > 0 && answers_ >= o.http_max_requests_per_connection) ||
       MonoTime::Now() >= timer_state_.retire_at;
   const bool keep = keep_alive_ && !close_after_send_ && !capped;
-  out_.append(FormatHttpResponse(response, keep, head_request_));
+  if (tls_ready()) {
+    Status s = tls_->Encrypt(Slice(FormatHttpResponse(response, keep, head_request_)), &out_);
+    if (s.ok() && !keep) tls_->CloseNotify(&out_);  // a clean end: the answer was whole
+    if (!s.ok()) {
+      Close(s.ToString());
+      return;
+    }
+  } else {
+    out_.append(FormatHttpResponse(response, keep, head_request_));
+  }
   if (!keep) close_after_send_ = true;
   timer_state_.output_progress_at = MonoTime::Now();
   Flush();

@@ -18,6 +18,14 @@
 // (HttpConnectionPool) answers one request, 503 unless it is /healthz, and
 // closes; quiet, it closes within the request timeout.
 //
+// HTTPS (on an HTTP listener when the messenger has set_http_tls): the
+// bytes on the socket are TLS records of the messenger's own TlsSession
+// (tls_context.h), made with the server's certificate; the request's
+// plaintext goes through the same parser and limits. A handshake not done
+// within the request timeout closes the connection, a client without an
+// accepted certificate (when one is required) gets OpenSSL's alert, and a
+// plain HTTP request gets 400 in the clear, saying to use https.
+//
 // Owned by its Reactor (AdoptHttpConnection); every method runs on that
 // reactor's thread, under its loop lock.
 #pragma once
@@ -36,6 +44,7 @@
 #include "osprey/transport/http_timeouts.h"
 #include "osprey/transport/reactor.h"
 #include "osprey/transport/timer_id.h"
+#include "osprey/transport/tls_context.h"
 
 namespace osprey::transport {
 
@@ -63,8 +72,9 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
  public:
   // `first_bytes`: what was read before the connection was known to be HTTP.
   // `slot`: its place in its pool (not kRefused), given back when it goes.
+  // `tls`: serve HTTPS with the reactor options' http_tls context.
   HttpConnection(Reactor* reactor, Socket socket, const Sockaddr& remote, std::string first_bytes,
-                 HttpHandler* handler, HttpConnectionPool::Slot slot);
+                 HttpHandler* handler, HttpConnectionPool::Slot slot, bool tls = false);
   ~HttpConnection() override;
 
   // Registers with the reactor and parses the first bytes.
@@ -84,6 +94,13 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   void OnTimer() REQUIRES(reactor_->loop_mu_);
   // Notes that request bytes wait (at `now`) or that none do.
   void NoteInput(MonoTime now) REQUIRES(reactor_->loop_mu_);
+  // HTTPS: takes `n` bytes read from the socket (records, or handshake
+  // messages); the plaintext goes to in_. False once the connection is
+  // closed.
+  bool TakeTlsBytes(const uint8_t* data, size_t n) REQUIRES(reactor_->loop_mu_);
+  bool tls_ready() const REQUIRES(reactor_->loop_mu_) {
+    return tls_ != nullptr && tls_->handshake_done();
+  }
 
   Reactor* const reactor_;
   const std::shared_ptr<Reactor> reactor_keepalive_;
@@ -93,6 +110,7 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   const HttpConnectionPool::Slot slot_;
   const bool healthz_only_;
   const MonoTime opened_at_;
+  const bool wants_tls_;
 
   HttpRequestParser parser_ GUARDED_BY(reactor_->loop_mu_);
   std::string in_ GUARDED_BY(reactor_->loop_mu_);  // read, not yet parsed
@@ -106,6 +124,11 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   bool closed_ GUARDED_BY(reactor_->loop_mu_) = false;
   bool parsing_ GUARDED_BY(reactor_->loop_mu_) = false;  // Parse() is on the stack
   uint64_t answers_ GUARDED_BY(reactor_->loop_mu_) = 0;  // begun, toward the request cap
+  // HTTPS: the session, made at Start; tls_failed_: the handshake failed
+  // (or the peer spoke plain HTTP), what it sends next is dropped.
+  std::unique_ptr<TlsSession> tls_ GUARDED_BY(reactor_->loop_mu_);
+  bool tls_failed_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool tls_began_ GUARDED_BY(reactor_->loop_mu_) = false;  // a first byte came
   HttpTimerState timer_state_ GUARDED_BY(reactor_->loop_mu_);
   TimerId timer_ GUARDED_BY(reactor_->loop_mu_);
   MonoTime timer_at_ GUARDED_BY(reactor_->loop_mu_) = MonoTime::Max();
