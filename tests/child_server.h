@@ -37,7 +37,8 @@ class ChildServer {
   // Starts it listening on `listen` (a port or an address), run through
   // `wrapper` (such as {"ip", "netns", "exec", NS}, which execs it: the PID
   // stays the server's).
-  Status Spawn(const std::string& listen, const std::vector<std::string>& wrapper, Sockaddr* addr) {
+  Status Spawn(const std::string& listen, const std::vector<std::string>& wrapper, Sockaddr* addr,
+               const std::vector<std::string>& flags = {}) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe2", errno);
     posix_spawn_file_actions_t actions;
@@ -46,6 +47,7 @@ class ChildServer {
     std::vector<std::string> args = wrapper;
     args.push_back(OSPREY_TEST_SERVER);
     args.push_back(listen);
+    args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -78,6 +80,26 @@ class ChildServer {
     reported.erase(reported.find_last_not_of("\r\n") + 1);
     return Sockaddr::Parse(reported, addr);
   }
+
+  // SIGTERM, then waits for it to exit, at most `timeout` (then SIGKILL):
+  // its exit status, or -1 if it had to be killed.
+  int Terminate(MonoDelta timeout) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    const MonoTime deadline = MonoTime::Now() + timeout;
+    int status = 0;
+    while (MonoTime::Now() < deadline) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      usleep(2000);
+    }
+    Kill();
+    return -1;
+  }
+  pid_t pid() const { return pid_; }
 
   void Kill() {
     if (pid_ <= 0) return;

@@ -81,7 +81,8 @@ class CalculatorService : public CalculatorServiceIf {
       std::unique_lock<std::mutex> l(count_mu_);
       count_cv_.wait_for(l, std::chrono::seconds(60), [this] { return held_released_; });
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(req->sleep_micros()));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(uint64_t{req->sleep_micros()} * sleep_factor));
     }
     ctx->RespondSuccess();
     Count(&sleeps_finished);
@@ -145,6 +146,7 @@ class CalculatorService : public CalculatorServiceIf {
   std::atomic<int> sleeps_started{0};
   std::atomic<int> sleeps_finished{0};  // the sleep is over, its answer queued
   std::atomic<int> adds_run{0};
+  uint32_t sleep_factor = 1;  // set before serving: a slow server's Sleep
 
  private:
   void Count(std::atomic<int>* counter) {

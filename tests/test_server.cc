@@ -2,9 +2,12 @@
 // tests: a Messenger serving CalculatorService on 127.0.0.1:<port>
 // (argv[1]; 0 picks a free port), or on argv[1] itself when it is an
 // address (198.18.0.1:7050). After it, "--reflection" turns server
-// reflection on, and "--tls CERT KEY" requires TLS with that certificate.
-// It prints "listening on <address>" on stdout once ready, then sleeps
-// until killed.
+// reflection on, "--tls CERT KEY" requires TLS with that certificate,
+// "--drain-on-sigterm MS" makes SIGTERM drain it (Messenger::Drain, that
+// grace) and exit 0, and "--sleep-factor F" makes each Sleep call F times
+// as long (a slow server). It prints "listening on <address>" on stdout
+// once ready, then sleeps until killed.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,11 +18,16 @@
 
 int main(int argc, char** argv) {
   auto usage = [&] {
-    std::fprintf(stderr, "usage: %s <port>|<host:port> [--reflection] [--tls CERT KEY]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s <port>|<host:port> [--reflection] [--tls CERT KEY] "
+                 "[--drain-on-sigterm MS] [--sleep-factor F]\n",
+                 argv[0]);
     return 2;
   };
   if (argc < 2) return usage();
   osprey::MessengerBuilder builder("test-server");
+  int drain_ms = -1;
+  uint32_t sleep_factor = 1;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reflection") == 0) {
       builder.set_reflection(true);
@@ -28,6 +36,10 @@ int main(int argc, char** argv) {
           .set_rpc_encrypt_loopback(true)
           .set_tls_certificate_files(argv[i + 1], argv[i + 2]);
       i += 2;
+    } else if (std::strcmp(argv[i], "--drain-on-sigterm") == 0 && i + 1 < argc) {
+      drain_ms = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--sleep-factor") == 0 && i + 1 < argc) {
+      sleep_factor = static_cast<uint32_t>(std::atoi(argv[++i]));
     } else {
       return usage();
     }
@@ -35,13 +47,28 @@ int main(int argc, char** argv) {
   osprey::Sockaddr bind = osprey::Sockaddr::Loopback(static_cast<uint16_t>(std::atoi(argv[1])));
   osprey::Status s;
   if (std::strchr(argv[1], ':') != nullptr) s = osprey::Sockaddr::Parse(argv[1], &bind);
+  // SIGTERM is taken by sigwait below, in this thread: blocked before any
+  // other thread starts, so none of them takes it instead.
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  if (drain_ms >= 0) pthread_sigmask(SIG_BLOCK, &term, nullptr);
   osprey::rpc_test::TestServer server;
   if (s.ok()) s = server.Start(1, osprey::ServicePoolOptions(), builder, bind);
+  if (s.ok()) server.service->sleep_factor = sleep_factor;
   if (!s.ok()) {
     std::fprintf(stderr, "test_server: %s\n", s.ToString().c_str());
     return 1;
   }
   std::printf("listening on %s\n", server.address.ToString().c_str());
   std::fflush(stdout);
+  if (drain_ms >= 0) {
+    int sig = 0;
+    while (sigwait(&term, &sig) != 0 || sig != SIGTERM) {
+    }
+    server.messenger->Drain(osprey::MonoDelta::FromMilliseconds(drain_ms));
+    std::fprintf(stderr, "test_server: drained\n");
+    return 0;
+  }
   while (true) pause();
 }

@@ -218,6 +218,8 @@ void HttpEndpoints::HandleHttp(const transport::HttpRequest& req, const Sockaddr
   if (path == "/healthz") {
     if (m->shutting_down()) {
       respond(Text(503, "shutting down\n"));
+    } else if (m->draining()) {
+      respond(Text(503, "draining\n"));
     } else {
       respond(Text(200, "OK\n"));
     }

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <thread>
 
 #include "osprey/base/countdown_latch.h"
@@ -523,8 +524,8 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
     CHECK(s.ok()) << s.ToString();  // fixed, valid names
   }
   options.keepalive = metrics_;
-  transport::ResolveConnectionLimits(&options);
   options.http_connections = transport::HttpConnectionPool::Make(HttpPoolLimits(options));
+  transport::ResolveConnectionLimits(&options);
   if (obs.http_endpoints) {
     http_ = std::make_unique<HttpEndpoints>(this);
     options.http_handler = http_.get();
@@ -757,6 +758,40 @@ void Messenger::FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>>
   shutdown_done_cv_.Broadcast();
 }
 
+namespace {
+// How long no call may have been refused before a drain closes the
+// connections: a few round trips on a LAN.
+constexpr MonoDelta kDrainQuiet = MonoDelta::FromMilliseconds(50);
+}  // namespace
+
+void Messenger::Drain(MonoDelta grace) {
+  CHECK(!transport::Reactor::OnAnyReactorThread())
+      << "Drain() waits for the reactors; it cannot run on a reactor thread";
+  const MonoTime deadline = MonoTime::Now() + grace;
+  if (!draining_.exchange(true, std::memory_order_acq_rel)) {
+    LOG(INFO) << "messenger " << name_ << " draining: new calls are refused, the "
+              << "calls it holds finish (grace " << grace.ToString() << ")";
+  }
+  // The calls it holds: queued or running, or answered and not yet sent.
+  while (MonoTime::Now() < deadline) {
+    std::vector<ConnectionInfo> connections;
+    if (!DumpConnections(&connections).ok()) break;  // already shut down
+    size_t held = 0;
+    for (const ConnectionInfo& c : connections) {
+      if (c.inbound) held += c.calls_in_flight;
+    }
+    // Its clients saw a refusal and stopped sending: a call still on its
+    // way when the connections close would be lost, its outcome unknown.
+    const int64_t since_refusal =
+        (MonoTime::Now() - (MonoTime() + MonoDelta::FromNanoseconds(last_drain_refusal_ns_.load())))
+            .ToNanoseconds();
+    if (held == 0 && since_refusal >= kDrainQuiet.ToNanoseconds()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const MonoTime now = MonoTime::Now();
+  Shutdown(now < deadline ? deadline - now : MonoDelta());
+}
+
 Status Messenger::DumpConnections(std::vector<ConnectionInfo>* out) const {
   out->clear();
   if (transport::Reactor::OnAnyReactorThread()) {
@@ -851,6 +886,16 @@ void Messenger::InboundHandler::HandleInboundCall(
   Messenger* m = m_;
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
   if (trace != nullptr) call->set_trace(trace);
+  if (m->draining_.load(std::memory_order_relaxed)) {
+    m->last_drain_refusal_ns_.store((conn->reactor()->loop_time() - MonoTime()).ToNanoseconds());
+    // ERROR_UNAVAILABLE: retried by Kudu's client as by ours, which moves
+    // it to another server of its set; the text says it did not run.
+    call->RespondFailure(wire::ErrorStatusPB::ERROR_UNAVAILABLE,
+                         Status::ServiceUnavailable("server " + m->name_ +
+                                                    " is draining: this call did not run; "
+                                                    "send it to another server"));
+    return;
+  }
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
   HeldCalls& held = tls_held_calls;

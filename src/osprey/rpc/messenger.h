@@ -342,6 +342,21 @@ class Messenger {
   // their service alive until then.
   void Shutdown(MonoDelta handler_wait);
 
+  // Graceful drain (issue 49), for a server about to stop (a rolling
+  // restart): at once /healthz answers 503 "draining" and every new call is
+  // refused ERROR_UNAVAILABLE, "did not run" (an Osprey client with a set of
+  // servers moves it to another at once, without spending its retries;
+  // Kudu's client retries ERROR_UNAVAILABLE as it does
+  // ERROR_SERVER_TOO_BUSY); the calls queued and running finish and are
+  // answered; then the messenger shuts down (connections close, TLS with
+  // close_notify). Returns then, at the latest at `grace` from now, when
+  // the calls still running are dropped as Shutdown(0) drops them. Not
+  // from a reactor thread. Only before Shutdown; a second Drain waits for
+  // the first.
+  void Drain(MonoDelta grace);
+  // True from Drain() on.
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+
   // A snapshot of this messenger's open connections, both directions, with
   // what negotiation chose for each (clear, TLS authentication only, TLS
   // encrypted). IllegalState from a reactor thread, where waiting for the
@@ -447,6 +462,11 @@ class Messenger {
   std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};
   std::atomic<bool> closing_{false};
+  std::atomic<bool> draining_{false};
+  // When a call was last refused for draining (MonoTime nanoseconds): the
+  // drain waits for a quiet spell, so that its clients stop sending
+  // before the connections close under calls in flight.
+  std::atomic<int64_t> last_drain_refusal_ns_{0};
 
   Mutex mu_;
   // The RPC listener (Listen(), once) and the HTTP-only ones.

@@ -47,7 +47,11 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       guards_(prior->guards_),
       retry_policy_(prior->retry_policy_),
       idempotent_(prior->idempotent_),
-      requeue_(prior->requeue_) {
+      requeue_(prior->requeue_),
+      servers_(prior->servers_),
+      server_(prior->server_),  // not counted: the requeue picks (or keeps) it
+      moves_(prior->moves_),
+      pinned_(prior->pinned_) {
   // The requeue sets it again; a retry that ends before (shutdown, cancel
   // in the backoff) still names where it went.
   set_destination(prior->destination());
@@ -58,15 +62,55 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
 
 OutboundCall::~OutboundCall() = default;
 
+void OutboundCall::set_server(std::shared_ptr<ServerSet> servers, ServerSet::EntryPtr server) {
+  servers_ = std::move(servers);
+  server_ = std::move(server);
+  counted_ = true;
+}
+
 void OutboundCall::set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue) {
-  retry_ = policy.max_attempts > 1;
+  retry_ = policy.max_attempts > 1 || servers_ != nullptr;
   retry_policy_ = policy;
   idempotent_ = idempotent;
   requeue_ = std::move(requeue);
 }
 
+ServerSet::Outcome OutboundCall::OutcomeOf(const Status& status,
+                                           const wire::ErrorStatusPB* error) const {
+  using Outcome = ServerSet::Outcome;
+  if (status.ok()) return Outcome::kAnswered;
+  if (error != nullptr) {
+    switch (error->code()) {
+      case wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY:
+        return Outcome::kRefusedBusy;
+      case wire::ErrorStatusPB::ERROR_UNAVAILABLE:
+      case wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN:
+        return Outcome::kDraining;
+      default:
+        return Outcome::kAnswered;  // the server works; the call did not
+    }
+  }
+  if (status.IsNetworkError()) {
+    return may_have_reached_server() ? Outcome::kLost : Outcome::kConnectFailed;
+  }
+  if (status.IsTimedOut()) return Outcome::kTimedOut;
+  return Outcome::kAbandoned;
+}
+
+bool OutboundCall::IsMove(const Status& status, const wire::ErrorStatusPB* error) const {
+  if (servers_ == nullptr || pinned_ || moves_ >= static_cast<int>(servers_->size())) {
+    return false;
+  }
+  if (error != nullptr) {
+    return error->code() == wire::ErrorStatusPB::ERROR_UNAVAILABLE ||
+           error->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN;
+  }
+  return status.IsNetworkError() && !may_have_reached_server();
+}
+
 bool OutboundCall::ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const {
-  if (attempt_no_ >= retry_policy_.max_attempts) return false;
+  if (IsMove(status, error)) return true;
+  if (attempt_no_ - moves_ >= retry_policy_.max_attempts) return false;
   if (status.IsServiceUnavailable()) return retry_policy_.retry_server_too_busy;  // not run
   if (error != nullptr && error->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN) {
     return retry_policy_.retry_server_shutting_down;  // not run either
@@ -85,21 +129,25 @@ bool OutboundCall::RefusedAsOverloaded(const Status& status) {
   return status.IsServiceUnavailable();
 }
 
-bool OutboundCall::ScheduleRetry(const Status& status) {
+bool OutboundCall::ScheduleRetry(const Status& status, bool move) {
   transport::Reactor* r = reactor();
   if (r == nullptr || !r->IsCurrentThread()) return false;  // its timer needs its loop
-  double cap = static_cast<double>(retry_policy_.initial_backoff.ToMicroseconds());
-  for (int64_t i = 1; i < attempt_no_; ++i) cap *= retry_policy_.multiplier;
-  cap = std::min(cap, static_cast<double>(retry_policy_.max_backoff.ToMicroseconds()));
-  thread_local std::minstd_rand rng(std::random_device{}());
-  std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
-  MonoTime at = LoopTime() + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
+  MonoTime at = LoopTime();
+  if (!move) {
+    double cap = static_cast<double>(retry_policy_.initial_backoff.ToMicroseconds());
+    for (int64_t i = 1 + moves_; i < attempt_no_; ++i) cap *= retry_policy_.multiplier;
+    cap = std::min(cap, static_cast<double>(retry_policy_.max_backoff.ToMicroseconds()));
+    thread_local std::minstd_rand rng(std::random_device{}());
+    std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
+    at = at + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
+  }
   if (!deadline().IsMax() && at >= deadline()) return false;
   // Only a server's refusal spends the guards: they keep retries from
   // adding to a server's overload. A connection that broke failed every
   // call it carried at once; those retries are paced by the policy's
-  // backoff and bounded by its attempts (issue 46).
-  if (guards_ != nullptr && RefusedAsOverloaded(status)) {
+  // backoff and bounded by its attempts (issue 46). A move goes to another
+  // server, one that did not refuse.
+  if (guards_ != nullptr && !move && RefusedAsOverloaded(status)) {
     if (guards_->retry_budget != nullptr && !guards_->retry_budget->TryRetry(LoopTime())) {
       not_retried_because_ = "its server's retry budget is spent";
       return false;
@@ -114,6 +162,7 @@ bool OutboundCall::ScheduleRetry(const Status& status) {
     }
   }
   std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
+  if (move) ++next->moves_;
   next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
   if (controller_->Retrying(next)) {
     // Cancelled while this attempt ended: the retry ends Aborted as soon as
@@ -246,6 +295,17 @@ void OutboundCall::Complete(const Status& attempt_status,
                             std::shared_ptr<const uint8_t[]> storage, std::vector<Slice> sidecars) {
   Status status = attempt_status;
   if (may_have_reached_server()) ++attempts_sent_;
+  if (servers_ != nullptr && counted_) {
+    const ServerSet::Outcome outcome = OutcomeOf(status, error.get());
+    servers_->Ended(server_, outcome);
+    counted_ = false;
+    // An exactly-once attempt that may have run there: its retries stay,
+    // where the server keeps its answer.
+    if (request_tracker_ != nullptr &&
+        (outcome == ServerSet::Outcome::kLost || outcome == ServerSet::Outcome::kTimedOut)) {
+      pinned_ = true;
+    }
+  }
   if (guards_ != nullptr && guards_->throttle != nullptr && ServerAccepted(status, error.get())) {
     guards_->throttle->RecordAccepted(LoopTime());
   }
@@ -255,7 +315,7 @@ void OutboundCall::Complete(const Status& attempt_status,
       // not with the failure it would have retried.
       status = Status::Aborted(Describe() + " cancelled");
       error.reset();
-    } else if (ScheduleRetry(status)) {
+    } else if (ScheduleRetry(status, IsMove(status, error.get()))) {
       return;
     } else if (not_retried_because_ != nullptr) {
       status = status.CloneAndPrepend(std::string("not retried (") + not_retried_because_ + ")");
@@ -279,7 +339,8 @@ void OutboundCall::Complete(const Status& attempt_status,
   if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
   ResponseCallback cb = std::move(callback_);
   controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars),
-                      static_cast<int>(attempt_no_), static_cast<int>(attempts_sent_));
+                      static_cast<int>(attempt_no_), static_cast<int>(attempts_sent_),
+                      destination().remote);
   cb();
 }
 

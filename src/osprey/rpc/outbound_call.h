@@ -15,6 +15,7 @@
 #include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/retry_policy.h"
 #include "osprey/rpc/server_guards.h"
+#include "osprey/rpc/server_set.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/reactor.h"
 
@@ -74,6 +75,18 @@ class OutboundCall final : public transport::ClientCall {
   // throttle's), and each attempt's answer tells the throttle whether the
   // server accepted it.
   void set_guards(std::shared_ptr<ServerGuards> guards) { guards_ = std::move(guards); }
+  // For a proxy whose target is a set of servers: this attempt goes to
+  // `server` of `servers` (ServerSet::Pick counted it outstanding; the
+  // attempt's end is reported back once). A call to a set is also moved:
+  // an attempt the server did not run (it was draining or shutting down, or
+  // no connection was made) goes at once to another server, without
+  // spending the retry budget or the policy's attempts, up to once per
+  // server; an exactly-once call whose outcome on a server is unknown
+  // stays on that server, where its answer is stored.
+  void set_server(std::shared_ptr<ServerSet> servers, ServerSet::EntryPtr server);
+  const ServerSet::EntryPtr& server() const { return server_; }
+  // The server the call may have run on: its retries go there only.
+  bool pinned_to_server() const { return pinned_; }
   // The timeout_millis a request carries when `remaining` is left of its
   // deadline: whole milliseconds rounded up, from 1 to UINT32_MAX.
   static uint32_t TimeoutMillisToSend(MonoDelta remaining);
@@ -87,8 +100,14 @@ class OutboundCall final : public transport::ClientCall {
   bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
   // True if a retry of the attempt that ended with `status` was scheduled;
   // false: this attempt's outcome is final. Only a retry after a refusal
-  // as overloaded asks the server's guards (budget, throttle).
-  bool ScheduleRetry(const Status& status);
+  // as overloaded asks the server's guards (budget, throttle). `move`: to
+  // another server of the set, at once (IsMove).
+  bool ScheduleRetry(const Status& status, bool move);
+  // For a set of servers: whether the attempt that ended so is moved to
+  // another server (see set_server).
+  bool IsMove(const Status& status, const wire::ErrorStatusPB* error) const;
+  // What the attempt that ended so tells the set of its server.
+  ServerSet::Outcome OutcomeOf(const Status& status, const wire::ErrorStatusPB* error) const;
   // Whether an attempt that ended with `status` was refused by its server
   // as overloaded (too busy, unavailable): it did not run, and retrying it
   // adds to that server's load.
@@ -125,6 +144,13 @@ class OutboundCall final : public transport::ClientCall {
   RetryPolicy retry_policy_;
   bool idempotent_ = false;
   Requeue requeue_;
+  // A set of servers (null: one address): where this attempt went, and
+  // whether it still holds its place in the server's outstanding count.
+  std::shared_ptr<ServerSet> servers_;
+  ServerSet::EntryPtr server_;
+  bool counted_ = false;
+  int moves_ = 0;        // attempts that were moves, not the policy's
+  bool pinned_ = false;  // an exactly-once attempt may have run on server_
 };
 
 }  // namespace osprey

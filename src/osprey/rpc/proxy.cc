@@ -13,6 +13,7 @@
 #include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/request_tracker.h"
+#include "osprey/rpc/server_set.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/reactor.h"
 
@@ -44,9 +45,14 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
     : messenger_(std::move(messenger)),
       host_port_(std::move(host_port)),
       host_(HostOf(host_port_)),
-      resolution_(std::make_shared<NameResolution>(host_port_)),
       service_name_(std::move(service_name)),
-      user_(CurrentUserName()) {}
+      user_(CurrentUserName()) {
+  if (ServerSet::IsSetTarget(host_port_)) {
+    servers_status_ = ServerSet::Make(host_port_, ServerSet::Options(), &servers_);
+  } else {
+    resolution_ = std::make_shared<NameResolution>(host_port_);
+  }
+}
 
 Proxy::~Proxy() = default;
 
@@ -62,7 +68,27 @@ Status Proxy::set_retry_policy(const RetryPolicy& policy) {
   return Status::OK();
 }
 
-Sockaddr Proxy::remote() const { return resolution_ != nullptr ? resolution_->first() : remote_; }
+Sockaddr Proxy::remote() const {
+  if (servers_ != nullptr) return servers_->first();
+  return resolution_ != nullptr ? resolution_->first() : remote_;
+}
+
+void Proxy::set_load_balancing(LoadBalancing lb) {
+  if (servers_ != nullptr) servers_->set_lb(lb);
+}
+
+void Proxy::set_outlier_detection(bool on) {
+  if (servers_ != nullptr) servers_->set_ejection(on);
+}
+
+std::vector<Proxy::ServerReport> Proxy::servers() const {
+  std::vector<ServerReport> out;
+  if (servers_ == nullptr) return out;
+  for (const ServerSet::ServerReport& r : servers_->Report()) {
+    out.push_back({r.address, r.calls, r.outstanding, r.ejected, r.draining});
+  }
+  return out;
+}
 
 void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,
                          google::protobuf::Message* response, RpcController* controller,
@@ -89,8 +115,20 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
   RpcController::CallStart start = controller->StartCall(call);
   call->set_sidecars(std::move(start.sidecars));
   const Sockaddr* remote = &remote_;
+  const std::string* host = &host_;
   std::shared_ptr<const std::vector<Sockaddr>> addresses;
-  if (resolution_ != nullptr) {
+  if (servers_ != nullptr) {
+    // A set: this call's server, picked now (resolving a "dns:" name again
+    // if it is due, unless on a reactor thread, which must not block).
+    ServerSet::EntryPtr server =
+        servers_->Pick(start.hash_key, nullptr, !transport::Reactor::OnAnyReactorThread());
+    remote = &server->address;
+    host = &server->host;
+    call->set_server(servers_, std::move(server));
+  } else if (!servers_status_.ok()) {
+    call->FailUnsent(servers_status_);
+    return;
+  } else if (resolution_ != nullptr) {
     Status resolved = resolution_->Addresses(&addresses);
     if (!resolved.ok()) {
       call->FailUnsent(resolved);
@@ -107,7 +145,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     user = user_;
     if (!start.retry_policy) proxy_policy = retry_policy_;
   }
-  call->set_destination({*remote, user, host_});
+  call->set_destination({*remote, user, *host});
   call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls());
   if (method->track_result()) {
     const std::shared_ptr<RequestTracker>& tracker = messenger_->request_tracker();
@@ -133,7 +171,28 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     }
     call->set_guards(std::move(guards));
   }
-  if (policy.max_attempts > 1) {
+  if (servers_ != nullptr) {
+    // A retry or a move picks its server again (OutboundCall::set_server):
+    // another than the last unless the call may have run there.
+    std::weak_ptr<Messenger> weak = messenger_;
+    call->set_retry(policy, start.idempotent,
+                    [weak, servers = servers_, user = user,
+                     key = start.hash_key](std::shared_ptr<OutboundCall> next) {
+                      std::shared_ptr<Messenger> m = weak.lock();
+                      if (m == nullptr) {
+                        next->FailUnsent(Status::Aborted(next->Describe() +
+                                                         ": the messenger is gone; not retried"));
+                        return;
+                      }
+                      ServerSet::EntryPtr server =
+                          next->pinned_to_server()
+                              ? servers->Keep(next->server())
+                              : servers->Pick(key, next->server().get(), /*may_resolve=*/false);
+                      next->set_destination({server->address, user, server->host});
+                      next->set_server(servers, std::move(server));
+                      m->QueueCall(std::move(next), /*sync=*/false);
+                    });
+  } else if (policy.max_attempts > 1) {
     // A retry goes to the same address (a named proxy's last resolution,
     // without resolving on the reactor thread), on the same messenger if it
     // still exists.

@@ -1,4 +1,5 @@
-// Proxy: the client side of one service at one address. Generated proxies
+// Proxy: the client side of one service at one address, or at a set of
+// servers that serve it alike (a target, see below). Generated proxies
 // (FooServiceProxy) wrap it with typed methods. Thread-safe: many threads
 // may share one proxy, and change its settings while others call through
 // it (a call uses the settings of the moment it starts); each call needs
@@ -15,6 +16,7 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/load_balancer.h"
 #include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/rpc_controller.h"
 
@@ -22,6 +24,7 @@ namespace osprey {
 
 class Messenger;
 class NameResolution;
+class ServerSet;
 namespace transport {
 struct ParkedConnection;
 }  // namespace transport
@@ -36,6 +39,16 @@ class Proxy {
   // error, so a server that moved is found (Kudu's KUDU-75). Each call
   // tries the name's addresses in order until one accepts a connection. A
   // name that does not resolve fails the call with NetworkError.
+  //
+  // Or `host_port` is a target naming a set of servers (issue 49):
+  // "HOST:PORT,HOST:PORT,..." or "dns:NAME:PORT" (every A/AAAA record of
+  // NAME a server, resolved again every 30 s and after a refused
+  // connection). Each call then picks one (set_load_balancing; power of
+  // two choices on the calls outstanding by default), servers that fail
+  // are ejected for a while (set_outlier_detection), and a call a server
+  // did not run (draining, shutting down, no connection) moves to another
+  // at once, without spending its retries or the retry budget. A target
+  // that does not parse or resolve fails every call with its error.
   Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name);
   ~Proxy();
 
@@ -66,8 +79,22 @@ class Proxy {
   // InvalidArgument, and nothing changes, if the policy is not valid
   // (RetryPolicy::Validate).
   Status set_retry_policy(const RetryPolicy& policy) EXCLUDES(settings_mu_);
+  // A set of servers only: how each call picks one, and whether servers
+  // that fail are ejected (on by default). No effect on one address.
+  void set_load_balancing(LoadBalancing lb);
+  void set_outlier_detection(bool on);
+  // A set of servers only: each server's address, with the attempts sent
+  // to it, and whether it is ejected or draining now.
+  struct ServerReport {
+    std::string address;
+    int64_t calls = 0;
+    int64_t outstanding = 0;
+    bool ejected = false;
+    bool draining = false;
+  };
+  std::vector<ServerReport> servers() const;
   // The address calls go to; a named proxy's is the first of its name's
-  // last resolution (0.0.0.0:0 before the first).
+  // last resolution (0.0.0.0:0 before the first); a set's, its first.
   Sockaddr remote() const;
   // A named proxy's "host:port"; empty for one made with an address.
   const std::string& host_port() const { return host_port_; }
@@ -83,6 +110,10 @@ class Proxy {
   // Named proxies only; shared with their calls, which mark it stale when
   // they fail with a network error.
   std::shared_ptr<NameResolution> resolution_;
+  // A target naming a set of servers: the set, or why it could not be made
+  // (every call then fails with it).
+  std::shared_ptr<ServerSet> servers_;
+  Status servers_status_;
   std::string service_name_;
   mutable Mutex settings_mu_;
   std::string user_ GUARDED_BY(settings_mu_);

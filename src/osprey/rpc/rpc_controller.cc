@@ -93,6 +93,16 @@ void RpcController::set_idempotent(bool idempotent) {
   idempotent_ = idempotent;
 }
 
+void RpcController::set_hash_key(uint64_t key) {
+  MutexLock l(mu_);
+  hash_key_ = key;
+}
+
+Sockaddr RpcController::server() const {
+  MutexLock l(mu_);
+  return server_;
+}
+
 int RpcController::attempts() const {
   MutexLock l(mu_);
   return attempts_;
@@ -114,6 +124,8 @@ void RpcController::Reset() {
   CHECK(!call_) << "RpcController::Reset() while a call is in flight";
   retry_policy_.reset();
   idempotent_ = false;
+  hash_key_ = 0;
+  server_ = Sockaddr();
   attempts_ = 0;
   attempts_sent_ = 0;
   timeout_ = MonoDelta();
@@ -144,7 +156,7 @@ RpcController::CallStart RpcController::StartCall(const std::shared_ptr<Outbound
     call->set_deadline(MonoTime::Now() + timeout_);
   }
   if (!required_server_features_.empty()) call->set_required_features(required_server_features_);
-  return {std::move(outbound_sidecars_), retry_policy_, idempotent_};
+  return {std::move(outbound_sidecars_), retry_policy_, idempotent_, hash_key_};
 }
 
 void RpcController::RequireServerFeature(uint32_t feature) {
@@ -162,8 +174,10 @@ std::vector<uint32_t> RpcController::required_server_features() const {
 
 void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                            std::shared_ptr<const uint8_t[]> sidecar_storage,
-                           std::vector<Slice> sidecars, int attempts, int attempts_sent) {
+                           std::vector<Slice> sidecars, int attempts, int attempts_sent,
+                           const Sockaddr& server) {
   MutexLock l(mu_);
+  server_ = server;
   attempts_ = attempts;
   attempts_sent_ = attempts_sent;
   status_ = status;

@@ -15,6 +15,7 @@
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/slice.h"
+#include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/retry_policy.h"
 #include "osprey/wire/rpc_header.pb.h"
@@ -54,6 +55,13 @@ class RpcController {
   // The call may run twice without harm, so it may be retried after its
   // request may have reached the server (as a method that tracks results).
   void set_idempotent(bool idempotent);
+  // For a proxy whose target is a set of servers balanced by consistent
+  // hashing (LoadBalancing::kConsistentHash): calls with the same key go
+  // to the same server while it stays. 0 by default.
+  void set_hash_key(uint64_t key);
+  // After the call: the server its last attempt went to (for a set of
+  // servers, the one picked); 0.0.0.0:0 if it never started.
+  Sockaddr server() const;
   // After the call: how many attempts it took (1 without retries).
   int attempts() const;
   // After the call: how many of its attempts were handed to a connection
@@ -92,6 +100,7 @@ class RpcController {
     std::vector<std::string> sidecars;
     std::optional<RetryPolicy> retry_policy;  // unset: the proxy's
     bool idempotent = false;
+    uint64_t hash_key = 0;
   };
   // Proxy: a call starts. Takes the outbound sidecars.
   CallStart StartCall(const std::shared_ptr<OutboundCall>& call);
@@ -103,7 +112,7 @@ class RpcController {
   // of them handed to a connection.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
               std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars,
-              int attempts, int attempts_sent);
+              int attempts, int attempts_sent, const Sockaddr& server);
 
   mutable Mutex mu_;
   MonoDelta timeout_ GUARDED_BY(mu_);
@@ -112,6 +121,8 @@ class RpcController {
   std::vector<uint32_t> required_server_features_ GUARDED_BY(mu_);
   std::optional<RetryPolicy> retry_policy_ GUARDED_BY(mu_);
   bool idempotent_ GUARDED_BY(mu_) = false;
+  uint64_t hash_key_ GUARDED_BY(mu_) = 0;
+  Sockaddr server_ GUARDED_BY(mu_);
   int attempts_ GUARDED_BY(mu_) = 0;
   int attempts_sent_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);

@@ -1,0 +1,133 @@
+// PickServer, cell by cell: each policy against the servers' state.
+#include "osprey/rpc/load_balancer.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+namespace osprey {
+namespace {
+
+std::vector<ServerView> Servers(size_t n) {
+  std::vector<ServerView> v(n);
+  for (size_t i = 0; i < n; ++i) v[i].id = ServerIdOf("10.0.0." + std::to_string(i) + ":7050");
+  return v;
+}
+
+TEST(LoadBalancerTest, NamesParseBothWays) {
+  for (LoadBalancing lb : {LoadBalancing::kRoundRobin, LoadBalancing::kPowerOfTwoChoices,
+                           LoadBalancing::kConsistentHash}) {
+    EXPECT_EQ(lb, ParseLoadBalancing(LoadBalancingName(lb)));
+  }
+  EXPECT_FALSE(ParseLoadBalancing("random").has_value());
+}
+
+TEST(LoadBalancerTest, RoundRobinTakesEachEligibleServerInTurn) {
+  auto s = Servers(3);
+  uint64_t next = 0;
+  std::vector<size_t> picks;
+  for (int i = 0; i < 6; ++i) {
+    picks.push_back(PickServer(LoadBalancing::kRoundRobin, s, 0, 0, 0, &next));
+  }
+  EXPECT_EQ((std::vector<size_t>{0, 1, 2, 0, 1, 2}), picks);
+  s[1].eligible = false;  // ejected: skipped, the others keep their turns
+  picks.clear();
+  for (int i = 0; i < 4; ++i) {
+    picks.push_back(PickServer(LoadBalancing::kRoundRobin, s, 0, 0, 0, &next));
+  }
+  EXPECT_EQ((std::vector<size_t>{0, 2, 0, 2}), picks);
+}
+
+TEST(LoadBalancerTest, PowerOfTwoChoicesTakesTheLessLoadedOfTwoDraws) {
+  auto s = Servers(3);
+  s[0].outstanding = 5;
+  s[1].outstanding = 2;
+  s[2].outstanding = 9;
+  uint64_t rr = 0;
+  // Draws 0 and 0: candidates 0 and 1 (the second skips the first).
+  EXPECT_EQ(1u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 0, &rr));
+  // Draws 0 and 1: candidates 0 and 2.
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // Draws 2 and 0: candidates 2 and 0.
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 2, 0, &rr));
+  // A tie goes to the first drawn.
+  s[0].outstanding = s[2].outstanding = 4;
+  EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 2, 0, &rr));
+  // An ineligible server is never drawn while another is eligible.
+  s[1].eligible = false;
+  for (uint64_t d1 = 0; d1 < 4; ++d1) {
+    for (uint64_t d2 = 0; d2 < 4; ++d2) {
+      EXPECT_NE(1u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, d1, d2, &rr));
+    }
+  }
+}
+
+TEST(LoadBalancerTest, AnExcludedServerIsPickedOnlyWhenNoOtherCanBe) {
+  auto s = Servers(2);
+  uint64_t rr = 0;
+  for (LoadBalancing lb : {LoadBalancing::kRoundRobin, LoadBalancing::kPowerOfTwoChoices,
+                           LoadBalancing::kConsistentHash}) {
+    for (uint64_t k = 0; k < 20; ++k) {
+      EXPECT_EQ(1u, PickServer(lb, s, k, k, k + 1, &rr, /*exclude=*/0)) << LoadBalancingName(lb);
+    }
+  }
+  s[1].eligible = false;  // the only other one is ejected: the excluded is eligible
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 0, &rr, 0));
+}
+
+TEST(LoadBalancerTest, WithNoServerEligibleEveryServerIsTried) {
+  auto s = Servers(3);
+  for (auto& v : s) v.eligible = false;
+  uint64_t rr = 0;
+  std::map<size_t, int> seen;
+  for (int i = 0; i < 3; ++i) seen[PickServer(LoadBalancing::kRoundRobin, s, 0, 0, 0, &rr)]++;
+  EXPECT_EQ(3u, seen.size());
+}
+
+// Rendezvous hashing: a key stays put while its server stays; one server
+// of N leaving moves only its own keys (1/N of them), one joining takes
+// about 1/(N+1), each from whichever server had it.
+TEST(LoadBalancerTest, ConsistentHashingMovesAboutOneNthOfTheKeys) {
+  constexpr int kKeys = 20000;
+  auto five = Servers(5);
+  uint64_t rr = 0;
+  std::vector<size_t> before(kKeys);
+  std::mt19937_64 rng(49);
+  std::vector<uint64_t> keys(kKeys);
+  for (auto& k : keys) k = rng();
+  for (int i = 0; i < kKeys; ++i) {
+    before[i] = PickServer(LoadBalancing::kConsistentHash, five, keys[i], 0, 0, &rr);
+    EXPECT_EQ(before[i], PickServer(LoadBalancing::kConsistentHash, five, keys[i], 1, 2, &rr));
+  }
+  std::map<size_t, int> share;
+  for (size_t b : before) share[b]++;
+  for (auto [server, n] : share) EXPECT_NEAR(n, kKeys / 5, kKeys / 5 * 0.1) << server;
+  // Server 2 is ejected: only its keys move.
+  five[2].eligible = false;
+  int moved = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    size_t now = PickServer(LoadBalancing::kConsistentHash, five, keys[i], 0, 0, &rr);
+    if (now != before[i]) {
+      ++moved;
+      EXPECT_EQ(2u, before[i]) << "a key moved off a server that stayed";
+    }
+  }
+  EXPECT_EQ(share[2], moved);
+  // A sixth server joins: about 1/6 of the keys move, all to it.
+  five[2].eligible = true;
+  auto six = Servers(6);
+  moved = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    size_t now = PickServer(LoadBalancing::kConsistentHash, six, keys[i], 0, 0, &rr);
+    if (now != before[i]) {
+      ++moved;
+      EXPECT_EQ(5u, now);
+    }
+  }
+  EXPECT_NEAR(moved, kKeys / 6, kKeys / 6 * 0.1);
+}
+
+}  // namespace
+}  // namespace osprey

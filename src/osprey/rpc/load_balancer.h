@@ -1,0 +1,56 @@
+// Load balancing: which server of a set a call goes to. A pure function of
+// the servers' state, the call's key and a random draw, so that every rule
+// is tested cell by cell (load_balancer-test.cc); ServerSet keeps the state
+// and calls it. Plain values; any thread.
+//
+// Policies (issue 49):
+//  - kRoundRobin: the next eligible server after the last one picked.
+//  - kPowerOfTwoChoices (the default, as Finagle's): two distinct eligible
+//    servers drawn at random, the one with fewer calls outstanding (ties:
+//    the first drawn). A slow server keeps its calls longer, so it is
+//    picked less: it gets about the share its speed earns.
+//  - kConsistentHash: rendezvous hashing (highest random weight) of the
+//    caller's key (RpcController::set_hash_key) with each eligible server's
+//    id: a key keeps its server while that server stays, and when one of N
+//    servers comes or goes only the keys that were, or become, its move:
+//    about 1/N of them.
+// A server is eligible unless it is ejected or draining. With none
+// eligible, every server is (a fleet all of whose servers failed is tried
+// rather than refused).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace osprey {
+
+enum class LoadBalancing { kRoundRobin, kPowerOfTwoChoices, kConsistentHash };
+
+// "round_robin", "p2c" or "hash"; nullopt for anything else.
+std::optional<LoadBalancing> ParseLoadBalancing(std::string_view name);
+const char* LoadBalancingName(LoadBalancing lb);
+
+// What the picker sees of one server.
+struct ServerView {
+  bool eligible = true;     // not ejected, not draining
+  int64_t outstanding = 0;  // calls sent to it and not yet ended
+  uint64_t id = 0;          // a stable hash of its address (ServerIdOf)
+};
+
+// The id of the server at `address` for consistent hashing: the same on
+// every client and in every run.
+uint64_t ServerIdOf(std::string_view address);
+
+// The index of the server for a call. `servers` must not be empty.
+// `round_robin_next`: kRoundRobin's position, advanced past the pick.
+// `draw1`, `draw2`: uniform random numbers (kPowerOfTwoChoices).
+// `key`: the call's hash key (kConsistentHash). `exclude` (-1: none): a
+// server not to pick if any other can be, such as the one that just
+// refused the call.
+size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_t key,
+                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude = -1);
+
+}  // namespace osprey

@@ -1,0 +1,168 @@
+// ServerSet: targets, ejection and its backoff, the ejected share,
+// draining, with an injected clock and random source.
+#include "osprey/rpc/server_set.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace osprey {
+namespace {
+
+struct Fixture {
+  MonoTime now = MonoTime() + MonoDelta::FromSeconds(1000);
+  uint64_t draws = 0;
+  std::shared_ptr<ServerSet> set;
+  ServerSet::Options Options(LoadBalancing lb = LoadBalancing::kRoundRobin) {
+    ServerSet::Options o;
+    o.lb = lb;
+    o.clock = [this] { return now; };
+    o.random = [this] { return draws++; };
+    return o;
+  }
+  void Make(const std::string& target, ServerSet::Options o) {
+    Status s = ServerSet::Make(target, std::move(o), &set);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // The servers `n` picks (round robin) go to, by port, each ended `how`.
+  std::map<uint16_t, int> Picks(int n, ServerSet::Outcome how = ServerSet::Outcome::kAnswered) {
+    std::map<uint16_t, int> seen;
+    for (int i = 0; i < n; ++i) {
+      ServerSet::EntryPtr e = set->Pick(0, nullptr, false);
+      seen[e->address.port()]++;
+      set->Ended(e, how);
+    }
+    return seen;
+  }
+};
+
+TEST(ServerSetTest, TargetsParse) {
+  EXPECT_TRUE(ServerSet::IsSetTarget("127.0.0.1:1,127.0.0.1:2"));
+  EXPECT_TRUE(ServerSet::IsSetTarget("dns:localhost:7050"));
+  EXPECT_FALSE(ServerSet::IsSetTarget("127.0.0.1:7050"));
+  Fixture f;
+  f.Make("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", f.Options());
+  EXPECT_EQ(3u, f.set->size());
+  std::shared_ptr<ServerSet> bad;
+  EXPECT_TRUE(ServerSet::Make("127.0.0.1:1,,127.0.0.1:2", {}, &bad).IsInvalidArgument());
+  EXPECT_FALSE(ServerSet::Make("127.0.0.1:1,no-such-host.invalid:2", {}, &bad).ok());
+  ServerSet::Options o;
+  o.max_ejected_share = 2;
+  EXPECT_TRUE(ServerSet::Make("127.0.0.1:1,127.0.0.1:2", o, &bad).IsInvalidArgument());
+  Fixture d;
+  d.Make("dns:localhost:7050", d.Options());
+  EXPECT_GE(d.set->size(), 1u);
+}
+
+TEST(ServerSetTest, ARefusedConnectionEjectsWithADoublingBackoffAndAnAnswerResetsIt) {
+  Fixture f;
+  f.Make("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", f.Options());
+  // Server :2 refuses its connection: ejected for 1 s.
+  ServerSet::EntryPtr a = f.set->Pick(0, nullptr, false);  // :1
+  ServerSet::EntryPtr b = f.set->Pick(0, nullptr, false);  // :2
+  f.set->Ended(a, ServerSet::Outcome::kAnswered);
+  ASSERT_EQ(2, b->address.port());
+  f.set->Ended(b, ServerSet::Outcome::kConnectFailed);
+  EXPECT_EQ((std::map<uint16_t, int>{{1, 3}, {3, 3}}), f.Picks(6));
+  // Back after 1 s: probed; it fails again, out for 2 s.
+  f.now = f.now + MonoDelta::FromMilliseconds(1001);
+  std::map<uint16_t, int> seen;
+  for (int i = 0; i < 3; ++i) {
+    ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+    seen[e->address.port()]++;
+    f.set->Ended(e, e->address.port() == 2 ? ServerSet::Outcome::kConnectFailed
+                                           : ServerSet::Outcome::kAnswered);
+  }
+  EXPECT_EQ(1, seen[2]);
+  f.now = f.now + MonoDelta::FromMilliseconds(1500);
+  EXPECT_EQ(0, f.Picks(6)[2]) << "still out: the backoff doubled";
+  f.now = f.now + MonoDelta::FromMilliseconds(600);
+  EXPECT_EQ(2, f.Picks(6)[2]) << "back, and it answers";
+  // Answering reset the backoff: one more refusal is 1 s again.
+  ServerSet::EntryPtr c;
+  do {
+    c = f.set->Pick(0, nullptr, false);
+    if (c->address.port() != 2) f.set->Ended(c, ServerSet::Outcome::kAnswered);
+  } while (c->address.port() != 2);
+  f.set->Ended(c, ServerSet::Outcome::kConnectFailed);
+  f.now = f.now + MonoDelta::FromMilliseconds(1001);
+  EXPECT_EQ(2, f.Picks(6)[2]);
+}
+
+TEST(ServerSetTest, TimeoutsEjectOnlyInARowAndNeverMoreThanTheShare) {
+  Fixture f;
+  ServerSet::Options o = f.Options();
+  o.failures_to_eject = 3;
+  f.Make("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4", o);  // share 0.5: 2 of 4
+  auto fail_port = [&](uint16_t port, ServerSet::Outcome how, int times) {
+    for (int n = 0; n < times;) {
+      ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+      if (e->address.port() == port) {
+        f.set->Ended(e, how);
+        ++n;
+      } else {
+        f.set->Ended(e, ServerSet::Outcome::kAnswered);
+      }
+    }
+  };
+  fail_port(1, ServerSet::Outcome::kTimedOut, 2);
+  fail_port(1, ServerSet::Outcome::kAnswered, 1);  // the run is broken
+  fail_port(1, ServerSet::Outcome::kTimedOut, 2);
+  fail_port(1, ServerSet::Outcome::kTimedOut, 0);
+  std::map<uint16_t, int> seen;
+  for (int i = 0; i < 4; ++i) {  // one round: port 1 is not answered in it
+    ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+    seen[e->address.port()]++;
+    if (e->address.port() == 1) {
+      f.set->Ended(e, ServerSet::Outcome::kTimedOut);
+    } else {
+      f.set->Ended(e, ServerSet::Outcome::kAnswered);
+    }
+  }
+  EXPECT_EQ(1, seen[1]) << "two timeouts, an answer, two more: not in a row, still picked";
+  EXPECT_EQ(0, f.Picks(8)[1]) << "and a third: three in a row, ejected";
+  fail_port(2, ServerSet::Outcome::kConnectFailed, 1);
+  fail_port(3, ServerSet::Outcome::kConnectFailed, 1);  // a third would pass the share
+  seen = f.Picks(8);
+  EXPECT_EQ(0, seen[1]);
+  EXPECT_EQ(0, seen[2]);
+  EXPECT_EQ(4, seen[3]);
+  EXPECT_EQ(4, seen[4]);
+}
+
+TEST(ServerSetTest, ADrainingServerIsNotPickedWhateverTheShare) {
+  Fixture f;
+  ServerSet::Options o = f.Options();
+  o.max_ejected_share = 0;  // no ejection at all
+  f.Make("127.0.0.1:1,127.0.0.1:2", o);
+  ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+  f.set->Ended(e, ServerSet::Outcome::kDraining);
+  EXPECT_EQ(4, f.Picks(4)[e->address.port() == 1 ? 2 : 1]);
+  auto report = f.set->Report();
+  EXPECT_TRUE(report[e->address.port() - 1].draining);
+  // Connection failures never eject at a share of 0.
+  ServerSet::EntryPtr other = f.set->Pick(0, nullptr, false);
+  f.set->Ended(other, ServerSet::Outcome::kConnectFailed);
+  EXPECT_FALSE(f.set->Report()[other->address.port() - 1].ejected);
+}
+
+TEST(ServerSetTest, OutstandingCallsSteerPowerOfTwoChoices) {
+  Fixture f;
+  f.Make("127.0.0.1:1,127.0.0.1:2", f.Options(LoadBalancing::kPowerOfTwoChoices));
+  // Server :1 holds 10 calls: every new pick goes to :2.
+  std::vector<ServerSet::EntryPtr> held;
+  ServerSet::EntryPtr first = f.set->Pick(0, nullptr, false);
+  if (first->address.port() != 1) {
+    f.set->Ended(first, ServerSet::Outcome::kAnswered);
+    first = f.set->Pick(0, first.get(), false);
+  }
+  ASSERT_EQ(1, first->address.port());
+  held.push_back(first);
+  while (held.size() < 10) held.push_back(f.set->Keep(first));
+  EXPECT_EQ(5, f.Picks(5)[2]);
+  for (auto& e : held) f.set->Ended(e, ServerSet::Outcome::kAnswered);
+  EXPECT_EQ(0, f.set->Report()[0].outstanding);
+}
+
+}  // namespace
+}  // namespace osprey

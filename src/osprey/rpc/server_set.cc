@@ -1,0 +1,217 @@
+#include "osprey/rpc/server_set.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <random>
+
+namespace osprey {
+
+namespace {
+
+// "db-1:7050" -> "db-1", "[::1]:7050" -> "::1".
+std::string HostOf(const std::string& host_port) {
+  if (!host_port.empty() && host_port[0] == '[') {
+    size_t close = host_port.find(']');
+    return host_port.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+  }
+  return host_port.substr(0, host_port.rfind(':'));
+}
+
+ServerSet::EntryPtr MakeEntry(const Sockaddr& address, std::string host) {
+  auto e = std::make_shared<ServerSet::Entry>();
+  e->address = address;
+  e->host = std::move(host);
+  e->id = ServerIdOf(address.ToString());
+  return e;
+}
+
+}  // namespace
+
+bool ServerSet::IsSetTarget(const std::string& target) {
+  return target.rfind("dns:", 0) == 0 || target.find(',') != std::string::npos;
+}
+
+Status ServerSet::Make(const std::string& target, Options options,
+                       std::shared_ptr<ServerSet>* out) {
+  std::vector<EntryPtr> servers;
+  std::string dns;
+  if (target.rfind("dns:", 0) == 0) {
+    dns = target.substr(4);
+    std::vector<Sockaddr> all;
+    Status s = Sockaddr::ResolveAll(dns, &all);
+    if (!s.ok()) return s.CloneAndPrepend("target " + target);
+    for (const Sockaddr& a : all) servers.push_back(MakeEntry(a, HostOf(dns)));
+  } else {
+    size_t start = 0;
+    while (start <= target.size()) {
+      size_t comma = target.find(',', start);
+      std::string one =
+          target.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (one.empty()) {
+        return Status::InvalidArgument("target '" + target +
+                                       "' has an empty entry: expected HOST:PORT,HOST:PORT,...");
+      }
+      Sockaddr a;
+      Status s = Sockaddr::Parse(one, &a);
+      if (!s.ok()) return s.CloneAndPrepend("target " + target);
+      servers.push_back(MakeEntry(a, a.is_unix() ? "" : HostOf(one)));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (servers.empty()) return Status::NetworkError("target " + target + " names no server");
+  if (!(options.max_ejected_share >= 0 && options.max_ejected_share <= 1) ||
+      options.failures_to_eject < 1 || options.base_ejection <= MonoDelta() ||
+      options.max_ejection < options.base_ejection) {
+    return Status::InvalidArgument(
+        "server set options: the ejected share must be from 0 to 1, failures to eject at least "
+        "1, and the ejection backoffs positive with the maximum at least the base");
+  }
+  *out = std::make_shared<ServerSet>(std::move(servers), std::move(dns), std::move(options));
+  return Status::OK();
+}
+
+ServerSet::ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, Options options)
+    : options_(std::move(options)),
+      lb_(options_.lb),
+      ejection_(options_.ejection),
+      dns_host_port_(std::move(dns_host_port)) {
+  MutexLock l(mu_);
+  servers_ = std::move(servers);
+  resolved_at_ = Now();
+}
+
+MonoTime ServerSet::Now() const { return options_.clock ? options_.clock() : MonoTime::Now(); }
+
+uint64_t ServerSet::Draw() const {
+  if (options_.random) return options_.random();
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+bool ServerSet::EligibleLocked(const Entry& e, MonoTime now) const {
+  return now >= e.ejected_until && now >= e.draining_until;
+}
+
+void ServerSet::EjectLocked(Entry* e, MonoTime now) {
+  if (!ejection_.load(std::memory_order_relaxed) || !e->in_set) return;
+  if (now < e->ejected_until) return;  // already out
+  size_t ejected = 0;
+  for (const EntryPtr& s : servers_) {
+    if (now < s->ejected_until) ++ejected;
+  }
+  if (static_cast<double>(ejected + 1) >
+      options_.max_ejected_share * static_cast<double>(servers_.size())) {
+    VLOG(1) << "not ejecting " << e->address.ToString() << ": " << ejected << " of "
+            << servers_.size() << " already are";
+    return;
+  }
+  MonoDelta d = e->next_ejection <= MonoDelta() ? options_.base_ejection : e->next_ejection;
+  e->ejected_until = now + d;
+  e->next_ejection =
+      std::min(MonoDelta::FromNanoseconds(d.ToNanoseconds() * 2), options_.max_ejection);
+  e->failures_in_a_row = 0;
+  LOG(WARNING) << "ejecting server " << e->address.ToString() << " for " << d.ToString()
+               << " after failed calls";
+}
+
+void ServerSet::MaybeResolveLocked(MonoTime now) {
+  if (dns_host_port_.empty()) return;
+  if (!resolve_now_ && now - resolved_at_ < options_.resolve_period) return;
+  resolved_at_ = now;
+  resolve_now_ = false;
+  std::vector<Sockaddr> all;
+  Status s = Sockaddr::ResolveAll(dns_host_port_, &all);
+  if (!s.ok() || all.empty()) {
+    LOG(WARNING) << "dns:" << dns_host_port_ << " did not resolve (" << s.ToString()
+                 << "); keeping its last " << servers_.size() << " servers";
+    return;
+  }
+  std::vector<EntryPtr> next;
+  for (const Sockaddr& a : all) {
+    auto same = std::find_if(servers_.begin(), servers_.end(),
+                             [&](const EntryPtr& e) { return e->address == a; });
+    next.push_back(same != servers_.end() ? *same : MakeEntry(a, HostOf(dns_host_port_)));
+  }
+  for (const EntryPtr& e : servers_) {
+    if (std::find(next.begin(), next.end(), e) == next.end()) e->in_set = false;
+  }
+  servers_ = std::move(next);
+}
+
+ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may_resolve) {
+  const uint64_t d1 = Draw(), d2 = Draw();
+  MutexLock l(mu_);
+  const MonoTime now = Now();
+  if (may_resolve) MaybeResolveLocked(now);
+  std::vector<ServerView> views(servers_.size());
+  int excluded = -1;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    const Entry& e = *servers_[i];
+    views[i] = {EligibleLocked(e, now), e.outstanding, e.id};
+    if (&e == exclude) excluded = static_cast<int>(i);
+  }
+  size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
+  EntryPtr& e = servers_[i];
+  ++e->outstanding;
+  ++e->calls;
+  return e;
+}
+
+ServerSet::EntryPtr ServerSet::Keep(const EntryPtr& server) {
+  MutexLock l(mu_);
+  ++server->outstanding;
+  ++server->calls;
+  return server;
+}
+
+Sockaddr ServerSet::first() const {
+  MutexLock l(mu_);
+  return servers_.front()->address;
+}
+
+void ServerSet::Ended(const EntryPtr& server, Outcome outcome) {
+  MutexLock l(mu_);
+  Entry* e = server.get();
+  --e->outstanding;
+  const MonoTime now = Now();
+  switch (outcome) {
+    case Outcome::kAnswered:
+    case Outcome::kRefusedBusy:
+      e->failures_in_a_row = 0;
+      if (now >= e->ejected_until) e->next_ejection = MonoDelta();  // it serves again
+      break;
+    case Outcome::kDraining:
+      e->draining_until = now + options_.base_ejection;
+      break;
+    case Outcome::kConnectFailed:
+      resolve_now_ = true;
+      EjectLocked(e, now);
+      break;
+    case Outcome::kLost:
+    case Outcome::kTimedOut:
+      if (++e->failures_in_a_row >= options_.failures_to_eject) EjectLocked(e, now);
+      break;
+    case Outcome::kAbandoned:
+      break;
+  }
+}
+
+size_t ServerSet::size() const {
+  MutexLock l(mu_);
+  return servers_.size();
+}
+
+std::vector<ServerSet::ServerReport> ServerSet::Report() const {
+  MutexLock l(mu_);
+  const MonoTime now = Now();
+  std::vector<ServerReport> out;
+  for (const EntryPtr& e : servers_) {
+    out.push_back({e->address.ToString(), e->calls, e->outstanding, now < e->ejected_until,
+                   now < e->draining_until});
+  }
+  return out;
+}
+
+}  // namespace osprey

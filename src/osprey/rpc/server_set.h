@@ -1,0 +1,136 @@
+// ServerSet: the servers behind one proxy target ("HOST:PORT,HOST:PORT,..."
+// or "dns:NAME:PORT", every address of the name a server), with what the
+// client has learnt of each: calls outstanding, ejection after failures,
+// draining. Calls pick a server through it (PickServer, load_balancer.h)
+// and report how each attempt ended; a server that refused connections,
+// or whose calls failed in a row, is ejected for a backoff that doubles
+// while it keeps failing (1 s to 30 s by default), then probed again by the
+// next call that picks it; never more than `max_ejected_share` of the
+// servers at once (outlier detection). A server that answered "draining"
+// (ERROR_UNAVAILABLE, FATAL_SERVER_SHUTTING_DOWN) is not picked for
+// `base_ejection` whatever the share: it said it will not serve.
+//
+// Each server's state is an Entry that calls hold by shared_ptr: when a
+// re-resolution changes the set, a call's Entry stays valid, and what it
+// reports of a server gone from the set changes nothing (a stale holder is
+// harmless). Any thread: one mutex; time and randomness are injectable.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/sockaddr.h"
+#include "osprey/base/status.h"
+#include "osprey/rpc/load_balancer.h"
+
+namespace osprey {
+
+class ServerSet {
+ public:
+  struct Options {
+    LoadBalancing lb = LoadBalancing::kPowerOfTwoChoices;
+    bool ejection = true;  // false: never eject (outlier detection off)
+    // Calls in a row that timed out or lost their connection, past which
+    // the server is ejected (a refused connection ejects at once).
+    int failures_to_eject = 5;
+    MonoDelta base_ejection = MonoDelta::FromSeconds(1);
+    MonoDelta max_ejection = MonoDelta::FromSeconds(30);
+    double max_ejected_share = 0.5;
+    // "dns:" targets: resolved again after this long, and after a refused
+    // connection.
+    MonoDelta resolve_period = MonoDelta::FromSeconds(30);
+    std::function<MonoTime()> clock;   // null: MonoTime::Now
+    std::function<uint64_t()> random;  // null: a generator per thread
+  };
+
+  // How an attempt sent to a server ended, for what the set learns of it.
+  enum class Outcome {
+    kAnswered,       // any answer but the refusals below: the server works
+    kRefusedBusy,    // ERROR_SERVER_TOO_BUSY: it works, but is full
+    kDraining,       // ERROR_UNAVAILABLE or FATAL_SERVER_SHUTTING_DOWN
+    kConnectFailed,  // no connection: refused, unreachable (not sent)
+    kLost,           // the connection broke with the call in flight
+    kTimedOut,
+    kAbandoned,  // cancelled, or ended on the client: says nothing
+  };
+
+  struct Entry {
+    Sockaddr address;
+    std::string host;  // the host dialled: TLS and Kerberos check it
+    uint64_t id = 0;   // ServerIdOf(address)
+    // Guarded by the set's mutex.
+    int64_t outstanding = 0;
+    int64_t calls = 0;  // attempts picked for it, in all
+    int failures_in_a_row = 0;
+    MonoTime ejected_until;  // MonoTime() (the epoch): not ejected
+    MonoDelta next_ejection;
+    MonoTime draining_until;
+    bool in_set = true;  // false once a re-resolution dropped it
+  };
+  using EntryPtr = std::shared_ptr<Entry>;
+
+  // Parses a target: "HOST:PORT[,HOST:PORT...]" (each HOST an address or a
+  // name resolved once, its first address) or "dns:NAME:PORT" (every
+  // address of NAME, resolved now and again as Options says).
+  // InvalidArgument for anything else, NetworkError if a name does not
+  // resolve.
+  static Status Make(const std::string& target, Options options, std::shared_ptr<ServerSet>* out);
+  // Whether `target` names a set rather than one server: a list or "dns:".
+  static bool IsSetTarget(const std::string& target);
+
+  // The server for a new attempt, counted outstanding until Ended. `key`:
+  // the call's hash key. `exclude`: a server not to pick if any other can
+  // be (the one that just refused the call); may be null. `may_resolve`:
+  // false on a reactor thread, which must not block in getaddrinfo.
+  EntryPtr Pick(uint64_t key, const Entry* exclude, bool may_resolve) EXCLUDES(mu_);
+  // The same server again, counted as Pick counts it: for a retry that
+  // must stay where the call may have run.
+  EntryPtr Keep(const EntryPtr& server) EXCLUDES(mu_);
+  // The attempt sent to `server` by Pick or Keep ended so.
+  void Ended(const EntryPtr& server, Outcome outcome) EXCLUDES(mu_);
+
+  // Switches, for measuring and bisecting (Proxy::set_load_balancing,
+  // set_outlier_detection); any thread, for the calls that start after.
+  void set_lb(LoadBalancing lb) { lb_.store(lb, std::memory_order_relaxed); }
+  LoadBalancing lb() const { return lb_.load(std::memory_order_relaxed); }
+  void set_ejection(bool on) { ejection_.store(on, std::memory_order_relaxed); }
+  // The first server's address.
+  Sockaddr first() const EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
+  // For tests, reports and /metrics: each server's address and its calls.
+  struct ServerReport {
+    std::string address;
+    int64_t calls = 0;
+    int64_t outstanding = 0;
+    bool ejected = false;
+    bool draining = false;
+  };
+  std::vector<ServerReport> Report() const EXCLUDES(mu_);
+
+  ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, Options options);
+
+ private:
+  MonoTime Now() const;
+  uint64_t Draw() const;
+  bool EligibleLocked(const Entry& e, MonoTime now) const REQUIRES(mu_);
+  void EjectLocked(Entry* e, MonoTime now) REQUIRES(mu_);
+  void MaybeResolveLocked(MonoTime now) REQUIRES(mu_);
+
+  const Options options_;
+  std::atomic<LoadBalancing> lb_;
+  std::atomic<bool> ejection_;
+  const std::string dns_host_port_;  // "NAME:PORT" of a dns: target; else empty
+  mutable Mutex mu_;
+  std::vector<EntryPtr> servers_ GUARDED_BY(mu_);
+  uint64_t round_robin_next_ GUARDED_BY(mu_) = 0;
+  MonoTime resolved_at_ GUARDED_BY(mu_);
+  bool resolve_now_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace osprey
