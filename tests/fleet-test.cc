@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -214,6 +216,261 @@ TEST(FleetTest, ADrainingServerRefusesWithErrorUnavailable) {
   fleet.servers[0]->service->ReleaseHeldSleeps();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
   drainer.join();
+}
+
+// --- Server processes (test_server) ---
+
+// One call of an open loop: when it started (since the loop began), how
+// long it took, how it ended, where it went.
+struct CallRecord {
+  MonoDelta at;
+  MonoDelta took;
+  Status status;
+  std::string server;
+  int attempts = 0;
+};
+
+// Fires calls at a steady rate for `duration`, asynchronously (an open
+// loop: a slow answer does not delay the next call); `make` starts one
+// call and arranges for `done` to run when it ends. Bounded in count and
+// time.
+class OpenLoop {
+ public:
+  using Start = std::function<void(CallRecord* record, std::function<void()> done)>;
+  std::vector<CallRecord> Run(int rate_per_s, MonoDelta duration, const Start& start) {
+    const int total = static_cast<int>(rate_per_s * duration.ToSeconds());
+    std::vector<CallRecord> records(total);
+    CountDownLatch done(total);
+    const MonoTime begin = MonoTime::Now();
+    for (int i = 0; i < total; ++i) {
+      const MonoTime due = begin + MonoDelta::FromNanoseconds(int64_t{1000000000} * i / rate_per_s);
+      const MonoTime now = MonoTime::Now();
+      if (due > now)
+        std::this_thread::sleep_for(std::chrono::nanoseconds((due - now).ToNanoseconds()));
+      records[i].at = MonoTime::Now() - begin;
+      start(&records[i], [&done] { done.CountDown(); });
+    }
+    EXPECT_TRUE(done.WaitFor(MonoDelta::FromSeconds(60))) << "calls still unanswered";
+    return records;
+  }
+};
+
+// An async Add (or Sleep of `sleep_us`) through `proxy`, recorded.
+OpenLoop::Start AddCalls(CalculatorServiceProxy* proxy, const RetryPolicy* policy = nullptr,
+                         uint32_t sleep_us = 0) {
+  return [proxy, policy, sleep_us](CallRecord* record, std::function<void()> done) {
+    struct Call {
+      AddRequestPB add;
+      AddResponsePB sum;
+      SleepRequestPB sleep;
+      SleepResponsePB slept;
+      RpcController ctl;
+      MonoTime start = MonoTime::Now();
+    };
+    auto c = std::make_shared<Call>();
+    c->ctl.set_timeout(MonoDelta::FromSeconds(10));
+    if (policy != nullptr) {
+      EXPECT_TRUE(c->ctl.set_retry_policy(*policy).ok());
+      c->ctl.set_idempotent(true);
+    }
+    auto finish = [c, record, done] {
+      record->took = MonoTime::Now() - c->start;
+      record->status = c->ctl.status();
+      record->server = c->ctl.server().ToString();
+      record->attempts = c->ctl.attempts();
+      done();
+    };
+    if (sleep_us > 0) {
+      c->sleep.set_sleep_micros(sleep_us);
+      proxy->SleepAsync(c->sleep, &c->slept, &c->ctl, finish);
+    } else {
+      c->add.set_x(20);
+      c->add.set_y(22);
+      proxy->AddAsync(c->add, &c->sum, &c->ctl, finish);
+    }
+  };
+}
+
+MonoDelta Percentile(std::vector<MonoDelta> v, double p) {
+  if (v.empty()) return MonoDelta();
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+struct ProcessFleet {
+  std::vector<std::unique_ptr<ChildServer>> children;
+  std::vector<Sockaddr> addrs;
+  std::vector<std::string> flags;
+  void Start(int n, std::vector<std::string> with_flags = {}) {
+    flags = with_flags;
+    for (int i = 0; i < n; ++i) {
+      children.push_back(std::make_unique<ChildServer>());
+      Sockaddr a;
+      Status s = children.back()->Spawn("0", {}, &a, flags);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      addrs.push_back(a);
+    }
+  }
+  // Starts server `i` again on its address.
+  Status Restart(int i) {
+    children[i] = std::make_unique<ChildServer>();
+    Sockaddr a;
+    OSPREY_RETURN_NOT_OK(children[i]->Spawn(addrs[i].ToString(), {}, &a, flags));
+    return a == addrs[i] ? Status::OK() : Status::IllegalState("restarted elsewhere");
+  }
+};
+
+// A rolling restart under load: three server processes, one client at a
+// steady open-loop rate for 20 s; each server drained with SIGTERM and
+// started again on its address, one after another, 4 s apart. No call
+// fails, the p99 stays within 2x of the steady state's, and each server
+// serves again after its restart.
+TEST(FleetProcessTest, ARollingRestartUnderLoadFailsNoCall) {
+  Watchdog dog(std::chrono::seconds(120));
+  ProcessFleet fleet;
+  ASSERT_NO_FATAL_FAILURE(fleet.Start(3, {"--drain-on-sigterm", "5000"}));
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, TargetOf(fleet.addrs));
+  std::vector<MonoDelta> restarted_at(3);
+  std::vector<int> exit_codes(3, -2);
+  std::thread restarter([&] {
+    const MonoTime begin = MonoTime::Now();
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      exit_codes[i] = fleet.children[i]->Terminate(MonoDelta::FromSeconds(10));
+      Status s = fleet.Restart(i);
+      EXPECT_TRUE(s.ok()) << "server " << i << ": " << s.ToString();
+      restarted_at[i] = MonoTime::Now() - begin;
+    }
+  });
+  OpenLoop loop;
+  std::vector<CallRecord> calls = loop.Run(500, MonoDelta::FromSeconds(20), AddCalls(&proxy));
+  restarter.join();
+  int failed = 0;
+  std::string first_failure;
+  std::vector<MonoDelta> steady, all;
+  for (const CallRecord& c : calls) {
+    if (!c.status.ok()) {
+      if (failed++ == 0) first_failure = c.status.ToString();
+      continue;
+    }
+    all.push_back(c.took);
+    if (c.at < MonoDelta::FromMilliseconds(3500)) steady.push_back(c.took);
+  }
+  EXPECT_EQ(0, failed) << failed << " of " << calls.size() << " calls failed, e.g. "
+                       << first_failure;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(0, exit_codes[i]) << "server " << i << " did not drain and exit by itself";
+  }
+  const MonoDelta steady_p99 = Percentile(steady, 0.99), p99 = Percentile(all, 0.99);
+  std::cerr << "rolling restart: " << calls.size() << " calls, p99 " << p99.ToString()
+            << ", steady p99 " << steady_p99.ToString() << "\n";
+  // The floor: a loaded CI machine's scheduling noise is not the restart's.
+  EXPECT_LE(p99, std::max(steady_p99 * 2, MonoDelta::FromMilliseconds(5)));
+  // Each server took calls again after its restart.
+  for (int i = 0; i < 3; ++i) {
+    int after = 0;
+    for (const CallRecord& c : calls) {
+      if (c.status.ok() && c.server == fleet.addrs[i].ToString() &&
+          c.at > restarted_at[i] + MonoDelta::FromMilliseconds(1500)) {
+        ++after;
+      }
+    }
+    EXPECT_GT(after, 0) << "server " << i << " served nothing after its restart";
+  }
+}
+
+// kill -9 of one server of three: only the calls in flight on it can fail,
+// and idempotent ones with a retry policy are retried on another server
+// and succeed; once ejected it is sent nothing.
+TEST(FleetProcessTest, AKilledServerFailsNoIdempotentCallAndIsEjected) {
+  Watchdog dog(std::chrono::seconds(60));
+  ProcessFleet fleet;
+  ASSERT_NO_FATAL_FAILURE(fleet.Start(3));
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, TargetOf(fleet.addrs));
+  RetryPolicy retries;
+  retries.max_attempts = 5;
+  retries.initial_backoff = MonoDelta::FromMilliseconds(5);
+  retries.max_backoff = MonoDelta::FromMilliseconds(50);
+  MonoDelta killed_at;
+  std::thread killer([&] {
+    const MonoTime begin = MonoTime::Now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    fleet.children[1]->Kill();
+    killed_at = MonoTime::Now() - begin;
+  });
+  OpenLoop loop;
+  // Sleep(2 ms) calls: some are always in flight on the server killed.
+  std::vector<CallRecord> calls =
+      loop.Run(400, MonoDelta::FromSeconds(6), AddCalls(&proxy, &retries, 2000));
+  killer.join();
+  int failed = 0, retried = 0;
+  std::string first_failure;
+  for (const CallRecord& c : calls) {
+    if (!c.status.ok() && failed++ == 0) first_failure = c.status.ToString();
+    if (c.attempts > 1) ++retried;
+    if (c.status.ok() && c.at > killed_at + MonoDelta::FromMilliseconds(100)) {
+      EXPECT_NE(fleet.addrs[1].ToString(), c.server) << "answered by a killed server?";
+    }
+  }
+  EXPECT_EQ(0, failed) << first_failure;
+  EXPECT_GT(retried, 0) << "no call was in flight on the killed server";
+  auto report = proxy.servers();
+  // After its ejection, only probes (one per backoff: 1 s, 2 s) picked it.
+  int64_t others = report[0].calls + report[2].calls;
+  EXPECT_LT(report[1].calls, others / 4) << report[1].calls << " attempts picked it";
+}
+
+// One server ten times slower than the other two: with power of two
+// choices it gets about the share its speed earns; round robin gives it a
+// third. The fleet's p99 under each is reported.
+TEST(FleetProcessTest, ASlowServerGetsLessWithPowerOfTwoChoicesThanWithRoundRobin) {
+  Watchdog dog(std::chrono::seconds(90));
+  ProcessFleet fleet;
+  ASSERT_NO_FATAL_FAILURE(fleet.Start(2));
+  {
+    auto slow = std::make_unique<ChildServer>();
+    Sockaddr a;
+    ASSERT_TRUE(slow->Spawn("0", {}, &a, {"--sleep-factor", "10"}).ok());
+    fleet.children.push_back(std::move(slow));
+    fleet.addrs.push_back(a);
+  }
+  const std::string slow_addr = fleet.addrs[2].ToString();
+  auto client = MakeClient(1);
+  double share[2] = {0, 0};
+  MonoDelta p99[2];
+  const LoadBalancing policies[2] = {LoadBalancing::kPowerOfTwoChoices, LoadBalancing::kRoundRobin};
+  for (int p = 0; p < 2; ++p) {
+    CalculatorServiceProxy proxy(client, TargetOf(fleet.addrs));
+    proxy.set_load_balancing(policies[p]);
+    OpenLoop loop;
+    std::vector<CallRecord> calls =
+        loop.Run(200, MonoDelta::FromSeconds(4), AddCalls(&proxy, nullptr, 1000));
+    int to_slow = 0, ok = 0;
+    std::vector<MonoDelta> took;
+    for (const CallRecord& c : calls) {
+      if (c.server == slow_addr) ++to_slow;
+      if (!c.status.ok()) continue;
+      ++ok;
+      took.push_back(c.took);
+    }
+    // Power of two choices keeps the slow server within what it can do;
+    // round robin may not (its queue refuses), which is the point.
+    if (policies[p] == LoadBalancing::kPowerOfTwoChoices) {
+      EXPECT_EQ(static_cast<int>(calls.size()), ok);
+    }
+    share[p] = static_cast<double>(to_slow) / static_cast<double>(calls.size());
+    p99[p] = Percentile(took, 0.99);
+    std::cerr << LoadBalancingName(policies[p]) << ": slow server's share " << share[p]
+              << ", fleet p99 " << p99[p].ToString() << ", " << calls.size() - ok
+              << " calls failed\n";
+  }
+  EXPECT_NEAR(share[1], 1.0 / 3, 0.03) << "round robin";
+  // The share a tenth of the speed earns is 1/21; at this load the fast
+  // servers are rarely busy enough to make it worth a call.
+  EXPECT_LT(share[0], 0.1) << "power of two choices";
+  EXPECT_LT(p99[0], p99[1] * 2);
 }
 
 }  // namespace

@@ -55,6 +55,21 @@ TEST(LoadBalancerTest, PowerOfTwoChoicesTakesTheLessLoadedOfTwoDraws) {
   // A tie goes to the first drawn.
   s[0].outstanding = s[2].outstanding = 4;
   EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 2, 0, &rr));
+  // Equal calls outstanding: the faster recently wins, whichever drawn first.
+  s[0].outstanding = s[2].outstanding = 0;
+  s[0].latency_ns = 10e6;
+  s[2].latency_ns = 1e6;
+  EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // ... until the fast one holds ten times the calls.
+  s[2].outstanding = 10;
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // Latencies within twice each other: only the calls outstanding count.
+  s[0].latency_ns = 1.9e6;
+  s[2].latency_ns = 1e6;
+  s[0].outstanding = 1;
+  s[2].outstanding = 2;
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  s[0].latency_ns = s[2].latency_ns = 0;
   // An ineligible server is never drawn while another is eligible.
   s[1].eligible = false;
   for (uint64_t d1 = 0; d1 < 4; ++d1) {

@@ -1,5 +1,6 @@
 #include "osprey/rpc/load_balancer.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace osprey {
@@ -88,7 +89,16 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
       size_t b = static_cast<size_t>(draw2 % (m - 1));
       if (b >= a) ++b;  // distinct from a
       const size_t first = candidates[a], second = candidates[b];
-      return servers[second].outstanding < servers[first].outstanding ? second : first;
+      // Latencies within twice each other are noise between like servers:
+      // then the calls outstanding decide alone, so that like servers
+      // share the calls even one at a time.
+      const double l1 = std::max(servers[first].latency_ns, 1.0);
+      const double l2 = std::max(servers[second].latency_ns, 1.0);
+      const bool alike = l1 <= 2 * l2 && l2 <= 2 * l1;
+      auto cost = [&](size_t i, double latency) {
+        return static_cast<double>(servers[i].outstanding + 1) * (alike ? 1.0 : latency);
+      };
+      return cost(second, l2) < cost(first, l1) ? second : first;
     }
     case LoadBalancing::kConsistentHash: {
       size_t best = candidates.front();

@@ -5,10 +5,13 @@
 //
 // Policies (issue 49):
 //  - kRoundRobin: the next eligible server after the last one picked.
-//  - kPowerOfTwoChoices (the default, as Finagle's): two distinct eligible
-//    servers drawn at random, the one with fewer calls outstanding (ties:
-//    the first drawn). A slow server keeps its calls longer, so it is
-//    picked less: it gets about the share its speed earns.
+//  - kPowerOfTwoChoices (the default): two distinct eligible servers drawn
+//    at random, the one of lower cost: its calls outstanding, plus the one
+//    to come, times its recent latency (Finagle's and Linkerd's "peak
+//    EWMA" balancer; ties: the first drawn), latencies within twice each
+//    other counting as equal. A slow server costs more per call and keeps
+//    its calls longer, so it is picked less: it gets about the share its
+//    speed earns, at low load as at high; like servers share alike.
 //  - kConsistentHash: rendezvous hashing (highest random weight) of the
 //    caller's key (RpcController::set_hash_key) with each eligible server's
 //    id: a key keeps its server while that server stays, and when one of N
@@ -37,7 +40,10 @@ const char* LoadBalancingName(LoadBalancing lb);
 struct ServerView {
   bool eligible = true;     // not ejected, not draining
   int64_t outstanding = 0;  // calls sent to it and not yet ended
-  uint64_t id = 0;          // a stable hash of its address (ServerIdOf)
+  // Its recent latency (an average that decays; 0: none known, costed as
+  // the fastest).
+  double latency_ns = 0;
+  uint64_t id = 0;  // a stable hash of its address (ServerIdOf)
 };
 
 // The id of the server at `address` for consistent hashing: the same on

@@ -66,6 +66,7 @@ void OutboundCall::set_server(std::shared_ptr<ServerSet> servers, ServerSet::Ent
   servers_ = std::move(servers);
   server_ = std::move(server);
   counted_ = true;
+  attempt_start_ = MonoTime::Now();
 }
 
 void OutboundCall::set_retry(const RetryPolicy& policy, bool idempotent, Requeue requeue) {
@@ -297,7 +298,7 @@ void OutboundCall::Complete(const Status& attempt_status,
   if (may_have_reached_server()) ++attempts_sent_;
   if (servers_ != nullptr && counted_) {
     const ServerSet::Outcome outcome = OutcomeOf(status, error.get());
-    servers_->Ended(server_, outcome);
+    servers_->Ended(server_, outcome, MonoTime::Now() - attempt_start_);
     counted_ = false;
     // An exactly-once attempt that may have run there: its retries stay,
     // where the server keeps its answer.

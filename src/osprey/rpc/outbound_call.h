@@ -149,8 +149,9 @@ class OutboundCall final : public transport::ClientCall {
   std::shared_ptr<ServerSet> servers_;
   ServerSet::EntryPtr server_;
   bool counted_ = false;
-  int moves_ = 0;        // attempts that were moves, not the policy's
-  bool pinned_ = false;  // an exactly-once attempt may have run on server_
+  MonoTime attempt_start_;  // when this attempt was given its server
+  int moves_ = 0;           // attempts that were moves, not the policy's
+  bool pinned_ = false;     // an exactly-once attempt may have run on server_
 };
 
 }  // namespace osprey

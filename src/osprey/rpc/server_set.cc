@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace osprey {
@@ -90,6 +91,15 @@ uint64_t ServerSet::Draw() const {
   return rng();
 }
 
+double ServerSet::DecayedLatency(const Entry& e, MonoTime now) {
+  // Halved every second without an answer: a server that was slow once (a
+  // new connection, a pause) and is picked no more is tried again within
+  // seconds, and found slow again or recovered.
+  if (e.latency_ns == 0) return 0;
+  const double idle_s = (now - e.latency_at).ToSeconds();
+  return idle_s <= 0 ? e.latency_ns : e.latency_ns * std::exp2(-idle_s);
+}
+
 bool ServerSet::EligibleLocked(const Entry& e, MonoTime now) const {
   return now >= e.ejected_until && now >= e.draining_until;
 }
@@ -149,7 +159,7 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
   int excluded = -1;
   for (size_t i = 0; i < servers_.size(); ++i) {
     const Entry& e = *servers_[i];
-    views[i] = {EligibleLocked(e, now), e.outstanding, e.id};
+    views[i] = {EligibleLocked(e, now), e.outstanding, DecayedLatency(e, now), e.id};
     if (&e == exclude) excluded = static_cast<int>(i);
   }
   size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
@@ -171,13 +181,23 @@ Sockaddr ServerSet::first() const {
   return servers_.front()->address;
 }
 
-void ServerSet::Ended(const EntryPtr& server, Outcome outcome) {
+void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
   MutexLock l(mu_);
   Entry* e = server.get();
   --e->outstanding;
   const MonoTime now = Now();
   switch (outcome) {
     case Outcome::kAnswered:
+      // A moving average of a fifth per answer: a server that slows down
+      // is seen within a few calls. The first answer is not counted: it
+      // paid for the connection's setup, not for the server's speed.
+      if (e->answers++ > 0) {
+        e->latency_ns = e->latency_ns == 0 ? static_cast<double>(took.ToNanoseconds())
+                                           : 0.8 * DecayedLatency(*e, now) +
+                                                 0.2 * static_cast<double>(took.ToNanoseconds());
+        e->latency_at = now;
+      }
+      [[fallthrough]];
     case Outcome::kRefusedBusy:
       e->failures_in_a_row = 0;
       if (now >= e->ejected_until) e->next_ejection = MonoDelta();  // it serves again

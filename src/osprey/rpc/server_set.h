@@ -67,6 +67,9 @@ class ServerSet {
     // Guarded by the set's mutex.
     int64_t outstanding = 0;
     int64_t calls = 0;  // attempts picked for it, in all
+    int64_t answers = 0;
+    double latency_ns = 0;  // answered attempts' latency, an average
+    MonoTime latency_at;    // when it was last updated
     int failures_in_a_row = 0;
     MonoTime ejected_until;  // MonoTime() (the epoch): not ejected
     MonoDelta next_ejection;
@@ -92,8 +95,8 @@ class ServerSet {
   // The same server again, counted as Pick counts it: for a retry that
   // must stay where the call may have run.
   EntryPtr Keep(const EntryPtr& server) EXCLUDES(mu_);
-  // The attempt sent to `server` by Pick or Keep ended so.
-  void Ended(const EntryPtr& server, Outcome outcome) EXCLUDES(mu_);
+  // The attempt sent to `server` by Pick or Keep ended so, after `took`.
+  void Ended(const EntryPtr& server, Outcome outcome, MonoDelta took = MonoDelta()) EXCLUDES(mu_);
 
   // Switches, for measuring and bisecting (Proxy::set_load_balancing,
   // set_outlier_detection); any thread, for the calls that start after.
@@ -119,6 +122,7 @@ class ServerSet {
   MonoTime Now() const;
   uint64_t Draw() const;
   bool EligibleLocked(const Entry& e, MonoTime now) const REQUIRES(mu_);
+  static double DecayedLatency(const Entry& e, MonoTime now);
   void EjectLocked(Entry* e, MonoTime now) REQUIRES(mu_);
   void MaybeResolveLocked(MonoTime now) REQUIRES(mu_);
 
