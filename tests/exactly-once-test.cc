@@ -782,6 +782,44 @@ TEST_F(ExactlyOnceTest, ALostAnswerIsRetriedAndTheRetryGetsTheFirstAttemptsAnswe
   EXPECT_EQ(1u, resp.handler_runs());  // ... not a second run's
 }
 
+// Issue 49: a proxy whose target is a set of servers. An exactly-once call
+// whose answer was lost (it ran on server A) is retried on A only, where
+// its answer is stored, never on B, where it would run again; an
+// idempotent untracked call's retry may go to B.
+TEST_F(ExactlyOnceTest, ALostTrackedCallOfASetIsRetriedOnlyOnTheServerThatMayHaveRunIt) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::shared_ptr<Messenger> other;
+  ASSERT_TRUE(MessengerBuilder("ledger-b").set_num_reactors(1).Build(&other).ok());
+  auto ledger_b = std::make_unique<Ledger>();
+  Ledger* b = ledger_b.get();
+  ASSERT_TRUE(other->RegisterService(std::move(ledger_b)).ok());
+  Sockaddr b_addr;
+  ASSERT_TRUE(other->Listen(Sockaddr::Loopback(0), &b_addr).ok());
+  DropFirstAnswerProxy faulty(addr_);  // in front of server A
+  Sockaddr a_via;
+  ASSERT_TRUE(faulty.Start(&a_via).ok());
+  std::shared_ptr<Messenger> client;
+  ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
+  LedgerServiceProxy proxy(client, a_via.ToString() + "," + b_addr.ToString());
+  proxy.set_load_balancing(LoadBalancing::kRoundRobin);  // the first call goes to A
+  LedgerAddRequestPB req;
+  req.set_amount(42);
+  LedgerAddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  ASSERT_TRUE(ctl.set_retry_policy(QuickRetries()).ok());
+  Status s = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(1, faulty.answers_dropped());
+  EXPECT_EQ(2, ctl.attempts());
+  EXPECT_EQ(a_via, ctl.server()) << "retried on another server";
+  EXPECT_EQ(1u, ledger_->runs());
+  EXPECT_EQ(0u, b->runs()) << "an exactly-once call ran on a second server";
+  EXPECT_EQ(42u, resp.balance());
+  other->Shutdown();
+  client->Shutdown();
+}
+
 TEST_F(ExactlyOnceTest, AnUntrackedCallIsNotRetriedAfterSendUnlessMarkedIdempotent) {
   ASSERT_NO_FATAL_FAILURE(Start());
   {
