@@ -10,6 +10,7 @@
 #include <string>
 
 #include "load.h"
+#include "refusal.h"
 #include "rpc_bench.osprey.h"
 
 namespace osprey::bench {
@@ -24,8 +25,9 @@ constexpr int64_t kMaxOpenLoopInFlight = 100000;
   std::_Exit(1);
 }
 
-// Whether a failed call was refused by the server's service queue:
-// ERROR_SERVER_TOO_BUSY (the queue was full, or overload control shed it).
+// Whether a failed call was refused by the server: ERROR_SERVER_TOO_BUSY
+// (for the reason ClassifyRefusal tells: the queue was full, or overload
+// control refused or shed it).
 inline bool IsQueueRefusal(const RpcController& ctl) {
   const wire::ErrorStatusPB* err = ctl.error_response();
   return err != nullptr && err->code() == wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY;
@@ -109,7 +111,8 @@ struct CallSlot {
     }
   }
   // Fatal on a wrong answer; false for an RPC error, which it counts in
-  // `state` (a refusal apart: the server's, or the client's throttling's).
+  // `state` (a refusal apart, by its reason: the server's, or the client's
+  // throttling's).
   // `who_kind` and `who_index` name the caller
   // ("async loop 3"), formatted only on error, never on the measured path.
   bool Check(const Settings& cfg, RunState* state, const char* who_kind, int who_index) {
@@ -119,7 +122,7 @@ struct CallSlot {
     };
     if (!ctl.status().ok()) {
       if (IsQueueRefusal(ctl) || IsThrottled(ctl)) {
-        state->refused.fetch_add(1, std::memory_order_relaxed);
+        state->refusals.Add(ClassifyRefusal(ctl), ctl);
       } else {
         state->RecordError(who() + ": " + ctl.status().ToString());
       }

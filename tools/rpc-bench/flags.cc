@@ -47,8 +47,9 @@ DEFINE_int32(rpc_service_queue_length, 0,
              "(ERROR_SERVER_TOO_BUSY); 0: as many as this run offers (at least 50), or for "
              "-server_only as many as -client_threads and -async_call_concurrency say");
 DEFINE_bool(fail_on_refusal, false,
-            "exit 1 if the server refused any call because its queue was full; refusals are "
-            "reported apart from failures, which always fail the run");
+            "exit 1 if the server refused any call, for any reason (the report counts them "
+            "by reason); refusals are reported apart from failures, which always fail the "
+            "run");
 DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -104,14 +105,25 @@ class CallLoop {
   void Start() { IssueNext(); }
 
  private:
+  // A call may end inside Issue (the client's throttling refuses it at
+  // once), and its callback asks for the next from there: with calls
+  // refused one after another that recursion overflowed the stack. So
+  // each ask counts in `asks_`, and only the frame that took it from 0
+  // issues, looping while more were asked meanwhile (by a callback inside
+  // Issue, or by the reactor before this frame finished its turn).
   void IssueNext() {
-    if (state_->stop.load(std::memory_order_relaxed)) {
-      finished_->CountDown();
-      return;
-    }
-    slot_.Prepare(cfg_, seq_++);
-    start_ns_ = NowNanos();
-    slot_.Issue(proxy_, cfg_, [this] { OnDone(); });
+    if (asks_.fetch_add(1, std::memory_order_acq_rel) > 0) return;  // that frame issues it
+    do {
+      if (state_->stop.load(std::memory_order_relaxed)) {
+        // No call in flight, so no other ask comes; `this` may be freed
+        // once the latch is down.
+        finished_->CountDown();
+        return;
+      }
+      slot_.Prepare(cfg_, seq_++);
+      start_ns_ = NowNanos();
+      slot_.Issue(proxy_, cfg_, [this] { OnDone(); });
+    } while (asks_.fetch_sub(1, std::memory_order_acq_rel) > 1);
   }
   void OnDone() {
     bool ok = slot_.Check(cfg_, state_, "async loop", index_);
@@ -132,6 +144,7 @@ class CallLoop {
   CallSlot slot_;
   int64_t start_ns_ = 0;
   Tally* tally_;
+  std::atomic<int> asks_{0};  // IssueNext calls not yet served
 };
 
 // Open loop on one client messenger: a thread starts calls on schedule;
@@ -225,7 +238,8 @@ Results Measure(const Settings& cfg, RunState* state, const std::function<void()
   r.cpu = sw.Elapsed();
   collect(&r);
   r.errors = state->errors.load();
-  r.refused = state->refused.load();
+  r.refusals.Merge(state->refusals);
+  r.refused = r.refusals.total();
   r.first_error = state->first_error;
   state->TakeSecurity(&r);
   return r;
@@ -302,11 +316,17 @@ Results RunAsync(const Settings& cfg) {
     loops.push_back(
         std::make_unique<CallLoop>(cfg, i, proxies[m].get(), &state, &finished, &tallies[m]));
   }
-  for (auto& l : loops) l->Start();
+  // Started from a thread of their own: a loop whose calls the client's
+  // throttling refuses at once issues again where it runs until a call is
+  // sent or the run stops, and this thread is the one that stops it.
+  std::thread starter([&loops] {
+    for (auto& l : loops) l->Start();
+  });
   Results r = Measure(
       cfg, &state,
       [&] {
         state.stop.store(true);
+        starter.join();
         finished.Wait();
         record_security();
       },

@@ -16,6 +16,7 @@
 #include "osprey/base/stopwatch.h"
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/retry_policy.h"
+#include "refusal.h"
 
 namespace osprey::bench {
 
@@ -42,9 +43,11 @@ struct Settings {
 struct Results {
   uint64_t calls = 0;
   uint64_t errors = 0;
-  // Calls the server refused because its service queue was full
-  // (ERROR_SERVER_TOO_BUSY): a setting of the server, not a failure.
+  // Calls the server refused (ERROR_SERVER_TOO_BUSY), or the client's
+  // throttling did: the server's capacity or settings, not a failure.
+  // `refused` is their total, `refusals` the counts by reason.
   uint64_t refused = 0;
+  RefusalTotals refusals;
   CpuTimes cpu;
   Histogram latency;  // nanoseconds
   std::string first_error;
@@ -62,7 +65,7 @@ struct RunState {
   std::mutex error_mu;
   std::string first_error;
   std::atomic<uint64_t> errors{0};
-  std::atomic<uint64_t> refused{0};
+  RefusalCounts refusals;
 
   std::set<ConnectionSecurity> securities;  // guarded by error_mu
 

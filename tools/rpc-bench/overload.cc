@@ -17,6 +17,7 @@
 #include "flags.h"
 #include "osprey/base/histogram.h"
 #include "osprey/base/stopwatch.h"
+#include "refusal.h"
 #include "report.h"
 #include "rpc_bench.osprey.h"
 
@@ -127,7 +128,9 @@ class Issuer {
   const Window* windows() const { return windows_.get(); }
   int64_t max_lag_ns() const { return max_lag_ns_; }
   // After Drain.
-  void TakeHistograms(Histogram* ok, Histogram* refusals, std::string* first_error) {
+  void TakeHistograms(Histogram* ok, Histogram* refusals, std::string* first_error,
+                      RefusalTotals* reasons) {
+    reasons->Merge(reasons_);
     std::lock_guard<std::mutex> l(mu_);
     ok->Merge(ok_latency_);
     refusals->Merge(refusal_latency_);
@@ -159,6 +162,7 @@ class Issuer {
         Add(&w.throttled);
       } else if (IsRefusal(slot->ctl)) {
         Add(&w.refused);
+        reasons_.Add(ClassifyRefusal(slot->ctl), slot->ctl);
         std::lock_guard<std::mutex> l(mu_);
         refusal_latency_.Record(static_cast<uint64_t>(std::max<int64_t>(latency, 0)));
       } else if (s.IsTimedOut()) {
@@ -194,6 +198,7 @@ class Issuer {
   std::mutex mu_;
   Histogram ok_latency_;       // guarded by mu_; ns from the scheduled start
   Histogram refusal_latency_;  // guarded by mu_
+  RefusalCounts reasons_;      // the server's refusals (w.refused) by reason
   std::string first_error_;    // guarded by mu_
 };
 
@@ -247,10 +252,11 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
   std::vector<Totals> per_window(num_windows);
   Totals total;
   Histogram ok, refusals;
+  RefusalTotals reasons;
   std::string first_error;
   int64_t max_lag_ns = 0;
   for (auto& is : issuers) {
-    is->TakeHistograms(&ok, &refusals, &first_error);
+    is->TakeHistograms(&ok, &refusals, &first_error, &reasons);
     max_lag_ns = std::max(max_lag_ns, is->max_lag_ns());
     for (size_t i = 0; i < num_windows; ++i) {
       const Window& w = is->windows()[i];
@@ -302,9 +308,11 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << ",\"server_address\":" << JsonString(cfg.server.ToString())
       << ",\"seconds\":" << Num(seconds) << ",\"offered\":" << total.offered
       << ",\"sent\":" << total.sent << ",\"goodput\":" << total.goodput
-      << ",\"refused\":" << total.refused << ",\"timeouts\":" << total.timeouts
-      << ",\"late\":" << total.late << ",\"errors\":" << total.errors
-      << ",\"unfinished\":" << unfinished << ",\"offered_per_sec\":" << per_sec(total.offered)
+      << ",\"refused\":" << total.refused << ",\"refused_by_reason\":" << reasons.Json()
+      << ",\"first_other_refusal\":" << JsonString(reasons.first_other)
+      << ",\"timeouts\":" << total.timeouts << ",\"late\":" << total.late
+      << ",\"errors\":" << total.errors << ",\"unfinished\":" << unfinished
+      << ",\"offered_per_sec\":" << per_sec(total.offered)
       << ",\"goodput_per_sec\":" << per_sec(total.goodput)
       << ",\"refusals_per_sec\":" << per_sec(total.refused)
       << ",\"timeouts_per_sec\":" << per_sec(total.timeouts)
@@ -360,6 +368,7 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << total.sent << " started)\n";
     o << "Goodput/sec:      " << per_sec(total.goodput) << "\n";
     o << "Refusals/sec:     " << per_sec(total.refused) << "\n";
+    o << reasons.TextLines("  Refused, ");
     o << "Timeouts/sec:     " << per_sec(total.timeouts) << "\n";
     o << "Late/sec:         " << per_sec(total.late) << "\n";
     o << "Errors:           " << total.errors << "\n";

@@ -92,11 +92,10 @@ void PrintText(const Settings& cfg, const Results& r) {
   if (cfg.target_rate > 0) o << "Target rate:      " << Num(cfg.target_rate) << "/s (open loop)\n";
   if (cfg.payload > 0) o << "Payload bytes:    " << cfg.payload << "\n";
   o << "Errors:           " << r.errors << "\n";
-  o << "Refused (queue full): " << r.refused;
-  if (r.refused > 0) {
-    o << " (the server's service queue was full: raise its --rpc_service_queue_length)";
-  }
-  o << "\n";
+  // The total, then one line per reason with its advice: the reasons call
+  // for different remedies (a longer queue helps only a full one).
+  o << "Refused:          " << r.refused << "\n";
+  o << r.refusals.TextLines("  Refused, ");
   if (!r.first_error.empty()) o << "First error:      " << r.first_error << "\n";
   std::cout << o.str() << std::flush;
 }
@@ -160,6 +159,8 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
     << ",\"errors\":" << r.errors << ",\"refused\":" << r.refused
+    << ",\"refused_by_reason\":" << r.refusals.Json()
+    << ",\"first_other_refusal\":" << JsonString(r.refusals.first_other)
     << ",\"first_error\":" << JsonString(r.first_error)
     << ",\"user_cpu_us\":" << r.cpu.user.ToMicroseconds()
     << ",\"sys_cpu_us\":" << r.cpu.system.ToMicroseconds()

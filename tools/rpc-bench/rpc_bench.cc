@@ -14,7 +14,8 @@
 // starts its share of an open loop whose rate changes by phase; calls in
 // flight are bounded. Each call has a deadline (-call_timeout_ms) from its
 // scheduled start, and its outcome is goodput (answered in time), late
-// (answered after), refused (ERROR_SERVER_TOO_BUSY), timed out, throttled
+// (answered after), refused (ERROR_SERVER_TOO_BUSY; counted by the reason
+// the server gave, refusal.h), timed out, throttled
 // (refused by the client's adaptive throttling, -client_throttling), or
 // another error; with the attempts sent to the server (retries too,
 // -retry_attempts and -retry_budget); reported in total and per -window_ms
@@ -182,13 +183,14 @@ int Main(int argc, char** argv) {
     return rc;
   }
 
-  uint64_t errors = 0, refused = 0;
+  uint64_t errors = 0;
+  RefusalTotals refused;
   for (bool async : {false, true}) {
     if ((async && FLAGS_mode == "sync") || (!async && FLAGS_mode == "async")) continue;
     cfg.async = async;
     Results r = async ? RunAsync(cfg) : RunSync(cfg);
     errors += r.errors;
-    refused += r.refused;
+    refused.Merge(r.refusals);
     if (FLAGS_output == "json") {
       PrintJson(cfg, r, server != nullptr ? server->metrics() : nullptr);
     } else {
@@ -196,18 +198,16 @@ int Main(int argc, char** argv) {
     }
   }
   if (server) server->Shutdown();
-  if (refused > 0) {
-    std::fprintf(stderr,
-                 "rpc-bench: %" PRIu64
-                 " calls refused: the server's service queue was full (raise the server's "
-                 "--rpc_service_queue_length, or offer fewer calls at once)%s\n",
-                 refused, FLAGS_fail_on_refusal ? "; -fail_on_refusal fails the run" : "");
+  if (refused.total() > 0) {
+    std::fprintf(stderr, "rpc-bench: %" PRIu64 " calls refused: %s%s\n", refused.total(),
+                 refused.Summary().c_str(),
+                 FLAGS_fail_on_refusal ? "; -fail_on_refusal fails the run" : "");
   }
   if (errors > 0) {
     std::fprintf(stderr, "rpc-bench: %" PRIu64 " calls failed\n", errors);
     return 1;
   }
-  return refused > 0 && FLAGS_fail_on_refusal ? 1 : 0;
+  return refused.total() > 0 && FLAGS_fail_on_refusal ? 1 : 0;
 }
 
 }  // namespace

@@ -12,6 +12,10 @@ namespace osprey {
 
 namespace {
 thread_local const ServicePool* tls_worker_of = nullptr;
+// Sent by the queue (PutResult::kExpired) and by a worker that takes an
+// expired call alike; tagged as BuildRefusals says.
+constexpr const char* kExpiredInQueue =
+    "call waited in the service queue past its deadline [reason=expired_in_queue]";
 }  // namespace
 
 bool ServicePool::OnWorkerThread() const { return tls_worker_of == this; }
@@ -214,25 +218,34 @@ void ServicePool::BuildRefusals() {
   const auto busy = wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY;
   set(R::kShuttingDown, wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
       Status::ServiceUnavailable("server is shutting down"));
+  // Every ERROR_SERVER_TOO_BUSY of the queue ends with a tag of its reason,
+  // named as the metrics name it: the code alone cannot say whether a
+  // longer queue would help, and a client (rpc-bench's report) cannot rely
+  // on prose that may be reworded. The tags are stable.
   const std::string full = queue + " is full (" + std::to_string(options_.queue_length) + " calls)";
-  set(R::kQueued, busy, Status::ServiceUnavailable(full + "; try again later"));  // never sent
-  set(R::kFull, busy, Status::ServiceUnavailable(full + "; try again later"));
+  set(R::kQueued, busy,
+      Status::ServiceUnavailable(full + "; try again later [reason=queue_full]"));  // never sent
+  set(R::kFull, busy, Status::ServiceUnavailable(full + "; try again later [reason=queue_full]"));
   set(R::kEvicted, busy,
-      Status::ServiceUnavailable(
-          full + " and pushed this call out for one with an earlier deadline; try again later"));
+      Status::ServiceUnavailable(full +
+                                 " and pushed this call out for one with an earlier deadline; try "
+                                 "again later [reason=evicted]"));
   set(R::kOverloaded, busy,
       Status::ServiceUnavailable(
           queue +
           " is overloaded (the calls this one would wait behind hold more work than an eighth of "
-          "its timeout, or than the delay target if that is longer); try again later"));
+          "its timeout, or than the delay target if that is longer); try again later "
+          "[reason=overloaded]"));
   set(R::kWouldMissDeadline, busy,
-      Status::ServiceUnavailable(
-          queue + " holds calls that would keep this one past its deadline; try again later"));
+      Status::ServiceUnavailable(queue +
+                                 " holds calls that would keep this one past its deadline; try "
+                                 "again later [reason=would_miss_deadline]"));
   set(R::kWaitedTooLong, busy,
       Status::ServiceUnavailable(queue +
                                  " is overloaded, and this call waited in it longer than its "
-                                 "delay target and an eighth of its timeout; try again later"));
-  set(R::kExpired, busy, Status::TimedOut("call waited in the service queue past its deadline"));
+                                 "delay target and an eighth of its timeout; try again later "
+                                 "[reason=waited_too_long]"));
+  set(R::kExpired, busy, Status::TimedOut(kExpiredInQueue));
 }
 
 void ServicePool::RunWorker() {
@@ -308,7 +321,7 @@ ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, Mon
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
     if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
     call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                         Status::TimedOut("call waited in the service queue past its deadline"));
+                         Status::TimedOut(kExpiredInQueue));
     return nullptr;
   }
   ServerMethodMetrics* metrics = call->metrics();
