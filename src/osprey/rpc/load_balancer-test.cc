@@ -69,6 +69,10 @@ TEST(LoadBalancerTest, PowerOfTwoChoicesTakesTheLessLoadedOfTwoDraws) {
   s[0].outstanding = 1;
   s[2].outstanding = 2;
   EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // And so are latencies under a millisecond, whatever their ratio.
+  s[0].latency_ns = 900e3;
+  s[2].latency_ns = 30e3;
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
   s[0].latency_ns = s[2].latency_ns = 0;
   // An ineligible server is never drawn while another is eligible.
   s[1].eligible = false;

@@ -89,11 +89,13 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
       size_t b = static_cast<size_t>(draw2 % (m - 1));
       if (b >= a) ++b;  // distinct from a
       const size_t first = candidates[a], second = candidates[b];
-      // Latencies within twice each other are noise between like servers:
-      // then the calls outstanding decide alone, so that like servers
-      // share the calls even one at a time.
-      const double l1 = std::max(servers[first].latency_ns, 1.0);
-      const double l2 = std::max(servers[second].latency_ns, 1.0);
+      // Latencies within twice each other are noise between like servers,
+      // and so are differences under a millisecond (a scheduler's delay
+      // on a busy host is that long): then the calls outstanding decide
+      // alone, so that like servers share the calls even one at a time.
+      constexpr double kFloorNs = 1e6;
+      const double l1 = std::max(servers[first].latency_ns, kFloorNs);
+      const double l2 = std::max(servers[second].latency_ns, kFloorNs);
       const bool alike = l1 <= 2 * l2 && l2 <= 2 * l1;
       auto cost = [&](size_t i, double latency) {
         return static_cast<double>(servers[i].outstanding + 1) * (alike ? 1.0 : latency);
