@@ -437,6 +437,46 @@ if command -v script >/dev/null; then
   fi
 fi
 
+# ------------------------------------------------------------------ help
+# -help: rpc-bench's own flags, grouped, Kudu's first, a line each; the
+# logging library's (glog's, gflags') only under -helpfull, which has both.
+CHECK="--help shows rpc-bench's flags, Kudu's first, and no logging flags"
+run help --help
+[[ $RC -eq 0 ]] || { show "$TMP/help.out" "$TMP/help.err"; fail "exit status $RC, expected 0"; }
+[[ ! -s "$TMP/help.err" ]] || { show "$TMP/help.err"; fail "help on stderr"; }
+for glog_flag in logtostderr minloglevel log_dir stderrthreshold; do
+  if grep -q -- "$glog_flag" "$TMP/help.out"; then
+    show "$TMP/help.out"
+    fail "--help lists glog's -$glog_flag"
+  fi
+done
+# The groups in order, Kudu's rpc-bench flags the first, -client_threads
+# its first flag.
+titles="$(grep -E '^[A-Z].*:$' "$TMP/help.out" | tr '\n' '|')"
+[[ $titles == "Kudu's rpc-bench flags:|Kudu's server flags (rpc-bench's server, and the client's security):|The calls:|Open loop and overload:|The server:|The report:|" ]] ||
+  { show "$TMP/help.out"; fail "groups are '$titles'"; }
+first="$(grep -m1 -E '^  -' "$TMP/help.out")"
+[[ $first =~ ^\ \ -client_threads=16\ +sync: ]] || { show "$TMP/help.out"; fail "first flag line is '$first'"; }
+awk 'length($0) > 90 { print "line " NR " is " length($0) " characters: " $0; bad = 1 } END { exit bad }' \
+  "$TMP/help.out" >"$TMP/help.check" || { show "$TMP/help.check"; fail "--help is not short"; }
+CHECK="--helpfull shows every flag, the logging library's too"
+run helpfull --helpfull
+[[ $RC -eq 0 ]] || { show "$TMP/helpfull.out" "$TMP/helpfull.err"; fail "exit status $RC, expected 0"; }
+for flag in logtostderr minloglevel client_threads rate_schedule rpc_service_queue_length; do
+  grep -Eq -- "^ +-$flag " "$TMP/helpfull.out" || { show "$TMP/helpfull.out"; fail "--helpfull lacks -$flag"; }
+done
+# -help lists each flag rpc-bench defines once, none missing.
+CHECK="--help lists every flag of rpc-bench's flags.cc, once"
+awk '/^  Flags from .*tools\/rpc-bench\/flags\.cc:$/ { in_ours = 1; next }
+     /^  Flags from / { in_ours = 0 }
+     in_ours && /^    -[a-z_0-9]+ / { sub(/^    -/, ""); sub(/ .*/, ""); print }' \
+  "$TMP/helpfull.out" | sort >"$TMP/flags.full"
+sed -n 's/^  -\([a-z_0-9]*\)=.*/\1/p' "$TMP/help.out" | sort >"$TMP/flags.help"
+[[ $(wc -l <"$TMP/flags.full") -ge 40 ]] || { show "$TMP/flags.full"; fail "found too few flags in --helpfull"; }
+diff "$TMP/flags.full" "$TMP/flags.help" >"$TMP/flags.diff" ||
+  { show "$TMP/flags.diff"; fail "--help and flags.cc differ (<: only in flags.cc, >: only in --help)"; }
+grep -q '^Other:$' "$TMP/help.out" && { show "$TMP/help.out"; fail "flags without a group"; }
+
 # ------------------------------------------------------------- bad flags
 for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogus" \
            "-output=xml" "-server_address=notanaddress" "-server_address=127.0.0.1:1" \

@@ -1,8 +1,11 @@
 #include "flags.h"
 
+#include <glog/logging.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "report.h"
 
@@ -215,6 +218,114 @@ std::string AskedEncryption() {
   std::string s = "rpc_encryption=" + FLAGS_rpc_encryption;
   if (FLAGS_rpc_encrypt_loopback_connections) s += ", loopback encrypted";
   return s;
+}
+
+namespace {
+
+// -help's page: every flag of this file in a group, with a line of its own
+// (the whole description is -helpfull's). name null: a group's title.
+struct HelpLine {
+  const char* name;
+  const char* text;
+};
+constexpr HelpLine kHelp[] = {
+    {nullptr, "Kudu's rpc-bench flags"},
+    {"client_threads", "sync: client threads; async: client reactors"},
+    {"async_call_concurrency", "async: calls in flight, over all reactors"},
+    {"worker_threads", "server worker threads (0: run on the reactors)"},
+    {"server_reactors", "server reactor threads"},
+    {"run_seconds", "seconds to measure each mode"},
+    {"enable_encryption", "encrypt every connection, loopback too"},
+    {nullptr, "Kudu's server flags (rpc-bench's server, and the client's security)"},
+    {"rpc_service_queue_length", "the service queue (0: sized to the run's calls)"},
+    {"rpc_encryption", "disabled, optional or required"},
+    {"rpc_encrypt_loopback_connections", "encrypt loopback connections too"},
+    {"rpc_authentication", "disabled, optional or required (Kerberos)"},
+    {"keytab_file", "the keytab of -principal"},
+    {"principal", "the Kerberos principal of -keytab_file"},
+    {"sasl_protocol_name", "the service a client asks Kerberos for"},
+    {nullptr, "The calls"},
+    {"mode", "sync, async or both"},
+    {"payload_bytes", "0: Add; N: Echo of N bytes each way"},
+    {"handler_us", "N >= 0: Kudu's Sleep(N microseconds) instead"},
+    {"call_timeout_ms", "each call's timeout"},
+    {"warmup_seconds", "seconds of calls before measuring"},
+    {"retry_attempts", "attempts per call, the first included"},
+    {"retry_budget", "cap retries at 10% of the calls (client)"},
+    {"client_throttling", "adaptive throttling on the client"},
+    {"spin_before_sleep_us", "poll this long before sleeping (0 to 1000)"},
+    {"caller_reads", "a blocking caller reads its own answer"},
+    {nullptr, "Open loop and overload"},
+    {"target_rate", "open loop: calls per second (0: closed loop)"},
+    {"rate_schedule", "overload mode: SECONDS:RATE,SECONDS:RATE,..."},
+    {"arrivals", "open loop: uniform or poisson"},
+    {"seed", "-arrivals=poisson: the seed"},
+    {"window_ms", "-rate_schedule: the report's windows"},
+    {"max_start_lag_us", "-rate_schedule: a later start voids its window"},
+    {nullptr, "The server"},
+    {"server_address", "HOST:PORT to call; empty: serve in this process"},
+    {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
+    {"listen", "the address rpc-bench's server binds"},
+    {"http_listen", "-server_only: the HTTP endpoints on this address"},
+    {"metrics", "count calls; serve /metrics, /rpcz and more"},
+    {"handler", "Sleep: burn (CPU) or sleep"},
+    {"worker_reads", "a worker waits on its socket for the next call"},
+    {"queue_deadline_order", "the queue runs the earliest deadline first"},
+    {"overload_control", "the queue sheds calls past the delay target"},
+    {"admit_by_patience", "refuse a call the work ahead would outlast"},
+    {"queue_delay_target_us", "the overload control's queue delay target"},
+    {nullptr, "The report"},
+    {"output", "text or json"},
+    {"fail_on_refusal", "exit 1 if the server refused any call"},
+};
+
+bool HelpFlag(const char* name) {
+  std::string v;
+  return gflags::GetCommandLineOption(name, &v) && v == "true";
+}
+
+// "  -name=default", padded, then `text`.
+std::string HelpEntry(const gflags::CommandLineFlagInfo& f, const std::string& text) {
+  std::string entry =
+      "  -" + f.name + "=" + (f.type == "string" ? "\"" + f.default_value + "\"" : f.default_value);
+  entry.resize(std::max<size_t>(entry.size() + 2, 38), ' ');
+  return entry + text + "\n";
+}
+
+}  // namespace
+
+bool HandleHelpFlags(const char* argv0) {
+  if (HelpFlag("helpfull")) {
+    gflags::ShowUsageWithFlags(argv0);
+    return true;
+  }
+  if (!HelpFlag("help")) return false;
+  // This file's flags, by name: gflags records where each was defined.
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  std::map<std::string, const gflags::CommandLineFlagInfo*> ours;
+  for (const auto& f : all) {
+    if (f.filename == __FILE__) ours[f.name] = &f;
+  }
+  std::string out =
+      "rpc-bench: calls per second and their CPU cost over Kudu's RPC protocol, with Kudu's\n"
+      "rpc-bench flags and report. Flags take one dash or two; -flag=value or -flag value.\n";
+  for (const HelpLine& l : kHelp) {
+    if (l.name == nullptr) {
+      out += std::string("\n") + l.text + ":\n";
+      continue;
+    }
+    auto it = ours.find(l.name);
+    CHECK(it != ours.end()) << "-help names flag '" << l.name << "', which flags.cc lacks";
+    out += HelpEntry(*it->second, l.text);
+    ours.erase(it);
+  }
+  // A flag added without a line above still shows, with its description.
+  if (!ours.empty()) out += "\nOther:\n";
+  for (const auto& [name, f] : ours) out += HelpEntry(*f, f->description);
+  out += "\n-helpfull: every flag in full, the logging library's (glog, gflags) too.\n";
+  std::fputs(out.c_str(), stdout);
+  return true;
 }
 
 void PrecheckFlags(int argc, char** argv) {

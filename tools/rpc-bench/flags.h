@@ -57,6 +57,10 @@ constexpr int kExitBadFlags = 2;
 // gflags exits with status 1 on an unknown flag or a value it cannot
 // parse; this checks both first, so every bad flag exits 2.
 void PrecheckFlags(int argc, char** argv);
+// After gflags::ParseCommandLineNonHelpFlags: -help prints rpc-bench's own
+// flags, grouped, a line each (Kudu's first); -helpfull every flag, the
+// logging library's too. True if it printed a page (then exit 0).
+bool HandleHelpFlags(const char* argv0);
 // Refuses values out of range, and resolves -enable_encryption.
 void ValidateFlags();
 

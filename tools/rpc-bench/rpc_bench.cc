@@ -147,7 +147,12 @@ int ServeOnly() {
 int Main(int argc, char** argv) {
   gflags::SetUsageMessage("rpc-bench [flags]: Osprey RPC benchmark (Kudu rpc-bench flags)");
   PrecheckFlags(argc, argv);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  // gflags' own -help would list the logging library's 80 lines of flags
+  // first: rpc-bench prints its own page, and leaves gflags the other help
+  // flags (-helpon, -helpmatch, -version, ...).
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (HandleHelpFlags(argv[0])) return 0;
+  gflags::HandleCommandLineHelpFlags();
   if (argc > 1) BadFlag(std::string("unexpected argument '") + argv[1] + "'");
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = std::max(FLAGS_minloglevel, 1);  // keep the report clean
