@@ -53,7 +53,13 @@ DEFINE_bool(fail_on_refusal, false,
             "exit 1 if the server refused any call, for any reason (the report counts them "
             "by reason); refusals are reported apart from failures, which always fail the "
             "run");
-DEFINE_bool(server_only, false, "only serve, on -listen, until SIGINT or SIGTERM");
+DEFINE_bool(server_only, false,
+            "only serve, on -listen, until SIGINT (shut down at once) or SIGTERM (drain: "
+            "-drain_grace_ms)");
+DEFINE_int32(drain_grace_ms, 10000,
+             "-server_only: on SIGTERM the server drains (Messenger::Drain): new calls are "
+             "refused ERROR_UNAVAILABLE as not run, those held finish and are answered, then it "
+             "exits 0; at the latest this many milliseconds after the signal, 0 to 3600000");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
             "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
@@ -265,6 +271,7 @@ constexpr HelpLine kHelp[] = {
     {nullptr, "The server"},
     {"server_address", "HOST:PORT to call; empty: serve in this process"},
     {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
+    {"drain_grace_ms", "-server_only: SIGTERM drains for at most this long"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},
     {"metrics", "count calls; serve /metrics, /rpcz and more"},
@@ -435,6 +442,13 @@ void ValidateFlags() {
   if (FLAGS_retry_attempts < 1 || FLAGS_retry_attempts > 100) {
     BadFlag("-retry_attempts must be from 1 (no retries) to 100, got " +
             std::to_string(FLAGS_retry_attempts));
+  }
+  if (FLAGS_drain_grace_ms < 0 || FLAGS_drain_grace_ms > 3600000) {
+    BadFlag("-drain_grace_ms must be from 0 to 3600000, got " +
+            std::to_string(FLAGS_drain_grace_ms));
+  }
+  if (!FLAGS_server_only && !IsDefault("drain_grace_ms")) {
+    BadFlag("-drain_grace_ms is how long a -server_only server drains on SIGTERM");
   }
   if (FLAGS_server_only) {
     for (const char* f : {"retry_attempts", "retry_budget", "client_throttling"}) {

@@ -138,7 +138,18 @@ int ServeOnly() {
   }
   std::fflush(stdout);
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  if (sig == SIGTERM) {
+    // What an orchestrator sends before it stops a replica: finish and
+    // answer the calls held, refuse new ones as "did not run" so that
+    // clients move them to another server, then close.
+    const MonoTime start = MonoTime::Now();
+    server->Drain(MonoDelta::FromMilliseconds(FLAGS_drain_grace_ms));
+    std::fprintf(stderr, "rpc-bench: SIGTERM: drained in %" PRId64 " ms (grace %d ms), exiting\n",
+                 (MonoTime::Now() - start).ToMilliseconds(), FLAGS_drain_grace_ms);
+    return 0;
+  }
   std::fprintf(stderr, "rpc-bench: signal %d, shutting down\n", sig);
   server->Shutdown();
   return 0;
