@@ -82,7 +82,7 @@ class CalculatorService : public CalculatorServiceIf {
       count_cv_.wait_for(l, std::chrono::seconds(60), [this] { return held_released_; });
     } else {
       std::this_thread::sleep_for(
-          std::chrono::microseconds(uint64_t{req->sleep_micros()} * sleep_factor));
+          std::chrono::microseconds(uint64_t{req->sleep_micros()} * sleep_factor.load()));
     }
     ctx->RespondSuccess();
     Count(&sleeps_finished);
@@ -146,7 +146,9 @@ class CalculatorService : public CalculatorServiceIf {
   std::atomic<int> sleeps_started{0};
   std::atomic<int> sleeps_finished{0};  // the sleep is over, its answer queued
   std::atomic<int> adds_run{0};
-  uint32_t sleep_factor = 1;  // set before serving: a slow server's Sleep
+  // A slow server's Sleep: set once it serves (test_server --sleep-factor),
+  // so atomic.
+  std::atomic<uint32_t> sleep_factor{1};
 
  private:
   void Count(std::atomic<int>* counter) {
