@@ -4,9 +4,6 @@
 #include "osprey/rpc/service_queue.h"
 
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +12,7 @@
 #include <vector>
 
 #include "osprey/base/countdown_latch.h"
+#include "osprey/base/event_fd.h"
 
 namespace osprey {
 namespace {
@@ -227,30 +225,17 @@ TEST(ServiceQueueTest, WatchdogTakesACallABlockedWorkerWouldStarve) {
 
 // A worker polling a socket (BeginPoll) is an idle worker: a call that no
 // sleeping worker will take writes its eventfd; once it woke (EndPoll) the
-// next call is left to it, not to another worker.
-struct EventFd {
-  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  ~EventFd() { ::close(fd); }
-  bool Written() const {
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1;
-  }
-  void Drain() const {
-    uint64_t v;
-    ssize_t n = ::read(fd, &v, sizeof(v));
-    (void)n;
-  }
-};
-
+// next call is left to it, not to another worker. A poller's eventfd is
+// an EventFd, as a connection's is; Drain says whether it was written.
 TEST(ServiceQueueTest, APollingWorkerIsWokenByACallNoSleeperTakes) {
   Queue q(10);
-  EventFd poller;
-  ASSERT_TRUE(q.BeginPoll(poller.fd, -1));
-  EXPECT_FALSE(poller.Written());
+  EventFd poller = EventFd::Create();
+  ASSERT_TRUE(q.BeginPoll(poller.ref(), -1));
+  EXPECT_FALSE(poller.Drain());
   auto c = std::make_unique<TestCall>(1);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
-  EXPECT_TRUE(poller.Written());
-  q.EndPoll(poller.fd);  // already taken off the list by Put: nothing to do
+  EXPECT_TRUE(poller.Drain());
+  q.EndPoll(poller.ref());  // already taken off the list by Put: nothing to do
   std::unique_ptr<TestCall> got;
   ASSERT_TRUE(q.Take(&got, -1, /*from_poll=*/true));
   EXPECT_EQ(1, got->id);
@@ -258,24 +243,24 @@ TEST(ServiceQueueTest, APollingWorkerIsWokenByACallNoSleeperTakes) {
 
 TEST(ServiceQueueTest, NoPollingWithACallQueuedOrWhileShuttingDown) {
   Queue q(10);
-  EventFd poller;
+  EventFd poller = EventFd::Create();
   auto c = std::make_unique<TestCall>(1);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
-  EXPECT_FALSE(q.BeginPoll(poller.fd, -1));  // take it instead
+  EXPECT_FALSE(q.BeginPoll(poller.ref(), -1));  // take it instead
   std::unique_ptr<TestCall> got;
   ASSERT_TRUE(q.Take(&got, -1));
-  EXPECT_TRUE(q.BeginPoll(poller.fd, 1000));
+  EXPECT_TRUE(q.BeginPoll(poller.ref(), 1000));
   // Shutdown wakes the poller, and refuses new pollers.
   q.Shutdown();
-  EXPECT_TRUE(poller.Written());
-  EventFd late;
-  EXPECT_FALSE(q.BeginPoll(late.fd, -1));
+  EXPECT_TRUE(poller.Drain());
+  EventFd late = EventFd::Create();
+  EXPECT_FALSE(q.BeginPoll(late.ref(), -1));
   EXPECT_FALSE(q.Take(&got, -1, /*from_poll=*/true));
 }
 
 TEST(ServiceQueueTest, AWorkerBackFromPollingTakesTheCallItReadNoOtherIsWoken) {
   Queue q(10);
-  EventFd poller, other;
+  EventFd poller = EventFd::Create();
   std::atomic<int> other_took{-1};
   // Another worker, asleep in Take.
   std::thread sleeper([&] {
@@ -283,12 +268,12 @@ TEST(ServiceQueueTest, AWorkerBackFromPollingTakesTheCallItReadNoOtherIsWoken) {
     if (q.Take(&got, -1)) other_took = got->id;
   });
   ASSERT_TRUE(Eventually([&] { return q.sleeping_workers() == 1; }));
-  ASSERT_TRUE(q.BeginPoll(poller.fd, -1));
+  ASSERT_TRUE(q.BeginPoll(poller.ref(), -1));
   // Its socket turned readable: it ends polling, then reads a call in.
-  q.EndPoll(poller.fd);
+  q.EndPoll(poller.ref());
   auto c = std::make_unique<TestCall>(7);
   ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&c));
-  EXPECT_FALSE(poller.Written());
+  EXPECT_FALSE(poller.Drain());
   std::unique_ptr<TestCall> got;
   ASSERT_TRUE(q.Take(&got, -1, /*from_poll=*/true));
   EXPECT_EQ(7, got->id);

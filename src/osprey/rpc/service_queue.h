@@ -31,8 +31,6 @@
 // (service_queue-test.cc); the pool uses InboundCall.
 #pragma once
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +39,7 @@
 #include <memory>
 #include <vector>
 
+#include "osprey/base/event_fd.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/rpc/queue_delay_control.h"
@@ -159,7 +158,7 @@ class ServiceQueue {
   // is shutting down: the worker goes to Take() instead.
   // `last_run_ns` as for Take(), which then gets -1: a polling worker is
   // not running a call.
-  bool BeginPoll(int wake_fd, int64_t last_run_ns) EXCLUDES(mu_) {
+  bool BeginPoll(EventFdRef wake_fd, int64_t last_run_ns) EXCLUDES(mu_) {
     MutexLock l(mu_);
     if (shutting_down_ || queue_.size() > static_cast<size_t>(coming_)) return false;
     ReportRun(last_run_ns);
@@ -169,7 +168,7 @@ class ServiceQueue {
   // The polling worker woke (its socket, or `wake_fd` written): it no
   // longer polls, and comes to Take() with `from_poll` set. A call queued
   // meanwhile, the one it is about to read included, is left to it.
-  void EndPoll(int wake_fd) EXCLUDES(mu_) {
+  void EndPoll(EventFdRef wake_fd) EXCLUDES(mu_) {
     MutexLock l(mu_);
     for (size_t i = 0; i < pollers_.size(); ++i) {
       if (pollers_[i] == wake_fd) {
@@ -213,7 +212,7 @@ class ServiceQueue {
       MutexLock l(mu_);
       shutting_down_ = true;
       left.swap(queue_);
-      for (int fd : pollers_) WriteWakeFd(fd);
+      for (EventFdRef fd : pollers_) fd.Signal();
       coming_ += static_cast<int>(pollers_.size());
       pollers_.clear();
     }
@@ -465,14 +464,9 @@ class ServiceQueue {
   void WakePollerIfNeeded() REQUIRES(mu_) {
     if (pollers_.empty() || queue_.size() <= static_cast<size_t>(coming_)) return;
     if (sleeping_ > pending_wakes_) return;  // a sleeper was or will be woken
-    WriteWakeFd(pollers_.back());
+    pollers_.back().Signal();
     pollers_.pop_back();
     coming_++;
-  }
-  static void WriteWakeFd(int fd) {
-    uint64_t one = 1;
-    ssize_t n = ::write(fd, &one, sizeof(one));
-    (void)n;  // EAGAIN: already written
   }
 
   static constexpr int64_t kPatienceShare = 8;
@@ -500,7 +494,7 @@ class ServiceQueue {
   // Workers polling a socket (BeginPoll), by eventfd; at most one entry
   // per worker. And workers woken from polling that have not reached
   // Take() yet: the calls queued meanwhile are theirs.
-  std::vector<int> pollers_ GUARDED_BY(mu_);
+  std::vector<EventFdRef> pollers_ GUARDED_BY(mu_);
   int coming_ GUARDED_BY(mu_) = 0;
 };
 

@@ -11,7 +11,6 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -70,7 +69,7 @@ Connection::~Connection() {
   // No worker waits on them: a waiter holds a reference to this connection.
   if (worker_set_fd_ >= 0) {
     ::close(worker_set_fd_);
-    ::close(worker_wake_fd_);
+    worker_wake_fd_.Close();
     worker_sets_open.fetch_sub(1);
   }
 }
@@ -265,10 +264,9 @@ void Connection::Shutdown(const Status& why) {
   if (a.wake_waiter) {
     // Its waiter polls the socket just closed, which tells poll nothing:
     // wake it. The eventfd stays the waiter's until it unparks, which needs
-    // the loop lock held here.
-    uint64_t one = 1;
-    ssize_t n = ::write(parked_wake_fd_, &one, sizeof(one));
-    (void)n;
+    // the loop lock held here; Park set it and only Unpark clears it.
+    DCHECK(parked_wake_fd_) << ToString() << ": closed while parked, with no waiter's eventfd";
+    parked_wake_fd_.Signal();
   }
   if (a.close_worker_set) CloseWorkerSet();
   outbound_.clear();

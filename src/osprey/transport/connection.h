@@ -136,8 +136,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // it, behind the worker's own set (ParkForWorker). False, doing nothing,
   // if the connection is not in that state; Unpark ends it. `wake_fd`: the
   // waiter's eventfd, which Shutdown writes, since closing a socket does
-  // not wake its poller.
-  bool Park(int wake_fd);
+  // not wake its poller; held from Park to Unpark, and the waiter keeps it
+  // open until it unparked (its WakeFdLease, or this connection's own).
+  bool Park(EventFdRef wake_fd);
   void Unpark();
   // Server: Park for a worker, which waits in epoll_wait on a set of this
   // connection's own (worker_set_fd()) holding the socket and an eventfd
@@ -157,9 +158,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     reactor_->AssertCurrentThread();
     return worker_set_fd_;
   }
-  int worker_wake_fd() const {
+  EventFdRef worker_wake_fd() const {
     reactor_->AssertCurrentThread();
-    return worker_wake_fd_;
+    return worker_wake_fd_.ref();
   }
   // A client connection whose caller unparked it with no call left awaited
   // stays out of EPOLLIN ("dormant", watching only for the peer's close):
@@ -309,10 +310,13 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   WakeRoute route_ GUARDED_BY(reactor_->loop_mu_);
   // What epoll has for the socket, so that only changes make a system call.
   uint32_t registered_events_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  int parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
-  // See ParkForWorker(); -1 before the connection opens and once closed.
+  // The parked waiter's eventfd (Park), empty whenever the route is not
+  // parked: Shutdown writes it only while the waiter still holds it.
+  EventFdRef parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_);
+  // See ParkForWorker(); -1 and empty before the connection opens and
+  // once closed.
   int worker_set_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
-  int worker_wake_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
+  EventFd worker_wake_fd_ GUARDED_BY(reactor_->loop_mu_);
   std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.

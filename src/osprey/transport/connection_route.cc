@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <functional>
+#include <utility>
 
 #include "osprey/base/log_rate_limiter.h"
 #include "osprey/transport/blocking_worker.h"
@@ -84,7 +84,7 @@ void Connection::RestoreReadInterest() {
   if (!s.ok()) Shutdown(s);
 }
 
-bool Connection::Park(int wake_fd) {
+bool Connection::Park(EventFdRef wake_fd) {
   reactor_->AssertCurrentThread();
   // A client's caller waits for its own call's answer; a server's worker
   // for the next request of a connection with nothing else in flight.
@@ -99,6 +99,7 @@ bool Connection::Park(int wake_fd) {
   Status s = a.sync_epoll ? SyncEpollEvents() : Status::OK();
   if (!s.ok()) {
     MoveRoute(WakeRoute::Event::kUnpark);  // no waiter yet: nothing to wake
+    parked_wake_fd_ = {};
     Shutdown(s);
     return false;
   }
@@ -109,6 +110,8 @@ void Connection::Unpark() {
   reactor_->AssertCurrentThread();
   if (!route_.parked()) return;
   WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kUnpark, calls_in_flight() > 0);
+  // The waiter may give its eventfd back from here on (a caller's lease).
+  parked_wake_fd_ = {};
   if (a.close_worker_set) {
     CloseWorkerSet();  // closed: its waiter, here, was its last user
     return;
@@ -121,7 +124,7 @@ void Connection::Unpark() {
 bool Connection::ParkForWorker() {
   reactor_->AssertCurrentThread();
   DCHECK(role_ == Role::kServer);
-  return worker_set_fd_ >= 0 && Park(worker_wake_fd_);
+  return worker_set_fd_ >= 0 && Park(worker_wake_fd_.ref());
 }
 
 Status Connection::MakeWorkerSet() {
@@ -133,8 +136,8 @@ Status Connection::MakeWorkerSet() {
     return Status::OK();
   }
   int set = ::epoll_create1(EPOLL_CLOEXEC);
-  int wake = set < 0 ? -1 : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake < 0) {
+  EventFd wake = set < 0 ? EventFd() : EventFd::Create();
+  if (!wake) {
     // Out of descriptors, most likely: workers wait in their queues.
     LOG_EVERY_N(WARNING, 100) << ToString() << ": no worker can wait on this connection: "
                               << (set < 0 ? "epoll_create1: " : "eventfd: ") << strerror(errno);
@@ -148,19 +151,18 @@ Status Connection::MakeWorkerSet() {
   int err = 0;
   if (::epoll_ctl(set, EPOLL_CTL_ADD, socket_.fd(), &ev) != 0) err = errno;
   ev.events = EPOLLIN;
-  ev.data.fd = wake;
-  if (err == 0 && ::epoll_ctl(set, EPOLL_CTL_ADD, wake, &ev) != 0) err = errno;
+  ev.data.fd = wake.fd();
+  if (err == 0 && ::epoll_ctl(set, EPOLL_CTL_ADD, wake.fd(), &ev) != 0) err = errno;
   if (err != 0) {
     LOG_EVERY_N(WARNING, 100) << ToString()
                               << ": no worker can wait on this connection: epoll_ctl: "
                               << strerror(err);
-    ::close(set);
-    ::close(wake);
+    ::close(set);  // `wake` closes as it goes
     worker_sets_open.fetch_sub(1);
     return Status::OK();
   }
   worker_set_fd_ = set;
-  worker_wake_fd_ = wake;
+  worker_wake_fd_ = std::move(wake);
   // Exclusive waiters wake in the order they were added: the reactor's
   // registration goes behind the worker's set.
   return reactor_->ReplaceFd(socket_.fd(), registered_events_ | EPOLLEXCLUSIVE, this);
@@ -169,8 +171,8 @@ Status Connection::MakeWorkerSet() {
 void Connection::CloseWorkerSet() {
   if (worker_set_fd_ < 0) return;
   ::close(worker_set_fd_);
-  ::close(worker_wake_fd_);
-  worker_set_fd_ = worker_wake_fd_ = -1;
+  worker_set_fd_ = -1;
+  worker_wake_fd_.Close();
   worker_sets_open.fetch_sub(1);
 }
 

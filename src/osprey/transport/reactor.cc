@@ -3,7 +3,6 @@
 #include <glog/logging.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,35 +52,34 @@ void Reactor::BeginBorrowWaiting() {
   loop_time_ = MonoTime::Now();
 }
 
-int Reactor::TakeWakeFd() {
-  int fd = spare_wake_fd_.exchange(-1);
-  return fd >= 0 ? fd : ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+EventFd Reactor::TakeWakeFd() {
+  EventFd spare = EventFd::Adopt(spare_wake_fd_.exchange(-1));
+  return spare ? std::move(spare) : EventFd::Create();
 }
 
-void Reactor::GiveBackWakeFd(int fd) {
+void Reactor::GiveBackWakeFd(EventFd fd) {
   int none = -1;
-  if (!spare_wake_fd_.compare_exchange_strong(none, fd)) ::close(fd);
+  // Kept as the spare, or closed here (`fd` goes out of scope).
+  if (spare_wake_fd_.compare_exchange_strong(none, fd.fd())) (void)fd.Release();
 }
 
 WakeFdLease& WakeFdLease::operator=(WakeFdLease&& other) noexcept {
   if (this != &other) {
     GiveBack();
     reactor_ = std::exchange(other.reactor_, nullptr);
-    fd_ = std::exchange(other.fd_, -1);
+    fd_ = std::move(other.fd_);
   }
   return *this;
 }
 
 void WakeFdLease::Wake() const {
-  DCHECK_GE(fd_, 0) << "an eventfd written after its lease went back";
-  uint64_t one = 1;
-  ssize_t n = ::write(fd_, &one, sizeof(one));
-  (void)n;  // EAGAIN: a wake-up is pending already
+  DCHECK(fd_) << "an eventfd written after its lease went back";
+  fd_.Signal();
 }
 
 void WakeFdLease::GiveBack() {
-  if (fd_ < 0) return;
-  std::exchange(reactor_, nullptr)->GiveBackWakeFd(std::exchange(fd_, -1));
+  if (!fd_) return;
+  std::exchange(reactor_, nullptr)->GiveBackWakeFd(std::move(fd_));
 }
 
 ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn) {
@@ -121,18 +119,18 @@ Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
     epoll_event events[2];
     SpinThenWait(spin, -1, [&](int ms) { return n = ::epoll_wait(parked.fd, events, 2, ms); });
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
-    for (int i = 0; i < n; ++i) (events[i].data.fd == parked.wake_fd ? woken : readable) = true;
+    for (int i = 0; i < n; ++i) {
+      (events[i].data.fd == parked.wake_fd.fd() ? woken : readable) = true;
+    }
   } else {
-    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd, POLLIN, 0}};
+    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd.fd(), POLLIN, 0}};
     SpinThenWait(spin, -1, [&](int ms) { return n = ::poll(fds, 2, ms); });
     if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
     woken = (fds[1].revents & POLLIN) != 0;
     readable = fds[0].revents != 0;
   }
   if (woken) {
-    uint64_t v;
-    ssize_t r = ::read(parked.wake_fd, &v, sizeof(v));
-    (void)r;
+    (void)parked.wake_fd.Drain();
     if (TransportMetrics* m = options_.metrics.get()) m->parked_wakeups->Increment();
   }
   return readable ? ParkedPoll::kReadable : ParkedPoll::kWoken;
@@ -166,15 +164,14 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   // The request must be on the wire before the caller sleeps on the answer.
   FlushRequested();
   if (call->finished() || call->conn_ != conn) return {};
-  int wake_fd = TakeWakeFd();
-  if (wake_fd < 0) return {};  // the caller waits as any other
-  WakeFdLease lease(this, wake_fd);
-  if (!conn->Park(wake_fd)) return {};  // the lease goes back unused
+  WakeFdLease lease(this, TakeWakeFd());
+  if (!lease) return {};                    // the caller waits as any other
+  if (!conn->Park(lease.ref())) return {};  // the lease goes back unused
   if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
   ParkedConnection parked;
   parked.conn = conn->shared_from_this();
   parked.fd = conn->fd();
-  parked.wake_fd = wake_fd;
+  parked.wake_fd = lease.ref();
   parked.lease = std::move(lease);
   return parked;
 }
@@ -251,25 +248,25 @@ Reactor::~Reactor() {
   }
   Shutdown();
   // No lease is out: each holds a reference to this reactor.
-  if (int spare = spare_wake_fd_.exchange(-1); spare >= 0) ::close(spare);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  EventFd::Adopt(spare_wake_fd_.exchange(-1)).Close();
+  wake_fd_.Close();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
 Status Reactor::Start() {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return Status::NetworkError("epoll_create1", errno);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return Status::NetworkError("eventfd", errno);
+  wake_fd_ = EventFd::Create();
+  if (!wake_fd_) return Status::NetworkError("eventfd", errno);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;  // the wake fd
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_.fd(), &ev) != 0) {
     return Status::NetworkError("epoll_ctl(eventfd)", errno);
   }
-  int spare = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (spare < 0) return Status::NetworkError("eventfd", errno);
-  GiveBackWakeFd(spare);
+  EventFd spare = EventFd::Create();
+  if (!spare) return Status::NetworkError("eventfd", errno);
+  GiveBackWakeFd(std::move(spare));
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
@@ -287,11 +284,7 @@ void Reactor::Shutdown() {
   thread_.join();
 }
 
-void Reactor::Wake() {
-  uint64_t one = 1;
-  ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-  (void)n;  // EAGAIN means a wake-up is already pending: fine.
-}
+void Reactor::Wake() { wake_fd_.Signal(); }
 
 bool Reactor::Schedule(Task task) {
   return Post([&](Inbox& in) { in.tasks.push_back(std::move(task)); });
@@ -492,10 +485,8 @@ void Reactor::Loop() {
     if (n < 0 && errno != EINTR) PLOG(FATAL) << name_ << ": epoll_wait";
     for (int i = 0; i < n; ++i) {
       auto* handler = static_cast<EventHandler*>(events[i].data.ptr);
-      if (handler == nullptr) {
-        uint64_t v;
-        ssize_t r = ::read(wake_fd_, &v, sizeof(v));
-        (void)r;
+      if (handler == nullptr) {  // the wake fd
+        (void)wake_fd_.Drain();
         continue;
       }
       handler->HandleEvents(events[i].events);

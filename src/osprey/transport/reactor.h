@@ -27,6 +27,7 @@
 
 #include "osprey/base/adaptive_spin.h"
 #include "osprey/base/connection_types.h"
+#include "osprey/base/event_fd.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
@@ -68,15 +69,18 @@ class Reactor;
 class WakeFdLease {
  public:
   WakeFdLease() = default;
-  WakeFdLease(Reactor* reactor, int fd) : reactor_(reactor), fd_(fd) {}
+  WakeFdLease(Reactor* reactor, EventFd fd) : reactor_(reactor), fd_(std::move(fd)) {}
   WakeFdLease(WakeFdLease&& other) noexcept { *this = std::move(other); }
   WakeFdLease& operator=(WakeFdLease&& other) noexcept;
   WakeFdLease(const WakeFdLease&) = delete;
   WakeFdLease& operator=(const WakeFdLease&) = delete;
   ~WakeFdLease() { GiveBack(); }
 
-  int fd() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
+  // For the holder's poll and for the connection it parked, which writes
+  // it when it closes (Connection::Park): both end before the lease goes
+  // back (ParkedConnection).
+  EventFdRef ref() const { return fd_.ref(); }
+  explicit operator bool() const { return static_cast<bool>(fd_); }
   // Wakes the holder's poll. Only while held: a holder that may be woken
   // by another thread keeps the lease until that thread is done with it.
   void Wake() const;
@@ -85,7 +89,7 @@ class WakeFdLease {
 
  private:
   Reactor* reactor_ = nullptr;
-  int fd_ = -1;
+  EventFd fd_;
 };
 
 // A connection a blocking caller or a worker reads itself
@@ -97,10 +101,12 @@ struct ParkedConnection {
   // in epoll_wait on the connection's own epoll set of the socket and
   // `wake_fd` (`worker_set`; Connection::ParkForWorker says why).
   int fd = -1;
-  // An eventfd that wakes the waiter: a client caller's is `lease`'s; a
-  // worker's is the connection's (its service queue writes it, while the
-  // worker is registered there as polling, and Shutdown, while parked).
-  int wake_fd = -1;
+  // The eventfd that wakes the waiter: a client caller's is `lease`'s; a
+  // worker's is the connection's (Connection::worker_wake_fd(): its
+  // service queue writes it while the worker is registered there as
+  // polling, Shutdown while parked; the connection closes it only once
+  // unparked, which the worker does after it left the queue's list).
+  EventFdRef wake_fd;
   bool worker_set = false;
   // A caller's: held past the unpark, until its call has ended
   // (WakeFdLease). Declared after `conn`, so it goes back first.
@@ -353,7 +359,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   const int reactor_index_;
 
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  // Any thread writes it (Wake); the reactor drains it after epoll_wait.
+  EventFd wake_fd_;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> closing_{false};
@@ -410,9 +417,11 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // when they give it back. So an idle reactor holds exactly one. One
   // word, taken and given back by these two alone, from any thread (a
   // lease goes back after its caller's call ended, without the loop lock).
+  // Holds an EventFd's released number (EventFd::Release, Adopt).
   std::atomic<int> spare_wake_fd_{-1};
-  int TakeWakeFd();
-  void GiveBackWakeFd(int fd);
+  // Empty if the process is out of descriptors.
+  EventFd TakeWakeFd();
+  void GiveBackWakeFd(EventFd fd);
   friend class WakeFdLease;
 };
 
