@@ -15,6 +15,9 @@ packages=(
   libkrb5-dev krb5-kdc krb5-admin-server krb5-user
   # The observability tests check /metrics and /rpcz with the real tools.
   prometheus python3-prometheus-client chromium python3-pil curl
+  # Registration and discovery (issue 50): the library speaks etcd's gateway
+  # with libcurl; the tests run a real etcd.
+  libcurl4-openssl-dev etcd-server
   # The cross-host tests make network namespaces and drop packets.
   iproute2 nftables
   # scripts/benchmarks.sh draws its plots (and its test checks them).

@@ -5,7 +5,9 @@
 // reflection on, "--tls CERT KEY" requires TLS with that certificate,
 // "--drain-on-sigterm MS" makes SIGTERM drain it (Messenger::Drain, that
 // grace) and exit 0, and "--sleep-factor F" makes each Sleep call F times
-// as long (a slow server). It prints "listening on <address>" on stdout
+// as long (a slow server), "--register etcd://HOST:PORT/PREFIX" registers
+// it there (MessengerBuilder::set_registry) with "--register-ttl S"
+// seconds of lease (5 by default). It prints "listening on <address>" on stdout
 // once ready, then sleeps until killed.
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "rpc_test_util.h"
 
@@ -20,7 +23,8 @@ int main(int argc, char** argv) {
   auto usage = [&] {
     std::fprintf(stderr,
                  "usage: %s <port>|<host:port> [--reflection] [--tls CERT KEY] "
-                 "[--drain-on-sigterm MS] [--sleep-factor F]\n",
+                 "[--drain-on-sigterm MS] [--sleep-factor F] [--register etcd://HOST:PORT/PREFIX] "
+                 "[--register-ttl S]\n",
                  argv[0]);
     return 2;
   };
@@ -28,6 +32,8 @@ int main(int argc, char** argv) {
   osprey::MessengerBuilder builder("test-server");
   int drain_ms = -1;
   uint32_t sleep_factor = 1;
+  std::string registry;
+  int registry_ttl_s = 5;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reflection") == 0) {
       builder.set_reflection(true);
@@ -38,11 +44,18 @@ int main(int argc, char** argv) {
       i += 2;
     } else if (std::strcmp(argv[i], "--drain-on-sigterm") == 0 && i + 1 < argc) {
       drain_ms = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--register") == 0 && i + 1 < argc) {
+      registry = argv[++i];
+    } else if (std::strcmp(argv[i], "--register-ttl") == 0 && i + 1 < argc) {
+      registry_ttl_s = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--sleep-factor") == 0 && i + 1 < argc) {
       sleep_factor = static_cast<uint32_t>(std::atoi(argv[++i]));
     } else {
       return usage();
     }
+  }
+  if (!registry.empty()) {
+    builder.set_registry(registry, osprey::MonoDelta::FromSeconds(registry_ttl_s));
   }
   osprey::Sockaddr bind = osprey::Sockaddr::Loopback(static_cast<uint16_t>(std::atoi(argv[1])));
   osprey::Status s;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "osprey/base/countdown_latch.h"
+#include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/http_endpoints.h"
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/message_pool.h"
@@ -232,6 +233,12 @@ MessengerBuilder& MessengerBuilder::set_client_throttling(bool enabled, double k
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_registry(std::string target, MonoDelta ttl) {
+  registry_ = std::move(target);
+  registry_ttl_ = ttl;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -412,6 +419,16 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.client_throttling = client_throttling_;
   obs.throttle_k = throttle_k_;
   obs.throttle_window = throttle_window_;
+  if (!registry_.empty()) {
+    EtcdTarget parsed;
+    Status bad = EtcdTarget::Parse(registry_, &parsed);
+    if (!bad.ok()) return bad.CloneAndPrepend("set_registry");
+    if (registry_ttl_ < MonoDelta::FromSeconds(1)) {
+      return Status::InvalidArgument("set_registry: the TTL must be at least 1 s");
+    }
+  }
+  obs.registry = registry_;
+  obs.registry_ttl = registry_ttl_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
@@ -615,12 +632,51 @@ Status Messenger::Listen(const Sockaddr& addr, Sockaddr* bound) {
     }
     listen_started_ = true;
   }
-  Status s = AddListener(addr, /*http_only=*/false, bound);
+  Sockaddr actual;
+  Status s = AddListener(addr, /*http_only=*/false, &actual);
   if (!s.ok()) {
     MutexLock l(mu_);
     listen_started_ = false;
+    return s;
   }
+  if (bound) *bound = actual;
+  if (!guard_settings_.registry.empty()) Register(actual);
   return s;
+}
+
+void Messenger::Register(const Sockaddr& bound) {
+  std::string address = bound.ToString();
+  if (!bound.is_unix() && (bound.host() == "0.0.0.0" || bound.host() == "::")) {
+    // Every interface: the clients dial the host by its name.
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    address = std::string(host) + ":" + std::to_string(bound.port());
+  }
+  EtcdTarget target;
+  Status parsed = EtcdTarget::Parse(guard_settings_.registry, &target);
+  CHECK(parsed.ok()) << parsed.ToString();  // Build checked it
+  auto reg = std::make_unique<EtcdRegistration>(
+      std::move(target), std::vector<std::string>{address}, guard_settings_.registry_ttl);
+  reg->Start();
+  // Registered when Listen returns, unless etcd is slow or away: then the
+  // registration's thread keeps trying, and Listen does not fail for it
+  // (the server serves the clients that know it).
+  if (!reg->WaitRegistered(MonoDelta::FromSeconds(3))) {
+    LOG(WARNING) << "messenger " << name_ << ": " << address << " not registered in "
+                 << guard_settings_.registry << " yet; still trying";
+  }
+  MutexLock l(mu_);
+  if (shut_down_) return;  // a shutdown began meanwhile: `reg` withdraws as it goes
+  registration_ = std::move(reg);
+}
+
+void Messenger::WithdrawRegistration() {
+  std::unique_ptr<EtcdRegistration> reg;
+  {
+    MutexLock l(mu_);
+    reg = std::move(registration_);
+  }
+  if (reg != nullptr) reg->Withdraw();
 }
 
 Status Messenger::ListenHttp(const Sockaddr& addr, Sockaddr* bound) {
@@ -749,6 +805,8 @@ void Messenger::StopAcceptors(const std::vector<std::shared_ptr<transport::Accep
 
 void Messenger::FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>> acceptors,
                                ServiceMap services, MonoTime handler_deadline) {
+  // Out of the registry before the listener closes (a no-op after Drain).
+  WithdrawRegistration();
   StopAcceptors(acceptors);
   // Services first, so the answers to queued calls still go out.
   for (auto& [name, pool] : services) (void)pool->Shutdown(handler_deadline);
@@ -768,6 +826,21 @@ void Messenger::Drain(MonoDelta grace) {
   CHECK(!transport::Reactor::OnAnyReactorThread())
       << "Drain() waits for the reactors; it cannot run on a reactor thread";
   const MonoTime deadline = MonoTime::Now() + grace;
+  bool has_registration;
+  {
+    MutexLock l(mu_);
+    has_registration = registration_ != nullptr;
+  }
+  if (has_registration) {
+    // Out of the registry first, still serving: the clients watching it
+    // stop picking this server within a watch event, and the calls they
+    // send meanwhile run here rather than being refused and moved.
+    WithdrawRegistration();
+    const MonoDelta settle = std::min(MonoDelta::FromMilliseconds(100),
+                                      MonoDelta::FromNanoseconds(grace.ToNanoseconds() / 4));
+    if (settle > MonoDelta())
+      std::this_thread::sleep_for(std::chrono::nanoseconds(settle.ToNanoseconds()));
+  }
   if (!draining_.exchange(true, std::memory_order_acq_rel)) {
     LOG(INFO) << "messenger " << name_ << " draining: new calls are refused, the "
               << "calls it holds finish (grace " << grace.ToString() << ")";

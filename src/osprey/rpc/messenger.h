@@ -55,6 +55,7 @@ struct ConnectionOptions;
 struct ParkedConnection;
 }  // namespace transport
 class ClientMethodMetrics;
+class EtcdRegistration;
 class HttpEndpoints;
 class MessengerMetrics;
 class Messenger;
@@ -282,6 +283,15 @@ class MessengerBuilder {
   MessengerBuilder& set_client_throttling(bool enabled, double k = 2.0,
                                           MonoDelta window = MonoDelta::FromSeconds(120));
 
+  // Registration (issue 50): once listening, the server registers its
+  // address under `target` ("etcd://HOST:PORT[,HOST:PORT...]/PREFIX") with
+  // a lease of `ttl` (whole seconds, at least 1) that it keeps alive; a
+  // client whose target is the same URL finds it. Drain() and Shutdown()
+  // withdraw it first (revoke the lease); a process that dies disappears
+  // when the TTL runs out. A wildcard listen address (0.0.0.0) registers
+  // the host's name. Empty: off (the default).
+  MessengerBuilder& set_registry(std::string target, MonoDelta ttl = MonoDelta::FromSeconds(5));
+
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
   Status Build(std::shared_ptr<Messenger>* out) const;
@@ -313,6 +323,8 @@ class MessengerBuilder {
   bool client_throttling_ = false;
   double throttle_k_ = 2.0;
   MonoDelta throttle_window_ = MonoDelta::FromSeconds(120);
+  std::string registry_;
+  MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
 };
 
 class Messenger {
@@ -396,6 +408,9 @@ class Messenger {
     bool client_throttling = false;
     double throttle_k = 2.0;
     MonoDelta throttle_window;
+    // Where Listen registers the server (set_registry); empty: nowhere.
+    std::string registry;
+    MonoDelta registry_ttl;
   };
   // Proxy: the overload guards of calls to `server`, or null when neither
   // applies (no throttling, and no retries: `retrying` false).
@@ -434,6 +449,11 @@ class Messenger {
   // to be HTTP), or `http_only`. Waits for reactor 0, which takes mu_ for
   // every call it hands to a service: so never under mu_.
   Status AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bound) EXCLUDES(mu_);
+  // Registers `bound` as set_registry says (after Listen).
+  void Register(const Sockaddr& bound) EXCLUDES(mu_);
+  // Revokes the registration, if any: its key goes at once. Waits for etcd
+  // (a second at most): not on a reactor thread.
+  void WithdrawRegistration() EXCLUDES(mu_);
   // Stops them on reactor 0 and waits (also never under mu_).
   void StopAcceptors(const std::vector<std::shared_ptr<transport::Acceptor>>& acceptors)
       EXCLUDES(mu_);
@@ -472,6 +492,9 @@ class Messenger {
   // The RPC listener (Listen(), once) and the HTTP-only ones.
   std::vector<std::shared_ptr<transport::Acceptor>> acceptors_ GUARDED_BY(mu_);
   bool listen_started_ GUARDED_BY(mu_) = false;
+  // The server's registration in etcd (set_registry), from Listen until a
+  // drain or shutdown withdraws it.
+  std::unique_ptr<EtcdRegistration> registration_ GUARDED_BY(mu_);
   // Transparent hashing: looking a service up by the request's name (a
   // view into the frame) allocates nothing.
   struct NameHash {

@@ -56,6 +56,13 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
 
 Proxy::~Proxy() = default;
 
+Status Proxy::NoServers(const RemoteMethod& method) const {
+  // Only an etcd target can be empty: a prefix where no server is
+  // registered (yet, or any more).
+  return Status::ServiceUnavailable(method.service() + "." + method.method() + " RPC to " +
+                                    host_port_ + ": no server is registered there");
+}
+
 void Proxy::set_user(std::string user) {
   MutexLock l(settings_mu_);
   user_ = std::move(user);
@@ -71,6 +78,10 @@ Status Proxy::set_retry_policy(const RetryPolicy& policy) {
 Sockaddr Proxy::remote() const {
   if (servers_ != nullptr) return servers_->first();
   return resolution_ != nullptr ? resolution_->first() : remote_;
+}
+
+bool Proxy::registry_connected() const {
+  return servers_ == nullptr || servers_->registry_connected();
 }
 
 void Proxy::set_load_balancing(LoadBalancing lb) {
@@ -122,6 +133,10 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     // if it is due, unless on a reactor thread, which must not block).
     ServerSet::EntryPtr server =
         servers_->Pick(start.hash_key, nullptr, !transport::Reactor::OnAnyReactorThread());
+    if (server == nullptr) {
+      call->FailUnsent(NoServers(*method));
+      return;
+    }
     remote = &server->address;
     host = &server->host;
     call->set_server(servers_, std::move(server));
@@ -188,6 +203,12 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                           next->pinned_to_server()
                               ? servers->Keep(next->server())
                               : servers->Pick(key, next->server().get(), /*may_resolve=*/false);
+                      if (server == nullptr) {
+                        // The registry's servers all went since the call began.
+                        next->FailUnsent(Status::ServiceUnavailable(
+                            next->Describe() + ": no server is registered under the target now"));
+                        return;
+                      }
                       next->set_destination({server->address, user, server->host});
                       next->set_server(servers, std::move(server));
                       m->QueueCall(std::move(next), /*sync=*/false);

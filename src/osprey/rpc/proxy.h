@@ -49,6 +49,14 @@ class Proxy {
   // did not run (draining, shutting down, no connection) moves to another
   // at once, without spending its retries or the retry budget. A target
   // that does not parse or resolve fails every call with its error.
+  //
+  // Or "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" (issue 50): the servers
+  // registered under PREFIX in etcd (MessengerBuilder::set_registry), read
+  // now and watched by a thread of the set's own (stopped with the proxy
+  // and its calls): a server that registers gets calls within a watch
+  // event, one whose key goes gets none. While etcd is unreachable the
+  // last known servers keep serving. With none registered, calls fail
+  // ServiceUnavailable.
   Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name);
   ~Proxy();
 
@@ -93,6 +101,10 @@ class Proxy {
     bool draining = false;
   };
   std::vector<ServerReport> servers() const;
+  // An etcd target's: whether its watch of etcd is established now; false
+  // while etcd is unreachable, when the servers are the last known. True
+  // for any other proxy.
+  bool registry_connected() const;
   // The address calls go to; a named proxy's is the first of its name's
   // last resolution (0.0.0.0:0 before the first); a set's, its first.
   Sockaddr remote() const;
@@ -126,6 +138,7 @@ class Proxy {
                  const google::protobuf::Message& request, google::protobuf::Message* response,
                  RpcController* controller, ResponseCallback callback, bool sync,
                  transport::ParkedConnection* parked = nullptr) const;
+  Status NoServers(const RemoteMethod& method) const;
   template <class M>
   Status WaitFor(const M& method, const google::protobuf::Message& request,
                  google::protobuf::Message* response, RpcController* controller) const;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include "osprey/rpc/etcd_registry.h"
+
 namespace osprey {
 
 namespace {
@@ -30,14 +32,19 @@ ServerSet::EntryPtr MakeEntry(const Sockaddr& address, std::string host) {
 }  // namespace
 
 bool ServerSet::IsSetTarget(const std::string& target) {
-  return target.rfind("dns:", 0) == 0 || target.find(',') != std::string::npos;
+  return target.rfind("dns:", 0) == 0 || EtcdTarget::IsEtcd(target) ||
+         target.find(',') != std::string::npos;
 }
 
 Status ServerSet::Make(const std::string& target, Options options,
                        std::shared_ptr<ServerSet>* out) {
   std::vector<EntryPtr> servers;
   std::string dns;
-  if (target.rfind("dns:", 0) == 0) {
+  EtcdTarget etcd;
+  const bool is_etcd = EtcdTarget::IsEtcd(target);
+  if (is_etcd) {
+    OSPREY_RETURN_NOT_OK(EtcdTarget::Parse(target, &etcd));
+  } else if (target.rfind("dns:", 0) == 0) {
     dns = target.substr(4);
     std::vector<Sockaddr> all;
     Status s = Sockaddr::ResolveAll(dns, &all);
@@ -61,7 +68,8 @@ Status ServerSet::Make(const std::string& target, Options options,
       start = comma + 1;
     }
   }
-  if (servers.empty()) return Status::NetworkError("target " + target + " names no server");
+  if (servers.empty() && !is_etcd)
+    return Status::NetworkError("target " + target + " names no server");
   if (!(options.max_ejected_share >= 0 && options.max_ejected_share <= 1) ||
       options.failures_to_eject < 1 || options.base_ejection <= MonoDelta() ||
       options.max_ejection < options.base_ejection) {
@@ -69,7 +77,21 @@ Status ServerSet::Make(const std::string& target, Options options,
         "server set options: the ejected share must be from 0 to 1, failures to eject at least "
         "1, and the ejection backoffs positive with the maximum at least the base");
   }
-  *out = std::make_shared<ServerSet>(std::move(servers), std::move(dns), std::move(options));
+  auto set = std::make_shared<ServerSet>(std::move(servers), std::move(dns), std::move(options));
+  if (is_etcd) {
+    ServerSet* raw = set.get();
+    set->watcher_ = std::make_unique<EtcdWatcher>(
+        etcd, [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); });
+    // The first read now, so the first calls have servers; if etcd does
+    // not answer, the set starts empty and the watcher keeps trying.
+    Status loaded = set->watcher_->Load(MonoDelta::FromSeconds(2));
+    if (!loaded.ok()) {
+      LOG(WARNING) << "target " << target << ": cannot read etcd (" << loaded.ToString()
+                   << "); no servers until it answers";
+    }
+    set->watcher_->Start();
+  }
+  *out = std::move(set);
   return Status::OK();
 }
 
@@ -81,6 +103,57 @@ ServerSet::ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, O
   MutexLock l(mu_);
   servers_ = std::move(servers);
   resolved_at_ = Now();
+}
+
+ServerSet::~ServerSet() {
+  if (watcher_ != nullptr) watcher_->Stop();
+}
+
+bool ServerSet::registry_connected() const { return watcher_ == nullptr || watcher_->connected(); }
+
+int64_t ServerSet::registry_reconnects() const {
+  return watcher_ == nullptr ? 0 : watcher_->reconnects();
+}
+
+void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {
+  // Parsed outside the lock: a name may take a while to resolve.
+  std::vector<std::pair<Sockaddr, std::string>> parsed;
+  for (const std::string& hp : host_ports) {
+    Sockaddr a;
+    Status s = Sockaddr::Parse(hp, &a);
+    if (!s.ok()) {
+      LOG(WARNING) << "server '" << hp << "' skipped: " << s.ToString();
+      continue;
+    }
+    parsed.emplace_back(a, a.is_unix() ? "" : HostOf(hp));
+  }
+  MutexLock l(mu_);
+  std::vector<EntryPtr> next;
+  std::string added, removed;
+  for (auto& parsed_server : parsed) {
+    // Named, not a structured binding: clang (CI) refuses capturing one.
+    const Sockaddr& a = parsed_server.first;
+    std::string& host = parsed_server.second;
+    auto same = std::find_if(servers_.begin(), servers_.end(),
+                             [&](const EntryPtr& e) { return e->address == a; });
+    if (same != servers_.end()) {
+      next.push_back(*same);
+    } else if (std::none_of(next.begin(), next.end(),
+                            [&](const EntryPtr& e) { return e->address == a; })) {
+      next.push_back(MakeEntry(a, std::move(host)));
+      added += " +" + a.ToString();
+    }
+  }
+  for (const EntryPtr& e : servers_) {
+    if (std::find(next.begin(), next.end(), e) == next.end()) {
+      e->in_set = false;
+      removed += " -" + e->address.ToString();
+    }
+  }
+  if (!added.empty() || !removed.empty()) {
+    LOG(INFO) << "servers changed:" << added << removed << " (" << next.size() << " now)";
+  }
+  servers_ = std::move(next);
 }
 
 MonoTime ServerSet::Now() const { return options_.clock ? options_.clock() : MonoTime::Now(); }
@@ -155,6 +228,7 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
   MutexLock l(mu_);
   const MonoTime now = Now();
   if (may_resolve) MaybeResolveLocked(now);
+  if (servers_.empty()) return nullptr;
   std::vector<ServerView> views(servers_.size());
   int excluded = -1;
   for (size_t i = 0; i < servers_.size(); ++i) {
@@ -178,7 +252,7 @@ ServerSet::EntryPtr ServerSet::Keep(const EntryPtr& server) {
 
 Sockaddr ServerSet::first() const {
   MutexLock l(mu_);
-  return servers_.front()->address;
+  return servers_.empty() ? Sockaddr() : servers_.front()->address;
 }
 
 void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {

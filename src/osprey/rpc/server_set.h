@@ -14,6 +14,14 @@
 // re-resolution changes the set, a call's Entry stays valid, and what it
 // reports of a server gone from the set changes nothing (a stale holder is
 // harmless). Any thread: one mutex; time and randomness are injectable.
+//
+// An "etcd://HOST:PORT[,HOST:PORT]/PREFIX" target (issue 50) is the servers
+// registered under PREFIX (EtcdRegistration), read when the set is made and
+// then watched by a thread the set owns (EtcdWatcher), which replaces the
+// servers as keys come and go (ReplaceServers) and is stopped and joined
+// when the set is destroyed. Such a set may be empty: no server registered
+// yet; Pick then returns null. While etcd is unreachable the set keeps its
+// last servers.
 #pragma once
 
 #include <atomic>
@@ -30,6 +38,8 @@
 #include "osprey/rpc/load_balancer.h"
 
 namespace osprey {
+
+class EtcdWatcher;
 
 class ServerSet {
  public:
@@ -84,13 +94,18 @@ class ServerSet {
   // InvalidArgument for anything else, NetworkError if a name does not
   // resolve.
   static Status Make(const std::string& target, Options options, std::shared_ptr<ServerSet>* out);
-  // Whether `target` names a set rather than one server: a list or "dns:".
+  // Or "etcd://HOST:PORT[,HOST:PORT...]/PREFIX": the servers registered
+  // there; made even when etcd does not answer (empty, the watcher keeps
+  // trying), so that a client may start before its registry.
+  // Whether `target` names a set rather than one server: a list, "dns:" or
+  // "etcd://".
   static bool IsSetTarget(const std::string& target);
 
   // The server for a new attempt, counted outstanding until Ended. `key`:
   // the call's hash key. `exclude`: a server not to pick if any other can
   // be (the one that just refused the call); may be null. `may_resolve`:
-  // false on a reactor thread, which must not block in getaddrinfo.
+  // false on a reactor thread, which must not block in getaddrinfo. Null
+  // when the set is empty (an etcd prefix with no server registered).
   EntryPtr Pick(uint64_t key, const Entry* exclude, bool may_resolve) EXCLUDES(mu_);
   // The same server again, counted as Pick counts it: for a retry that
   // must stay where the call may have run.
@@ -103,7 +118,20 @@ class ServerSet {
   void set_lb(LoadBalancing lb) { lb_.store(lb, std::memory_order_relaxed); }
   LoadBalancing lb() const { return lb_.load(std::memory_order_relaxed); }
   void set_ejection(bool on) { ejection_.store(on, std::memory_order_relaxed); }
-  // The first server's address.
+  // Replaces the servers with those at `host_ports` ("HOST:PORT", numeric
+  // or a name resolved now, its first address): a server that stays keeps
+  // its Entry (its calls, latency and ejection), one that goes is marked
+  // out of the set. Entries that do not parse are skipped, with a warning.
+  // For a registry's watcher; any thread but a reactor's (a name may
+  // block in getaddrinfo).
+  void ReplaceServers(const std::vector<std::string>& host_ports) EXCLUDES(mu_);
+  // An etcd target's: whether its watch is established now (false while
+  // etcd is unreachable, the set then being the last known), and how often
+  // it had to be made again. Other sets: true and 0.
+  bool registry_connected() const;
+  int64_t registry_reconnects() const;
+
+  // The first server's address; 0.0.0.0:0 when the set is empty.
   Sockaddr first() const EXCLUDES(mu_);
   size_t size() const EXCLUDES(mu_);
   // For tests, reports and /metrics: each server's address and its calls.
@@ -117,6 +145,7 @@ class ServerSet {
   std::vector<ServerReport> Report() const EXCLUDES(mu_);
 
   ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, Options options);
+  ~ServerSet();
 
  private:
   MonoTime Now() const;
@@ -135,6 +164,10 @@ class ServerSet {
   uint64_t round_robin_next_ GUARDED_BY(mu_) = 0;
   MonoTime resolved_at_ GUARDED_BY(mu_);
   bool resolve_now_ GUARDED_BY(mu_) = false;
+  // An etcd target's watcher; set by Make before the set is shared, then
+  // only read (its own accessors are thread-safe). Its callback holds
+  // `this`: the destructor stops it first.
+  std::unique_ptr<EtcdWatcher> watcher_;
 };
 
 }  // namespace osprey

@@ -1,0 +1,618 @@
+#include "osprey/rpc/etcd_registry.h"
+
+#include <curl/curl.h>
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace osprey {
+
+namespace {
+
+using nlohmann::json;
+
+// curl_global_init is not thread-safe in every libcurl: once, before the
+// first handle.
+void InitCurl() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+size_t AppendToString(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+size_t CallOnData(char* data, size_t size, size_t n, void* fn) {
+  const auto& on_data = *static_cast<const std::function<bool(const char*, size_t)>*>(fn);
+  return on_data(data, size * n) ? size * n : 0;  // 0: curl ends the transfer
+}
+
+// etcd's gateway writes int64 fields as JSON strings.
+int64_t Int64Of(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end()) return 0;
+  if (it->is_string()) return std::strtoll(it->get<std::string>().c_str(), nullptr, 10);
+  if (it->is_number_integer()) return it->get<int64_t>();
+  return 0;
+}
+
+// The end of the range of keys starting with `prefix`: its last byte plus
+// one (etcd's "range_end").
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    unsigned char last = static_cast<unsigned char>(prefix.back());
+    if (last < 0xff) {
+      prefix.back() = static_cast<char>(last + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+// A registered key's address: its value's "address", else what follows the
+// prefix in the key (a value written by hand).
+std::string AddressOf(const EtcdTarget& target, const std::string& key, const std::string& value) {
+  json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (v.is_object() && v.contains("address") && v["address"].is_string()) {
+    return v["address"].get<std::string>();
+  }
+  return key.substr(std::min(key.size(), target.prefix.size() + 1));
+}
+
+// What we send: parsed JSON of etcd's answer, or why not.
+Status ParseAnswer(const std::string& body, json* out) {
+  *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded() || !out->is_object()) {
+    return Status::Corruption("etcd answered something other than a JSON object: " +
+                              body.substr(0, 200));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status EtcdTarget::Parse(const std::string& target, EtcdTarget* out) {
+  const std::string usage =
+      "target '" + target + "': expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
+  if (!IsEtcd(target)) return Status::InvalidArgument(usage);
+  std::string rest = target.substr(7);
+  size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash == 0) return Status::InvalidArgument(usage);
+  EtcdTarget t;
+  std::string hosts = rest.substr(0, slash);
+  size_t start = 0;
+  while (start <= hosts.size()) {
+    size_t comma = hosts.find(',', start);
+    std::string one =
+        hosts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (one.empty() || one.find(':') == std::string::npos) return Status::InvalidArgument(usage);
+    t.endpoints.push_back(one);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  t.prefix = rest.substr(slash);
+  while (t.prefix.size() > 1 && t.prefix.back() == '/') t.prefix.pop_back();
+  if (t.prefix.size() < 2) return Status::InvalidArgument(usage + " (the prefix is empty)");
+  *out = std::move(t);
+  return Status::OK();
+}
+
+std::string EtcdTarget::ToString() const {
+  std::string s = "etcd://";
+  for (size_t i = 0; i < endpoints.size(); ++i) s += (i ? "," : "") + endpoints[i];
+  return s + prefix;
+}
+
+std::string Base64Encode(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t n = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
+                 static_cast<uint8_t>(in[i + 2]);
+    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(n >> shift) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t n = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) n |= static_cast<uint8_t>(in[i + 1]) << 8;
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+bool Base64Decode(const std::string& in, std::string* out) {
+  out->clear();
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    int v;
+    if (c >= 'A' && c <= 'Z') {
+      v = c - 'A';
+    } else if (c >= 'a' && c <= 'z') {
+      v = c - 'a' + 26;
+    } else if (c >= '0' && c <= '9') {
+      v = c - '0' + 52;
+    } else if (c == '+' || c == '-') {
+      v = 62;
+    } else if (c == '/' || c == '_') {
+      v = 63;
+    } else if (c == '=') {
+      break;
+    } else {
+      return false;
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out->push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return true;
+}
+
+// --- EtcdHttp ---
+
+EtcdHttp::EtcdHttp(std::vector<std::string> endpoints)
+    : endpoints_(std::move(endpoints)), multi_((InitCurl(), curl_multi_init())) {
+  CHECK(!endpoints_.empty());
+  CHECK(multi_ != nullptr) << "curl_multi_init failed";
+}
+
+EtcdHttp::~EtcdHttp() { curl_multi_cleanup(static_cast<CURLM*>(multi_)); }
+
+void EtcdHttp::Interrupt() {
+  interrupted_.store(true, std::memory_order_release);
+  curl_multi_wakeup(static_cast<CURLM*>(multi_));
+}
+
+Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
+  CURLM* multi = static_cast<CURLM*>(multi_);
+  CURL* easy = static_cast<CURL*>(easy_handle);
+  curl_multi_add_handle(multi, easy);
+  Status result;
+  // Ends when curl does (its timeouts bound a POST; a watch lasts until it
+  // breaks) or at Interrupt, which wakes the poll.
+  while (true) {
+    if (interrupted()) {
+      result = Status::Aborted("etcd request interrupted");
+      break;
+    }
+    int running = 0;
+    curl_multi_perform(multi, &running);
+    int left = 0;
+    bool done = false;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy) {
+        done = true;
+        if (msg->data.result != CURLE_OK) {
+          result =
+              Status::NetworkError(std::string("etcd: ") + curl_easy_strerror(msg->data.result));
+        }
+      }
+    }
+    if (done) break;
+    curl_multi_poll(multi, nullptr, 0, 500, nullptr);
+  }
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, http_code);
+  curl_multi_remove_handle(multi, easy);
+  return result;
+}
+
+namespace {
+
+// An easy handle for a JSON POST to `url`; the caller sets where the
+// answer goes.
+CURL* MakePost(const std::string& url, const std::string& body, curl_slist* headers) {
+  CURL* easy = curl_easy_init();
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy, CURLOPT_POST, 1L);
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.c_str());
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  // A dead peer on a quiet watch is noticed by TCP keepalive.
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 5L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 2L);
+  return easy;
+}
+
+}  // namespace
+
+Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelta timeout,
+                      std::string* out) {
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  Status last;
+  for (size_t tries = 0; tries < endpoints_.size(); ++tries) {
+    const size_t at = current_.load() % endpoints_.size();
+    out->clear();
+    CURL* easy = MakePost("http://" + endpoints_[at] + path, body, headers);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToString);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.ToMilliseconds()));
+    long code = 0;
+    last = Perform(easy, &code);
+    curl_easy_cleanup(easy);
+    if (last.ok() && code != 200) {
+      last = Status::RemoteError("etcd at " + endpoints_[at] + " answered " + std::to_string(code) +
+                                 " to " + path + ": " + out->substr(0, 200));
+    }
+    if (last.ok() || interrupted()) break;
+    if (last.IsNetworkError()) last = last.CloneAndPrepend(endpoints_[at] + path);
+    current_.store(at + 1);  // the next member, this time and next
+  }
+  curl_slist_free_all(headers);
+  return last;
+}
+
+Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
+                        const std::function<bool(const char*, size_t)>& on_data) {
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  const size_t at = current_.load() % endpoints_.size();
+  CURL* easy = MakePost("http://" + endpoints_[at] + path, body, headers);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, CallOnData);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &on_data);
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(connect_timeout.ToMilliseconds()));
+  long code = 0;
+  Status s = Perform(easy, &code);
+  curl_easy_cleanup(easy);
+  curl_slist_free_all(headers);
+  if (s.ok() && code != 200) {
+    s = Status::RemoteError("etcd at " + endpoints_[at] + " answered " + std::to_string(code) +
+                            " to " + path);
+  }
+  if (!s.ok() && !interrupted()) {
+    s = s.CloneAndPrepend(endpoints_[at] + path);
+    current_.store(at + 1);
+  }
+  return s;
+}
+
+// --- EtcdRegistration ---
+
+EtcdRegistration::EtcdRegistration(EtcdTarget target, std::vector<std::string> addresses,
+                                   MonoDelta ttl)
+    : target_(std::move(target)),
+      addresses_(std::move(addresses)),
+      // etcd's leases count whole seconds.
+      ttl_seconds_(std::max<int64_t>(1, (ttl.ToMilliseconds() + 999) / 1000)),
+      http_(target_.endpoints) {}
+
+EtcdRegistration::~EtcdRegistration() { Withdraw(); }
+
+void EtcdRegistration::Start() {
+  MutexLock l(mu_);
+  if (started_ || stop_) return;
+  started_ = true;
+  thread_ = std::thread([this] { Run(); });
+}
+
+bool EtcdRegistration::WaitRegistered(MonoDelta timeout) {
+  const MonoTime deadline = MonoTime::Now() + timeout;
+  MutexLock l(mu_);
+  while (!registered_ && !stop_ && MonoTime::Now() < deadline) cv_.WaitUntil(&mu_, deadline);
+  return registered_;
+}
+
+int64_t EtcdRegistration::lease() const {
+  MutexLock l(mu_);
+  return lease_;
+}
+
+Status EtcdRegistration::Step(int64_t* lease, bool* put_done, int64_t* granted_ttl) {
+  const MonoDelta timeout = MonoDelta::FromSeconds(1);
+  std::string answer;
+  json j;
+  if (*lease == 0) {
+    OSPREY_RETURN_NOT_OK(
+        http_.Post("/v3/lease/grant", json{{"TTL", ttl_seconds_}}.dump(), timeout, &answer));
+    OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
+    *lease = Int64Of(j, "ID");
+    *granted_ttl = Int64Of(j, "TTL");
+    if (*lease == 0) return Status::RemoteError("etcd granted no lease: " + answer);
+    *put_done = false;
+  }
+  if (!*put_done) {
+    for (const std::string& a : addresses_) {
+      json value{{"address", a}, {"pid", static_cast<int64_t>(getpid())}};
+      json put{{"key", Base64Encode(target_.KeyOf(a))},
+               {"value", Base64Encode(value.dump())},
+               {"lease", std::to_string(*lease)}};
+      OSPREY_RETURN_NOT_OK(http_.Post("/v3/kv/put", put.dump(), timeout, &answer));
+    }
+    *put_done = true;
+    return Status::OK();
+  }
+  OSPREY_RETURN_NOT_OK(http_.Post("/v3/lease/keepalive",
+                                  json{{"ID", std::to_string(*lease)}}.dump(), timeout, &answer));
+  OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
+  const json& result = j.contains("result") ? j["result"] : j;
+  if (Int64Of(result, "TTL") <= 0) {
+    // etcd no longer has it (it expired while we could not reach etcd):
+    // our keys went with it, so register again at once.
+    LOG(WARNING) << "etcd lease " << *lease << " of " << target_.ToString()
+                 << " expired; registering again";
+    *lease = 0;
+    *put_done = false;
+    return Status::OK();
+  }
+  *granted_ttl = Int64Of(result, "TTL");
+  return Status::OK();
+}
+
+void EtcdRegistration::Run() {
+  int64_t lease = 0, granted_ttl = ttl_seconds_;
+  bool put_done = false;
+  bool failing = false;
+  MonoDelta backoff = MonoDelta::FromMilliseconds(100);
+  while (true) {
+    {
+      MutexLock l(mu_);
+      if (stop_) return;
+    }
+    Status s = Step(&lease, &put_done, &granted_ttl);
+    MonoDelta wait;
+    {
+      MutexLock l(mu_);
+      lease_ = lease;
+      if (s.ok() && put_done) {
+        if (!registered_) {
+          LOG(INFO) << "registered " << addresses_.front() << " in " << target_.ToString()
+                    << " (lease " << lease << ", TTL " << granted_ttl << " s)";
+        }
+        registered_ = true;
+        cv_.Broadcast();
+      }
+    }
+    if (s.ok()) {
+      if (failing) LOG(INFO) << "etcd " << target_.ToString() << " reachable again";
+      failing = false;
+      backoff = MonoDelta::FromMilliseconds(100);
+      // Keep-alives every third of the TTL: two may be lost before it runs
+      // out. Right away while a step remains (the puts after a grant).
+      wait = put_done ? MonoDelta::FromMilliseconds(std::max<int64_t>(granted_ttl, 1) * 1000 / 3)
+                      : MonoDelta();
+    } else {
+      if (!failing && !http_.interrupted()) {
+        LOG(WARNING) << "cannot keep " << addresses_.front() << " registered in "
+                     << target_.ToString() << ": " << s.ToString() << "; trying again";
+      }
+      failing = true;
+      wait = backoff;
+      backoff = std::min(MonoDelta::FromNanoseconds(backoff.ToNanoseconds() * 2),
+                         MonoDelta::FromSeconds(1));
+    }
+    MutexLock l(mu_);
+    const MonoTime until = MonoTime::Now() + wait;
+    while (!stop_ && MonoTime::Now() < until) cv_.WaitUntil(&mu_, until);
+  }
+}
+
+void EtcdRegistration::Withdraw() {
+  int64_t lease;
+  {
+    MutexLock l(mu_);
+    if (withdrawn_) return;
+    withdrawn_ = true;
+    stop_ = true;
+    cv_.Broadcast();
+  }
+  http_.Interrupt();
+  if (thread_.joinable()) thread_.join();
+  {
+    MutexLock l(mu_);
+    lease = lease_;
+    registered_ = false;
+  }
+  if (lease == 0) return;
+  // Revoking deletes the keys now, rather than when the TTL runs out: the
+  // clients stop sending here within a watch event.
+  EtcdHttp http(target_.endpoints);
+  std::string answer;
+  Status s = http.Post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump(),
+                       MonoDelta::FromSeconds(1), &answer);
+  if (s.ok()) {
+    LOG(INFO) << "withdrew " << addresses_.front() << " from " << target_.ToString();
+  } else {
+    LOG(WARNING) << "could not revoke etcd lease " << lease << " (" << s.ToString()
+                 << "); its keys go when its TTL runs out";
+  }
+}
+
+// --- EtcdWatcher ---
+
+EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change)
+    : target_(std::move(target)), on_change_(std::move(on_change)), http_(target_.endpoints) {}
+
+EtcdWatcher::~EtcdWatcher() { Stop(); }
+
+int64_t EtcdWatcher::revision() const {
+  MutexLock l(mu_);
+  return revision_;
+}
+
+void EtcdWatcher::Publish() {
+  std::vector<std::string> addresses;
+  {
+    MutexLock l(mu_);
+    for (const auto& [key, address] : servers_) addresses.push_back(address);
+  }
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  on_change_(addresses);
+}
+
+Status EtcdWatcher::Load(MonoDelta timeout) {
+  const std::string from = target_.prefix + "/";
+  json range{{"key", Base64Encode(from)}, {"range_end", Base64Encode(PrefixEnd(from))}};
+  std::string answer;
+  OSPREY_RETURN_NOT_OK(http_.Post("/v3/kv/range", range.dump(), timeout, &answer));
+  json j;
+  OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
+  std::map<std::string, std::string> servers;
+  if (j.contains("kvs") && j["kvs"].is_array()) {
+    for (const json& kv : j["kvs"]) {
+      std::string key, value;
+      if (!Base64Decode(kv.value("key", ""), &key) ||
+          !Base64Decode(kv.value("value", ""), &value)) {
+        continue;
+      }
+      servers[key] = AddressOf(target_, key, value);
+    }
+  }
+  {
+    MutexLock l(mu_);
+    servers_ = std::move(servers);
+    revision_ = j.contains("header") ? Int64Of(j["header"], "revision") : 0;
+    need_load_ = false;
+  }
+  Publish();
+  return Status::OK();
+}
+
+void EtcdWatcher::Start() {
+  MutexLock l(mu_);
+  if (stop_ || thread_.joinable()) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void EtcdWatcher::Stop() {
+  {
+    MutexLock l(mu_);
+    stop_ = true;
+    cv_.Broadcast();
+  }
+  http_.Interrupt();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool EtcdWatcher::OnWatchMessage(const std::string& line) {
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    LOG(WARNING) << "etcd watch of " << target_.ToString() << ": not JSON: " << line.substr(0, 200);
+    return false;
+  }
+  if (j.contains("error")) {
+    LOG(WARNING) << "etcd watch of " << target_.ToString() << " failed: " << line.substr(0, 200);
+    return false;
+  }
+  const json& r = j.contains("result") ? j["result"] : j;
+  if (Int64Of(r, "compact_revision") > 0) {
+    // The revision we would resume from is compacted away: read it all.
+    LOG(INFO) << "etcd watch of " << target_.ToString() << ": revision compacted; reading again";
+    MutexLock l(mu_);
+    need_load_ = true;
+    return false;
+  }
+  if (r.value("canceled", false)) return false;
+  if (r.value("created", false) && !connected_.exchange(true)) {
+    MutexLock l(mu_);
+    LOG(INFO) << "watching " << target_.ToString() << " from revision " << revision_ + 1 << " ("
+              << servers_.size() << " servers)";
+  }
+  if (!r.contains("events") || !r["events"].is_array() || r["events"].empty()) return true;
+  {
+    MutexLock l(mu_);
+    for (const json& ev : r["events"]) {
+      if (!ev.contains("kv")) continue;
+      const json& kv = ev["kv"];
+      std::string key, value;
+      if (!Base64Decode(kv.value("key", ""), &key)) continue;
+      if (ev.value("type", "PUT") == "DELETE") {
+        servers_.erase(key);
+      } else if (Base64Decode(kv.value("value", ""), &value)) {
+        servers_[key] = AddressOf(target_, key, value);
+      }
+      revision_ = std::max(revision_, Int64Of(kv, "mod_revision"));
+    }
+  }
+  Publish();
+  return true;
+}
+
+Status EtcdWatcher::Watch() {
+  const std::string from = target_.prefix + "/";
+  int64_t start;
+  {
+    MutexLock l(mu_);
+    start = revision_ + 1;
+  }
+  json create{{"create_request",
+               {{"key", Base64Encode(from)},
+                {"range_end", Base64Encode(PrefixEnd(from))},
+                {"start_revision", std::to_string(start)}}}};
+  pending_.clear();
+  // The gateway writes one JSON object per line.
+  return http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1),
+                      [this](const char* data, size_t n) {
+                        pending_.append(data, n);
+                        size_t nl;
+                        while ((nl = pending_.find('\n')) != std::string::npos) {
+                          std::string line = pending_.substr(0, nl);
+                          pending_.erase(0, nl + 1);
+                          if (!line.empty() && !OnWatchMessage(line)) return false;
+                        }
+                        return true;
+                      });
+}
+
+void EtcdWatcher::Run() {
+  std::mt19937_64 rng(std::random_device{}());
+  MonoDelta backoff = MonoDelta::FromMilliseconds(100);
+  bool logged = false;
+  while (true) {
+    bool load;
+    {
+      MutexLock l(mu_);
+      if (stop_) return;
+      load = need_load_;
+    }
+    Status s = load ? Load(MonoDelta::FromSeconds(1)) : Status::OK();
+    if (s.ok()) {
+      const MonoTime watch_start = MonoTime::Now();
+      s = Watch();
+      // A watch that lasted is a connection that worked: the next break
+      // starts the backoff anew.
+      if (MonoTime::Now() - watch_start > MonoDelta::FromSeconds(2)) {
+        backoff = MonoDelta::FromMilliseconds(100);
+      }
+    }
+    if (http_.interrupted()) return;
+    // Logged once per outage: when a working watch broke, or when the
+    // first try failed.
+    const bool was_connected = connected_.exchange(false);
+    {
+      MutexLock l(mu_);
+      if (was_connected || !logged) {
+        LOG(WARNING) << "etcd " << target_.ToString() << " unreachable ("
+                     << (s.ok() ? std::string("the watch ended") : s.ToString())
+                     << "); keeping the last " << servers_.size()
+                     << " servers and watching again from revision " << revision_ + 1;
+        logged = true;
+      }
+      if (was_connected) reconnects_.fetch_add(1, std::memory_order_relaxed);
+      // Jitter: clients that lost etcd together do not come back together.
+      const double jitter = 1.0 + std::uniform_real_distribution<double>(0, 0.5)(rng);
+      const MonoTime until =
+          MonoTime::Now() + MonoDelta::FromNanoseconds(static_cast<int64_t>(
+                                static_cast<double>(backoff.ToNanoseconds()) * jitter));
+      while (!stop_ && MonoTime::Now() < until) cv_.WaitUntil(&mu_, until);
+    }
+    backoff = std::min(MonoDelta::FromNanoseconds(backoff.ToNanoseconds() * 2),
+                       MonoDelta::FromSeconds(1));
+  }
+}
+
+}  // namespace osprey

@@ -1,0 +1,177 @@
+// Servers found through etcd (issue 50): a server registers the address it
+// listens on under a key prefix, with a lease it keeps alive
+// (EtcdRegistration); clients read the prefix and watch it (EtcdWatcher,
+// behind ServerSet's "etcd://" targets).
+//
+// Both speak etcd v3's gRPC-JSON gateway over HTTP/1.1 with libcurl
+// (EtcdHttp): POSTs of JSON to /v3/kv/range, /v3/kv/put, /v3/lease/grant,
+// /v3/lease/keepalive, /v3/lease/revoke, and the streaming /v3/watch; keys
+// and values are base64 in the JSON. A key is PREFIX/ADDRESS, its value
+// {"address": "HOST:PORT", "pid": N}. Each endpoint of the target is tried
+// in turn.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/base/mutex.h"
+#include "osprey/base/status.h"
+
+namespace osprey {
+
+// A parsed "etcd://HOST:PORT[,HOST:PORT...]/PREFIX". A value; any thread.
+struct EtcdTarget {
+  std::vector<std::string> endpoints;  // "HOST:PORT", each an etcd member
+  std::string prefix;                  // "/PREFIX", without a trailing '/'
+
+  static bool IsEtcd(const std::string& target) { return target.rfind("etcd://", 0) == 0; }
+  // InvalidArgument unless `target` is etcd://, names at least one
+  // HOST:PORT and a non-empty prefix.
+  static Status Parse(const std::string& target, EtcdTarget* out);
+  // The key a server at `address` registers under.
+  std::string KeyOf(const std::string& address) const { return prefix + "/" + address; }
+  std::string ToString() const;
+};
+
+std::string Base64Encode(const std::string& in);
+// False if `in` is not base64.
+bool Base64Decode(const std::string& in, std::string* out);
+
+// POSTs of JSON to etcd's gateway, with libcurl. One thread at a time makes
+// requests (its owner's background thread); Interrupt() may come from any
+// thread, and makes the request under way and every later one return
+// Aborted at once (curl_multi_wakeup), so that the owner's thread can be
+// joined without waiting for a watch that may last forever.
+class EtcdHttp {
+ public:
+  explicit EtcdHttp(std::vector<std::string> endpoints);
+  ~EtcdHttp();
+  EtcdHttp(const EtcdHttp&) = delete;
+  EtcdHttp& operator=(const EtcdHttp&) = delete;
+
+  // POSTs `body` to `path` on the endpoint that answered last, then on the
+  // others; *out gets the answer's body. NetworkError when none answers
+  // within `timeout` each, RemoteError when etcd answers other than 200.
+  Status Post(const std::string& path, const std::string& body, MonoDelta timeout,
+              std::string* out);
+  // A streaming POST (/v3/watch) to one endpoint (the next after a
+  // failure): `on_data` gets each piece of the answer as it comes, until
+  // the stream ends, breaks, on_data returns false, or Interrupt().
+  Status Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
+                const std::function<bool(const char*, size_t)>& on_data);
+  void Interrupt();
+  bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
+  // The endpoint requests go to first ("HOST:PORT").
+  std::string endpoint() const { return endpoints_[current_.load() % endpoints_.size()]; }
+
+ private:
+  // Runs the transfer set up on `easy` (a CURL*) to its end; *http_code
+  // gets the HTTP status.
+  Status Perform(void* easy, long* http_code);
+  const std::vector<std::string> endpoints_;
+  std::atomic<size_t> current_{0};
+  std::atomic<bool> interrupted_{false};
+  void* const multi_;  // CURLM*: made and freed with this; wakeup is thread-safe
+};
+
+// A server's registration: each address under the target's prefix, held by
+// one lease that a thread of its own keeps alive (every third of the TTL).
+// If etcd forgot the lease (it expired while etcd was unreachable), the
+// thread grants a new one and puts the keys again. A process that dies
+// stops keeping it alive, and etcd deletes the keys when the TTL runs out.
+// Start, WaitRegistered, Withdraw and the destructor: any thread (not a
+// reactor's: they may wait for etcd).
+class EtcdRegistration {
+ public:
+  EtcdRegistration(EtcdTarget target, std::vector<std::string> addresses, MonoDelta ttl);
+  ~EtcdRegistration();  // Withdraw()
+  EtcdRegistration(const EtcdRegistration&) = delete;
+  EtcdRegistration& operator=(const EtcdRegistration&) = delete;
+
+  void Start() EXCLUDES(mu_);
+  // Whether the keys are in etcd, waiting for that at most `timeout`.
+  bool WaitRegistered(MonoDelta timeout) EXCLUDES(mu_);
+  // Stops keeping the lease alive and revokes it, which deletes the keys at
+  // once (the watchers see them go). Idempotent.
+  void Withdraw() EXCLUDES(mu_);
+  int64_t lease() const EXCLUDES(mu_);
+
+ private:
+  void Run() EXCLUDES(mu_);
+  // One step: grant a lease, put the keys, or keep the lease alive.
+  Status Step(int64_t* lease, bool* put_done, int64_t* granted_ttl);
+
+  const EtcdTarget target_;
+  const std::vector<std::string> addresses_;
+  const int64_t ttl_seconds_;
+  EtcdHttp http_;  // the thread's
+  std::thread thread_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool withdrawn_ GUARDED_BY(mu_) = false;
+  bool registered_ GUARDED_BY(mu_) = false;
+  int64_t lease_ GUARDED_BY(mu_) = 0;
+};
+
+// A client's view of the servers under a prefix: read once (Load), then
+// watched by a thread of its own from the revision it last saw, calling
+// `on_change` with every server's address after each change (on that
+// thread). While etcd is unreachable it keeps the last set and logs so;
+// when etcd answers again it resumes the watch from its revision (no full
+// read unless etcd compacted that revision away), after a backoff with
+// jitter (100 ms doubling to 1 s) so that many clients do not come back at
+// once. Load before Start, from the owner's thread; Stop and the accessors:
+// any thread.
+class EtcdWatcher {
+ public:
+  using OnChange = std::function<void(const std::vector<std::string>& addresses)>;
+  EtcdWatcher(EtcdTarget target, OnChange on_change);
+  ~EtcdWatcher();  // Stop()
+  EtcdWatcher(const EtcdWatcher&) = delete;
+  EtcdWatcher& operator=(const EtcdWatcher&) = delete;
+
+  // Reads the prefix (each request at most `timeout`) and calls on_change.
+  Status Load(MonoDelta timeout) EXCLUDES(mu_);
+  void Start() EXCLUDES(mu_);
+  // Ends the watch and joins the thread; on_change is not called after.
+  void Stop() EXCLUDES(mu_);
+  // Whether the watch is established now (false before the first, and
+  // while etcd is unreachable).
+  bool connected() const { return connected_.load(std::memory_order_acquire); }
+  // Times the watch broke and was made again.
+  int64_t reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
+  int64_t revision() const EXCLUDES(mu_);
+  const EtcdTarget& target() const { return target_; }
+
+ private:
+  void Run() EXCLUDES(mu_);
+  // One watch stream from revision_ + 1, until it ends.
+  Status Watch() EXCLUDES(mu_);
+  // A line of the watch stream; false to end the stream.
+  bool OnWatchMessage(const std::string& line) EXCLUDES(mu_);
+  void Publish() EXCLUDES(mu_);
+
+  const EtcdTarget target_;
+  const OnChange on_change_;
+  EtcdHttp http_;  // Load's, then the thread's
+  std::thread thread_;
+  std::atomic<bool> connected_{false};
+  std::atomic<int64_t> reconnects_{0};
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool need_load_ GUARDED_BY(mu_) = true;
+  int64_t revision_ GUARDED_BY(mu_) = 0;                        // the last revision seen in full
+  std::map<std::string, std::string> servers_ GUARDED_BY(mu_);  // key -> address
+  std::string pending_;  // the thread's: a watch message not yet whole
+};
+
+}  // namespace osprey

@@ -1,0 +1,123 @@
+#include "mini_etcd.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "osprey/base/monotime.h"
+#include "osprey/rpc/etcd_registry.h"
+
+namespace osprey::test {
+
+namespace {
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+bool MiniEtcd::Available() { return access(kBinary, X_OK) == 0; }
+
+Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out) {
+  std::unique_ptr<MiniEtcd> etcd(new MiniEtcd());
+  std::string tmpl = (std::filesystem::temp_directory_path() / "osprey-etcd-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) return Status::IOError("mkdtemp failed");
+  etcd->dir_ = tmpl;
+  etcd->client_port_ = FreeLoopbackPort();
+  etcd->peer_port_ = FreeLoopbackPort();
+  if (etcd->client_port_ == 0 || etcd->peer_port_ == 0 || etcd->client_port_ == etcd->peer_port_) {
+    return Status::IOError("no free loopback ports for etcd");
+  }
+  OSPREY_RETURN_NOT_OK(etcd->Launch());
+  *out = std::move(etcd);
+  return Status::OK();
+}
+
+Status MiniEtcd::Launch() {
+  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  std::vector<std::string> args = {
+      kBinary, "--name", "osprey-test", "--data-dir", dir_ + "/data", "--listen-client-urls",
+      client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", "osprey-test=" + peer,
+      // A quick election after a restart; leases may be as short as 1 s.
+      "--heartbeat-interval", "50", "--election-timeout", "500"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log = dir_ + "/etcd.log";
+  pid_t pid = fork();
+  if (pid < 0) return Status::IOError("fork failed");
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    execv(kBinary, argv.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  // Ready when it answers a read (it has elected itself leader).
+  EtcdHttp http({endpoint()});
+  const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(15);
+  for (int i = 0; i < 300 && MonoTime::Now() < deadline; ++i) {
+    std::string answer;
+    if (http.Post("/v3/kv/range", "{\"key\":\"AA==\"}", MonoDelta::FromMilliseconds(300), &answer)
+            .ok()) {
+      return Status::OK();
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return Status::IllegalState("etcd exited at start; see " + log);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Status::TimedOut("etcd did not answer on " + endpoint() + "; see " + log);
+}
+
+Status MiniEtcd::Stop() {
+  if (pid_ <= 0) return Status::IllegalState("etcd is not running");
+  kill(pid_, SIGKILL);
+  int status;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  return Status::OK();
+}
+
+Status MiniEtcd::Restart() {
+  if (pid_ > 0) return Status::IllegalState("etcd is running");
+  return Launch();
+}
+
+MiniEtcd::~MiniEtcd() {
+  if (pid_ > 0) (void)Stop();
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+}  // namespace osprey::test

@@ -1,0 +1,45 @@
+// MiniEtcd: a throw-away single-member etcd for tests (issue 50), Debian's
+// etcd-server (/usr/bin/etcd), on 127.0.0.1 at free client and peer ports,
+// with its data under a temporary directory that goes away with it. It can
+// be stopped and started again on the same ports and data (an outage).
+// One test thread uses it; etcd is a child process ended by its PID.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "osprey/base/status.h"
+
+namespace osprey::test {
+
+class MiniEtcd {
+ public:
+  static constexpr const char* kBinary = "/usr/bin/etcd";
+  // Whether etcd is installed (tests skip without it).
+  static bool Available();
+  // Starts etcd and waits until it answers (a few seconds at most).
+  static Status Start(std::unique_ptr<MiniEtcd>* out);
+  ~MiniEtcd();  // kills it, removes the directory
+
+  // Stops it (SIGKILL by PID: an outage, not a farewell) / starts it again
+  // on the same ports and data directory.
+  Status Stop();
+  Status Restart();
+
+  // "127.0.0.1:PORT", and "etcd://127.0.0.1:PORT/PREFIX".
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+  std::string Target(const std::string& prefix) const { return "etcd://" + endpoint() + prefix; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  MiniEtcd() = default;
+  Status Launch();
+  std::string dir_;
+  int client_port_ = 0;
+  int peer_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+}  // namespace osprey::test

@@ -1,0 +1,364 @@
+// Servers found through etcd (issue 50): registration with a lease kept
+// alive, withdrawal on drain, expiry when a server dies, and clients on an
+// "etcd://" target that follow the servers as they come and go, and keep
+// their last set while etcd is down. Against a real etcd (MiniEtcd),
+// in-process servers and test_server processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "child_server.h"
+#include "contract_test_util.h"
+#include "mini_etcd.h"
+#include "osprey/base/countdown_latch.h"
+#include "osprey/rpc/etcd_registry.h"
+#include "rpc_test_util.h"
+
+namespace osprey::rpc_test {
+namespace {
+
+using test::MiniEtcd;
+
+#define SKIP_WITHOUT_ETCD()                                                                  \
+  if (!MiniEtcd::Available()) {                                                              \
+    GTEST_SKIP() << MiniEtcd::kBinary                                                        \
+                 << " is missing: install etcd-server (scripts/install-deps.sh) to run the " \
+                    "registry tests";                                                        \
+  }
+
+// The keys under `prefix` and their values, read from etcd directly.
+std::map<std::string, std::string> Keys(const MiniEtcd& etcd, const std::string& prefix) {
+  EtcdHttp http({etcd.endpoint()});
+  nlohmann::json range{{"key", Base64Encode(prefix + "/")},
+                       {"range_end", Base64Encode(prefix + "0")}};
+  std::string answer;
+  Status s = http.Post("/v3/kv/range", range.dump(), MonoDelta::FromSeconds(2), &answer);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::map<std::string, std::string> out;
+  nlohmann::json j = nlohmann::json::parse(answer, nullptr, false);
+  if (!j.is_object() || !j.contains("kvs")) return out;
+  for (const auto& kv : j["kvs"]) {
+    std::string k, v;
+    Base64Decode(kv.value("key", ""), &k);
+    Base64Decode(kv.value("value", ""), &v);
+    out[k] = v;
+  }
+  return out;
+}
+
+void DeleteKey(const MiniEtcd& etcd, const std::string& key) {
+  EtcdHttp http({etcd.endpoint()});
+  std::string answer;
+  Status s = http.Post("/v3/kv/deleterange", nlohmann::json{{"key", Base64Encode(key)}}.dump(),
+                       MonoDelta::FromSeconds(2), &answer);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+std::unique_ptr<MiniEtcd> StartEtcd() {
+  std::unique_ptr<MiniEtcd> etcd;
+  Status s = MiniEtcd::Start(&etcd);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return etcd;
+}
+
+// One Add through `proxy`: the server that answered, or empty if it failed.
+std::string AddVia(CalculatorServiceProxy& proxy, Status* status = nullptr) {
+  AddRequestPB req;
+  req.set_x(2);
+  req.set_y(3);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(5));
+  Status s = proxy.Add(req, &resp, &ctl);
+  if (status != nullptr) *status = s;
+  return s.ok() && resp.result() == 5 ? ctl.server().ToString() : "";
+}
+
+TEST(RegistryTest, AServerRegistersWithALeaseAndDrainWithdrawsIt) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(30));
+  auto etcd = StartEtcd();
+  ASSERT_NE(nullptr, etcd);
+  TestServer server;
+  ASSERT_TRUE(server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("registered")
+                             .set_registry(etcd->Target("/reg"), MonoDelta::FromSeconds(2)))
+                  .ok());
+  // Registered by the time Listen returned: PREFIX/ADDRESS, the address in
+  // the value.
+  auto keys = Keys(*etcd, "/reg");
+  ASSERT_EQ(1u, keys.size());
+  const std::string key = "/reg/" + server.address.ToString();
+  ASSERT_EQ(1u, keys.count(key));
+  nlohmann::json value = nlohmann::json::parse(keys[key], nullptr, false);
+  ASSERT_TRUE(value.is_object()) << keys[key];
+  EXPECT_EQ(server.address.ToString(), value.value("address", ""));
+  EXPECT_EQ(static_cast<int>(getpid()), value.value("pid", 0));
+  // Kept alive past its 2 s TTL.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_EQ(1u, Keys(*etcd, "/reg").count(key)) << "the lease was not kept alive";
+  server.messenger->Drain(MonoDelta::FromSeconds(2));
+  EXPECT_TRUE(Keys(*etcd, "/reg").empty()) << "a drained server is still registered";
+}
+
+TEST(RegistryTest, BadRegistryTargetsAreRefusedByBuild) {
+  std::shared_ptr<Messenger> m;
+  EXPECT_TRUE(
+      MessengerBuilder("x").set_registry("etcd://127.0.0.1:2379").Build(&m).IsInvalidArgument());
+  EXPECT_TRUE(
+      MessengerBuilder("x").set_registry("http://127.0.0.1:2379/p").Build(&m).IsInvalidArgument());
+  EXPECT_TRUE(MessengerBuilder("x")
+                  .set_registry("etcd://127.0.0.1:2379/p", MonoDelta::FromMilliseconds(10))
+                  .Build(&m)
+                  .IsInvalidArgument());
+  EtcdTarget t;
+  ASSERT_TRUE(EtcdTarget::Parse("etcd://a:1,b:2/svc/calc/", &t).ok());
+  EXPECT_EQ((std::vector<std::string>{"a:1", "b:2"}), t.endpoints);
+  EXPECT_EQ("/svc/calc", t.prefix);
+  std::string decoded;
+  for (const std::string s : {"", "a", "ab", "abc", "abcd", "/reg/127.0.0.1:4000"}) {
+    ASSERT_TRUE(Base64Decode(Base64Encode(s), &decoded));
+    EXPECT_EQ(s, decoded);
+  }
+}
+
+TEST(DiscoveryTest, ServersThatRegisterGetCallsAndOnesWhoseKeyGoesGetNone) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(30));
+  auto etcd = StartEtcd();
+  ASSERT_NE(nullptr, etcd);
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, etcd->Target("/calc"));
+  // Nobody registered yet.
+  Status s;
+  EXPECT_EQ("", AddVia(proxy, &s));
+  EXPECT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+  EXPECT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  auto builder = MessengerBuilder("calc").set_registry(etcd->Target("/calc"));
+  TestServer a, b;
+  ASSERT_TRUE(a.Start(1, ServicePoolOptions(), builder).ok());
+  MonoTime registered = MonoTime::Now();
+  ASSERT_TRUE(
+      WaitUntil([&] { return AddVia(proxy) == a.address.ToString(); }, MonoDelta::FromSeconds(1)))
+      << "a registered server got no call within 1 s";
+  ASSERT_TRUE(b.Start(1, ServicePoolOptions(), builder).ok());
+  registered = MonoTime::Now();
+  ASSERT_TRUE(
+      WaitUntil([&] { return AddVia(proxy) == b.address.ToString(); }, MonoDelta::FromSeconds(1)))
+      << "the second server got no call within 1 s";
+  std::cerr << "second server's first call after " << (MonoTime::Now() - registered).ToString()
+            << "\n";
+
+  // a's key goes (a keeps running): within 1 s it gets no call.
+  ASSERT_NO_FATAL_FAILURE(DeleteKey(*etcd, "/calc/" + a.address.ToString()));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int before = a.service->adds_run.load();
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(b.address.ToString(), AddVia(proxy));
+  EXPECT_EQ(before, a.service->adds_run.load());
+  EXPECT_EQ(1u, proxy.servers().size());
+}
+
+// --- Server processes (test_server), a client at a steady open-loop rate ---
+
+struct CallRecord {
+  MonoDelta at;  // when it started, since the loop began
+  Status status;
+  std::string server;
+};
+
+// Async Adds at `rate_per_s` for `duration` (an open loop: a slow answer
+// does not delay the next call), idempotent with retries; bounded in count
+// and time.
+std::vector<CallRecord> RunOpenLoop(CalculatorServiceProxy* proxy, int rate_per_s,
+                                    MonoDelta duration, MonoTime begin) {
+  const int total = static_cast<int>(rate_per_s * duration.ToSeconds());
+  std::vector<CallRecord> records(total);
+  CountDownLatch done(total);
+  RetryPolicy retries;
+  retries.max_attempts = 5;
+  retries.initial_backoff = MonoDelta::FromMilliseconds(5);
+  retries.max_backoff = MonoDelta::FromMilliseconds(50);
+  for (int i = 0; i < total; ++i) {
+    const MonoTime due = begin + MonoDelta::FromNanoseconds(int64_t{1000000000} * i / rate_per_s);
+    const MonoTime now = MonoTime::Now();
+    if (due > now)
+      std::this_thread::sleep_for(std::chrono::nanoseconds((due - now).ToNanoseconds()));
+    struct Call {
+      AddRequestPB add;
+      AddResponsePB sum;
+      RpcController ctl;
+    };
+    auto c = std::make_shared<Call>();
+    c->add.set_x(20);
+    c->add.set_y(22);
+    c->ctl.set_timeout(MonoDelta::FromSeconds(5));
+    EXPECT_TRUE(c->ctl.set_retry_policy(retries).ok());
+    c->ctl.set_idempotent(true);
+    CallRecord* r = &records[i];
+    r->at = MonoTime::Now() - begin;
+    proxy->AddAsync(c->add, &c->sum, &c->ctl, [c, r, &done] {
+      r->status = c->ctl.status();
+      if (r->status.ok() && c->sum.result() != 42) r->status = Status::Corruption("wrong sum");
+      r->server = c->ctl.server().ToString();
+      done.CountDown();
+    });
+  }
+  EXPECT_TRUE(done.WaitFor(MonoDelta::FromSeconds(30))) << "calls still unanswered";
+  return records;
+}
+
+struct RegisteredFleet {
+  std::vector<std::unique_ptr<ChildServer>> children;
+  std::vector<Sockaddr> addrs;
+  Status Add(const std::string& target, int ttl_s) {
+    children.push_back(std::make_unique<ChildServer>());
+    Sockaddr a;
+    OSPREY_RETURN_NOT_OK(children.back()->Spawn(
+        "0", {}, &a, {"--register", target, "--register-ttl", std::to_string(ttl_s)}));
+    addrs.push_back(a);
+    return Status::OK();
+  }
+};
+
+int FailedCalls(const std::vector<CallRecord>& calls, std::string* first) {
+  int failed = 0;
+  for (const CallRecord& c : calls) {
+    if (!c.status.ok() && failed++ == 0) *first = c.status.ToString();
+  }
+  return failed;
+}
+
+// Three servers registered; a client on the etcd target at 200 calls/s; a
+// fourth registers under load and takes calls within 2 s; kill -9 of one:
+// its key is gone within its lease's TTL, and no call goes to it after.
+TEST(RegistryProcessTest, AServerJoiningUnderLoadTakesCallsAndAKilledOneIsForgotten) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  auto etcd = StartEtcd();
+  ASSERT_NE(nullptr, etcd);
+  const std::string target = etcd->Target("/fleet");
+  constexpr int kTtl = 2;
+  RegisteredFleet fleet;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(fleet.Add(target, kTtl).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, target);
+  ASSERT_EQ(3u, proxy.servers().size());
+
+  const MonoTime begin = MonoTime::Now();
+  MonoDelta joined_at, killed_at, key_gone_at;
+  std::thread events([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    Status s = fleet.Add(target, kTtl);  // registered when it says it listens
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    joined_at = MonoTime::Now() - begin;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    fleet.children[0]->Kill();
+    killed_at = MonoTime::Now() - begin;
+    const std::string key = "/fleet/" + fleet.addrs[0].ToString();
+    for (int i = 0; i < 100 && Keys(*etcd, "/fleet").count(key) == 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    key_gone_at = MonoTime::Now() - begin;
+  });
+  std::vector<CallRecord> calls = RunOpenLoop(&proxy, 200, MonoDelta::FromSeconds(9), begin);
+  events.join();
+  ASSERT_EQ(4u, fleet.addrs.size());
+  std::string first;
+  EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
+
+  MonoDelta first_on_new = MonoDelta::Max();
+  for (const CallRecord& c : calls) {
+    if (c.status.ok() && c.server == fleet.addrs[3].ToString()) {
+      first_on_new = std::min(first_on_new, c.at);
+    }
+  }
+  std::cerr << "4th server joined at " << joined_at.ToString() << ", first call at "
+            << first_on_new.ToString() << "; server killed at " << killed_at.ToString()
+            << ", key gone at " << key_gone_at.ToString() << "\n";
+  EXPECT_LE(first_on_new, joined_at + MonoDelta::FromSeconds(2))
+      << "the 4th server took no call within 2 s of registering";
+  // etcd expires leases in passes; a second of slack past the TTL.
+  EXPECT_LE(key_gone_at, killed_at + MonoDelta::FromSeconds(kTtl + 1))
+      << "the killed server's key outlived its lease";
+  int after_gone = 0;
+  for (const CallRecord& c : calls) {
+    if (c.at > key_gone_at && c.server == fleet.addrs[0].ToString()) ++after_gone;
+  }
+  EXPECT_EQ(0, after_gone) << "calls went to the killed server after its key was gone";
+  // And the client forgot it.
+  for (const auto& r : proxy.servers()) EXPECT_NE(fleet.addrs[0].ToString(), r.address);
+  EXPECT_EQ(3u, proxy.servers().size());
+}
+
+// etcd stopped for 5 s under load: no call fails, calls keep going to the
+// last known servers, the client says etcd is unreachable; once etcd is
+// back (same data), a server that registers is found again.
+TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  auto etcd = StartEtcd();
+  ASSERT_NE(nullptr, etcd);
+  const std::string target = etcd->Target("/outage");
+  RegisteredFleet fleet;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(fleet.Add(target, 5).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, target);
+  ASSERT_EQ(3u, proxy.servers().size());
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  const MonoTime begin = MonoTime::Now();
+  MonoDelta stopped_at, restarted_at, joined_at;
+  std::atomic<bool> saw_disconnected{false};
+  std::thread events([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_TRUE(etcd->Stop().ok());
+    stopped_at = MonoTime::Now() - begin;
+    saw_disconnected =
+        WaitUntil([&] { return !proxy.registry_connected(); }, MonoDelta::FromSeconds(3));
+    std::this_thread::sleep_until((begin + stopped_at + MonoDelta::FromSeconds(5)).time_point());
+    Status s = etcd->Restart();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    restarted_at = MonoTime::Now() - begin;
+    s = fleet.Add(target, 5);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    joined_at = MonoTime::Now() - begin;
+  });
+  std::vector<CallRecord> calls = RunOpenLoop(&proxy, 200, MonoDelta::FromSeconds(11), begin);
+  events.join();
+  ASSERT_EQ(4u, fleet.addrs.size());
+  std::string first;
+  EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
+  EXPECT_TRUE(saw_disconnected) << "the client never said etcd was unreachable";
+  // During the outage every one of the three kept serving.
+  std::map<std::string, int> during;
+  MonoDelta first_on_new = MonoDelta::Max();
+  for (const CallRecord& c : calls) {
+    if (!c.status.ok()) continue;
+    if (c.at > stopped_at && c.at < restarted_at) ++during[c.server];
+    if (c.server == fleet.addrs[3].ToString()) first_on_new = std::min(first_on_new, c.at);
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(during[fleet.addrs[i].ToString()], 50) << "server " << i << " during the outage";
+  }
+  std::cerr << "etcd stopped at " << stopped_at.ToString() << ", back at "
+            << restarted_at.ToString() << "; a new server registered at " << joined_at.ToString()
+            << " took its first call at " << first_on_new.ToString() << "\n";
+  // The watch resumes within its backoff (1 s at most, with jitter) and
+  // finds the newcomer.
+  EXPECT_LE(first_on_new, joined_at + MonoDelta::FromSeconds(3))
+      << "a server registered after etcd came back was not found";
+  EXPECT_TRUE(proxy.registry_connected());
+  EXPECT_EQ(4u, proxy.servers().size());
+}
+
+}  // namespace
+}  // namespace osprey::rpc_test
