@@ -164,5 +164,48 @@ TEST(ServerSetTest, OutstandingCallsSteerPowerOfTwoChoices) {
   EXPECT_EQ(0, f.set->Report()[0].outstanding);
 }
 
+// What a registry's watcher does (issue 50): servers that stay keep their
+// Entry (calls, ejection), servers that go are marked out of the set, and
+// an empty list leaves a set Pick finds nothing in.
+TEST(ServerSetTest, ReplaceServersKeepsTheEntriesOfServersThatStay) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Make("127.0.0.1:1,127.0.0.1:2", f.Options()));
+  EXPECT_EQ(1, (f.Picks(2)[1]));
+  ServerSet::EntryPtr one = f.set->Pick(0, nullptr, false);
+  ServerSet::EntryPtr two = f.set->Pick(0, nullptr, false);
+  ASSERT_EQ(1, one->address.port());
+  f.set->ReplaceServers({"127.0.0.1:2", "127.0.0.1:3", "not an address"});
+  EXPECT_EQ(2u, f.set->size());
+  EXPECT_FALSE(one->in_set);
+  EXPECT_TRUE(two->in_set);
+  std::map<uint16_t, int> seen = f.Picks(20);
+  EXPECT_EQ(0, seen[1]);
+  EXPECT_EQ(10, seen[2]);
+  EXPECT_EQ(10, seen[3]);
+  // Server 2's Entry is the one it had: its calls go on counting.
+  for (const auto& r : f.set->Report()) {
+    if (r.address == "127.0.0.1:2") EXPECT_EQ(12, r.calls);
+  }
+  f.set->Ended(one, ServerSet::Outcome::kAnswered);  // a stale holder is harmless
+  f.set->Ended(two, ServerSet::Outcome::kAnswered);
+  f.set->ReplaceServers({});
+  EXPECT_EQ(0u, f.set->size());
+  EXPECT_EQ(nullptr, f.set->Pick(0, nullptr, false));
+}
+
+TEST(ServerSetTest, EtcdTargetsAreSetsAndMadeEvenWithoutEtcd) {
+  EXPECT_TRUE(ServerSet::IsSetTarget("etcd://127.0.0.1:1/svc"));
+  std::shared_ptr<ServerSet> set;
+  EXPECT_TRUE(
+      ServerSet::Make("etcd://127.0.0.1:1", ServerSet::Options(), &set).IsInvalidArgument());
+  // Nothing listens on port 1: an empty set whose watcher keeps trying,
+  // stopped and joined when the set goes.
+  ASSERT_TRUE(ServerSet::Make("etcd://127.0.0.1:1/svc", ServerSet::Options(), &set).ok());
+  EXPECT_EQ(0u, set->size());
+  EXPECT_FALSE(set->registry_connected());
+  EXPECT_EQ(nullptr, set->Pick(0, nullptr, true));
+  set.reset();
+}
+
 }  // namespace
 }  // namespace osprey
