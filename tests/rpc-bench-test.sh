@@ -31,12 +31,16 @@ RUN_LIMIT=60  # seconds any single rpc-bench run may take before it is a failure
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/rpc-bench-test.XXXXXX")"
 SERVER_PID=""
+SERVER2_PID=""  # the second server of a set
 cleanup() {
-  # Only the server this script started, by its PID.
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -KILL "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
+  # Only the servers this script started, by their PIDs.
+  local pid
+  for pid in "$SERVER_PID" "$SERVER2_PID"; do
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -501,7 +505,11 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-rate_schedule=86400:100 -window_ms=1" "-rate_schedule=1:100 -max_start_lag_us=0" \
            "-window_ms=100" "-max_start_lag_us=500" "-retry_attempts=0" \
            "-retry_attempts=101" "-retry_attempts=x" "-server_only -retry_attempts=3" \
-           "-server_only -client_throttling" "-server_only -retry_budget=false"; do
+           "-server_only -client_throttling" "-server_only -retry_budget=false" \
+           "-lb=bogus" "-lb=round_robin" "-server_address=127.0.0.1:9 -lb=p2c" \
+           "-drain_grace_ms=100" "-server_only -drain_grace_ms=-1" "-handler_factor=0" \
+           "-handler_factor=1001" "-server_address=127.0.0.1:9 -handler_factor=2" \
+           "-server_address=127.0.0.1:9,127.0.0.1:notaport"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -515,20 +523,22 @@ done
 
 # ----------------------------------------------- client against a server
 # start_server ARGS...: a -server_only process with ARGS; sets SERVER_PID
-# and ADDR once it listens.
+# and ADDR once it listens. Its output in $TMP/$SERVER_LOG.out and .err
+# (server by default).
 start_server() {
-  : >"$TMP/server.out"  # the job may open it after the loop first reads it
-  "$BENCH" -server_only -listen 127.0.0.1:0 "$@" >"$TMP/server.out" 2>"$TMP/server.err" </dev/null &
+  local log="${SERVER_LOG:-server}"
+  : >"$TMP/$log.out"  # the job may open it after the loop first reads it
+  "$BENCH" -server_only -listen 127.0.0.1:0 "$@" >"$TMP/$log.out" 2>"$TMP/$log.err" </dev/null &
   SERVER_PID=$!
   ADDR=""
   for _ in $(seq 1 100); do  # up to 10 s
-    ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$TMP/server.out")"
+    ADDR="$(sed -n 's/^Listening on \(.*\)$/\1/p' "$TMP/$log.out")"
     [[ -n "$ADDR" ]] && break
     kill -0 "$SERVER_PID" 2>/dev/null ||
-      { show "$TMP/server.out" "$TMP/server.err"; fail "server exited before listening"; }
+      { show "$TMP/$log.out" "$TMP/$log.err"; fail "server exited before listening"; }
     sleep 0.1
   done
-  [[ -n "$ADDR" ]] || { show "$TMP/server.out" "$TMP/server.err"; fail "no 'Listening on' line in 10 s"; }
+  [[ -n "$ADDR" ]] || { show "$TMP/$log.out" "$TMP/$log.err"; fail "no 'Listening on' line in 10 s"; }
   [[ "$ADDR" =~ ^[^:]+:[0-9]+$ && "${ADDR##*:}" -gt 0 ]] || fail "bad address in 'Listening on $ADDR'"
 }
 
@@ -730,6 +740,104 @@ done
 wait "$FILLER_PID" || { show "$TMP/filler.err"; fail "the filling client failed"; }
 CHECK="-server_only --rpc_service_queue_length=2 shutdown on SIGTERM"
 stop_server
+
+# ------------------------------------------- a set of servers (issue 49)
+# -server_address naming two -server_only servers: -lb=round_robin spreads
+# the calls evenly, in both modes and the overload mode, and the reports
+# say how many went to each.
+CHECK="two -server_only servers"
+SERVER_LOG=server2 start_server -server_reactors 1
+SERVER2_PID="$SERVER_PID"
+ADDR2="$ADDR"
+SERVER_PID=""
+start_server -server_reactors 1
+SET="$ADDR,$ADDR2"
+
+# server_calls FILE ADDRESS: the count on ADDRESS's line of the Servers block.
+server_calls() { sed -n "s/^  $2: \([0-9]*\).*/\1/p" "$1"; }
+
+CHECK="-server_address $SET -lb=round_robin, both modes"
+run set -server_address "$SET" -lb=round_robin "${SMALL[@]}"
+[[ $RC -eq 0 ]] || { show "$TMP/set.out" "$TMP/set.err"; fail "exit status $RC, expected 0"; }
+blocks="$(split_blocks set)"
+[[ $blocks -eq 2 ]] || { show "$TMP/set.out"; fail "$blocks reports, expected 2 (Sync, Async)"; }
+for b in 1 2; do
+  grep -q '^Servers:          2 (round_robin; ' "$TMP/set.$b" ||
+    { show "$TMP/set.$b"; fail "report $b: no 'Servers: 2 (round_robin' line"; }
+  grep -q '^Errors:           0$' "$TMP/set.$b" || { show "$TMP/set.$b"; fail "report $b: errors"; }
+  a="$(server_calls "$TMP/set.$b" "$ADDR")"
+  a2="$(server_calls "$TMP/set.$b" "$ADDR2")"
+  [[ -n "$a" && -n "$a2" && $a -gt 100 && $a2 -gt 100 ]] ||
+    { show "$TMP/set.$b"; fail "report $b: calls per server '$a' and '$a2', expected over 100 each"; }
+  # Round robin: the two counts within 5% (plus the calls in flight).
+  diff=$((a > a2 ? a - a2 : a2 - a))
+  [[ $diff -le $(((a + a2) / 20 + 8)) ]] ||
+    { show "$TMP/set.$b"; fail "report $b: $a and $a2 calls: not round robin"; }
+done
+
+CHECK="-server_address $SET -lb=round_robin -output=json"
+run setjson -server_address "$SET" -lb=round_robin "${SMALL[@]}" -mode async -output json
+[[ $RC -eq 0 ]] || { show "$TMP/setjson.out" "$TMP/setjson.err"; fail "exit status $RC, expected 0"; }
+python3 - "$TMP/setjson.out" "$SET" <<'PY' || { show "$TMP/setjson.out"; fail "JSON servers wrong"; }
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+assert d["server_address"] == sys.argv[2] and d["lb"] == "round_robin", d
+servers = {s["address"]: s["calls"] for s in d["servers"]}
+assert set(servers) == set(sys.argv[2].split(",")), servers
+assert all(n > 100 for n in servers.values()), servers
+assert d["errors"] == 0 and d["errors_by_cause"] == {}, d
+PY
+
+CHECK="-server_address $SET -lb=round_robin -rate_schedule"
+run setover -server_address "$SET" -lb=round_robin -rate_schedule 1:400 -output json
+[[ $RC -eq 0 ]] || { show "$TMP/setover.out" "$TMP/setover.err"; fail "exit status $RC, expected 0"; }
+python3 - "$TMP/setover.out" "$SET" <<'PY' || { show "$TMP/setover.out"; fail "per-server series wrong"; }
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+by = d["windows"]["answered_by_server"]
+assert set(by) == set(sys.argv[2].split(",")), by
+sums = [sum(v) for v in by.values()]
+assert min(sums) >= 150 and sum(sums) == d["goodput"] + d["late"], (sums, d["goodput"])
+assert all(len(v) == d["windows"]["count"] for v in by.values()), by
+PY
+
+# SIGTERM drains: a call in flight is answered, then the server exits 0.
+# The client's one call sleeps 3 s on the server (the probe's 3 s first);
+# SIGTERM comes 1.5 s into it, so the drain must wait about 1.5 s for it.
+CHECK="SIGTERM drains a -server_only server, answering the call in flight"
+kill -TERM "$SERVER2_PID"  # the second server drains with nothing in flight
+for _ in $(seq 1 100); do kill -0 "$SERVER2_PID" 2>/dev/null || break; sleep 0.1; done
+set +e
+wait "$SERVER2_PID"
+rc=$?
+set -e
+SERVER2_PID=""
+[[ $rc -eq 0 ]] || { show "$TMP/server2.err"; fail "idle server: exit status $rc after SIGTERM, expected 0"; }
+stop_server
+start_server -handler=sleep -server_reactors 1
+timeout -k 5 "$RUN_LIMIT" "$BENCH" -server_address "$ADDR" -mode sync -client_threads 1 \
+  -handler_us 3000000 -run_seconds 1 >"$TMP/inflight.out" 2>"$TMP/inflight.err" </dev/null &
+CLIENT_PID=$!
+sleep 4.5
+kill -TERM "$SERVER_PID"
+set +e
+wait "$CLIENT_PID"
+crc=$?
+set -e
+[[ $crc -eq 0 ]] || { show "$TMP/inflight.out" "$TMP/inflight.err" "$TMP/server.err"; fail "client exit status $crc: the call in flight failed"; }
+grep -q '^Errors:           0$' "$TMP/inflight.out" || { show "$TMP/inflight.out"; fail "client errors"; }
+for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done  # up to 10 s
+kill -0 "$SERVER_PID" 2>/dev/null && { show "$TMP/server.err"; fail "still running 10 s after SIGTERM"; }
+set +e
+wait "$SERVER_PID"
+rc=$?
+set -e
+SERVER_PID=""
+[[ $rc -eq 0 ]] || { show "$TMP/server.err"; fail "exit status $rc after draining, expected 0"; }
+grep -Eq '^rpc-bench: SIGTERM: drained in [0-9]+ ms \(grace 10000 ms\), exiting$' "$TMP/server.err" ||
+  { show "$TMP/server.err"; fail "no 'drained' line"; }
+ms="$(sed -n 's/^rpc-bench: SIGTERM: drained in \([0-9]*\) ms.*/\1/p' "$TMP/server.err")"
+[[ $ms -ge 500 ]] || { show "$TMP/server.err"; fail "drained in $ms ms: it did not wait for the call in flight"; }
 
 # ---------------------------------------------------- wrong answers mid-run
 if [[ -n "$WRONG_SERVER" ]]; then

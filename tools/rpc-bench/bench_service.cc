@@ -35,7 +35,7 @@ void BenchService::Sleep(const kudu::rpc_test::SleepRequestPB* req,
     ctx->RespondFailure(Status::InvalidArgument("Timeout not defined"));
     return;
   }
-  const int64_t micros = req->sleep_micros();
+  const int64_t micros = static_cast<int64_t>(req->sleep_micros()) * factor_;
   if (sleep_mode_ == SleepMode::kSleep) {
     std::this_thread::sleep_for(std::chrono::microseconds(micros));
   } else if (micros > 0) {

@@ -17,7 +17,10 @@ class BenchService : public kudu::rpc_test::CalculatorServiceIf {
   // does (a handler waiting on I/O); kBurn keeps the thread on the CPU until
   // it has used that much CPU time (a handler that computes).
   enum class SleepMode { kSleep, kBurn };
-  explicit BenchService(SleepMode sleep_mode = SleepMode::kSleep) : sleep_mode_(sleep_mode) {}
+  // `factor`: Sleep spends that many times its sleep_micros (a slow
+  // server among fast ones).
+  explicit BenchService(SleepMode sleep_mode = SleepMode::kSleep, uint32_t factor = 1)
+      : sleep_mode_(sleep_mode), factor_(factor) {}
 
   void Add(const kudu::rpc_test::AddRequestPB* req, kudu::rpc_test::AddResponsePB* resp,
            RpcContext* ctx) override;
@@ -33,6 +36,7 @@ class BenchService : public kudu::rpc_test::CalculatorServiceIf {
 
  private:
   const SleepMode sleep_mode_;
+  const uint32_t factor_;
   mutable std::mutex mu_;
   uint32_t value_ = 0;  // guarded by mu_ (std::mutex: this header is the tool's, not the library's)
 };

@@ -67,6 +67,8 @@ struct CallSlot {
     ctl.Reset();
     ctl.set_timeout(MonoDelta::FromMilliseconds(cfg.call_timeout_ms));
     if (cfg.retry.max_attempts > 1) (void)ctl.set_retry_policy(cfg.retry);  // valid: flags.cc
+    // -lb=hash: keys spread as the calls' sequence numbers do.
+    if (cfg.server_set && cfg.lb == LoadBalancing::kConsistentHash) ctl.set_hash_key(seed);
     if (cfg.handler_us >= 0) {
       sleep_req.set_sleep_micros(static_cast<uint32_t>(cfg.handler_us));
     } else if (cfg.payload == 0) {
@@ -78,7 +80,7 @@ struct CallSlot {
       (*d)[0] = static_cast<char>(seed & 0xff);
     }
   }
-  void Issue(kudu::rpc_test::CalculatorServiceProxy* proxy, const Settings& cfg,
+  void Issue(const kudu::rpc_test::CalculatorServiceProxy* proxy, const Settings& cfg,
              ResponseCallback cb) {
     if (cfg.handler_us >= 0) {
       proxy->SleepAsync(sleep_req, &sleep_resp, &ctl, std::move(cb));
@@ -88,7 +90,7 @@ struct CallSlot {
       proxy->EchoAsync(echo_req, &echo_resp, &ctl, std::move(cb));
     }
   }
-  Status IssueSync(kudu::rpc_test::CalculatorServiceProxy* proxy, const Settings& cfg) {
+  Status IssueSync(const kudu::rpc_test::CalculatorServiceProxy* proxy, const Settings& cfg) {
     if (cfg.handler_us >= 0) return proxy->Sleep(sleep_req, &sleep_resp, &ctl);
     return cfg.payload == 0 ? proxy->Add(add_req, &add_resp, &ctl)
                             : proxy->Echo(echo_req, &echo_resp, &ctl);
@@ -124,7 +126,7 @@ struct CallSlot {
       if (IsQueueRefusal(ctl) || IsThrottled(ctl)) {
         state->refusals.Add(ClassifyRefusal(ctl), ctl);
       } else {
-        state->RecordError(who() + ": " + ctl.status().ToString());
+        state->RecordError(who() + ": " + ctl.status().ToString(), FailureCause(ctl));
       }
       return false;
     }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "osprey/rpc/load_balancer.h"
+#include "osprey/rpc/server_set.h"
 #include "report.h"
 
 DEFINE_int32(client_threads, 16,
@@ -20,8 +22,17 @@ DEFINE_double(run_seconds, 1, "seconds to measure each mode");
 DEFINE_string(mode, "both", "sync, async or both (sync first)");
 DEFINE_int32(payload_bytes, 0, "0: the Add call; N > 0: Echo of N bytes each way");
 DEFINE_string(server_address, "",
-              "HOST:PORT of a running server (ours or Kudu's); empty: "
-              "run a server in this process");
+              "the running servers to call (ours or Kudu's): HOST:PORT, or a set of servers "
+              "balanced by -lb, HOST:PORT,HOST:PORT,... or dns:NAME:PORT (every address of "
+              "NAME); empty: run a server in this process");
+DEFINE_string(lb, "p2c",
+              "-server_address naming a set: how each call picks a server "
+              "(Proxy::set_load_balancing): p2c (power of two choices on calls outstanding, "
+              "weighted by latency), round_robin, or hash (consistent hashing on each call's "
+              "sequence number)");
+DEFINE_int32(handler_factor, 1,
+             "rpc-bench's server: each Sleep takes this many times its sleep_micros, 1 to "
+             "1000 (a slow server among fast ones, as scripts/benchmarks.sh --fleet makes)");
 DEFINE_string(rpc_encryption, "disabled",
               "Kudu's --rpc_encryption, for the client and the in-process or -server_only "
               "server: disabled, optional (TLS when the peer can) or required (a peer "
@@ -269,13 +280,15 @@ constexpr HelpLine kHelp[] = {
     {"window_ms", "-rate_schedule: the report's windows"},
     {"max_start_lag_us", "-rate_schedule: a later start voids its window"},
     {nullptr, "The server"},
-    {"server_address", "HOST:PORT to call; empty: serve in this process"},
+    {"server_address", "HOST:PORT, or a set: H:P,H:P,... or dns:NAME:PORT"},
+    {"lb", "a set: p2c, round_robin or hash"},
     {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
     {"drain_grace_ms", "-server_only: SIGTERM drains for at most this long"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},
     {"metrics", "count calls; serve /metrics, /rpcz and more"},
     {"handler", "Sleep: burn (CPU) or sleep"},
+    {"handler_factor", "Sleep takes this many times as long"},
     {"worker_reads", "a worker waits on its socket for the next call"},
     {"queue_deadline_order", "the queue runs the earliest deadline first"},
     {"overload_control", "the queue sheds calls past the delay target"},
@@ -425,6 +438,17 @@ void ValidateFlags() {
         "-handler_us makes every call Sleep, which carries no payload; it takes no "
         "-payload_bytes");
   }
+  if (FLAGS_handler_factor < 1 || FLAGS_handler_factor > 1000) {
+    BadFlag("-handler_factor must be from 1 to 1000, got " + std::to_string(FLAGS_handler_factor));
+  }
+  if (!ParseLoadBalancing(FLAGS_lb)) {
+    BadFlag("-lb must be p2c, round_robin or hash, got '" + FLAGS_lb + "'");
+  }
+  if (!IsDefault("lb") && !ServerSet::IsSetTarget(FLAGS_server_address)) {
+    BadFlag(
+        "-lb balances the calls over a set of servers: give -server_address "
+        "HOST:PORT,HOST:PORT,... or dns:NAME:PORT");
+  }
   if (FLAGS_handler != "burn" && FLAGS_handler != "sleep") {
     BadFlag("-handler must be burn or sleep, got '" + FLAGS_handler + "'");
   }
@@ -458,7 +482,7 @@ void ValidateFlags() {
     }
   }
   if (!FLAGS_server_address.empty()) {
-    for (const char* f : {"handler", "queue_deadline_order", "overload_control",
+    for (const char* f : {"handler", "handler_factor", "queue_deadline_order", "overload_control",
                           "admit_by_patience", "queue_delay_target_us"}) {
       if (!IsDefault(f)) {
         BadFlag("-" + std::string(f) +

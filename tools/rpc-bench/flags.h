@@ -20,6 +20,8 @@ DECLARE_double(run_seconds);
 DECLARE_string(mode);
 DECLARE_int32(payload_bytes);
 DECLARE_string(server_address);
+DECLARE_string(lb);
+DECLARE_int32(handler_factor);
 DECLARE_string(rpc_encryption);
 DECLARE_string(rpc_authentication);
 DECLARE_bool(rpc_encrypt_loopback_connections);

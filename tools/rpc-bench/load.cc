@@ -16,6 +16,7 @@
 #include "flags.h"
 #include "osprey/base/countdown_latch.h"
 #include "rpc_bench.osprey.h"
+#include "servers.h"
 
 namespace osprey::bench {
 
@@ -31,6 +32,12 @@ std::shared_ptr<Messenger> NewClientMessenger(const std::string& name) {
 }
 
 int64_t NowNanos() { return (MonoTime::Now() - MonoTime()).ToNanoseconds(); }
+
+std::string TargetText(const Settings& cfg) {
+  if (cfg.target.empty()) return cfg.server.ToString();
+  if (!cfg.server_set) return cfg.target;
+  return cfg.target + " (" + LoadBalancingName(cfg.lb) + ")";
+}
 
 namespace {
 
@@ -56,9 +63,10 @@ Arrivals OpenLoopArrivals(const Settings& cfg, int index) {
 
 // ---------------------------------------------------------------- sync mode
 
-void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
-  auto messenger = NewClientMessenger("bench-client-" + std::to_string(index));
-  CalculatorServiceProxy proxy(messenger, cfg.server);
+// `proxy` calls through `messenger`, made by RunSync so that it can read
+// the proxies' calls per server while the threads run.
+void SyncThread(const Settings& cfg, int index, const std::shared_ptr<Messenger>& messenger,
+                const CalculatorServiceProxy& proxy, RunState* state, Tally* tally) {
   CallSlot slot;
   uint32_t seq = static_cast<uint32_t>(index) << 20;
   // Open loop: this thread's share of the schedule.
@@ -92,7 +100,7 @@ void SyncThread(const Settings& cfg, int index, RunState* state, Tally* tally) {
 // One closed-loop chain of calls: each callback issues the next call.
 class CallLoop {
  public:
-  CallLoop(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state,
+  CallLoop(const Settings& cfg, int index, const CalculatorServiceProxy* proxy, RunState* state,
            CountDownLatch* finished, Tally* tally)
       : cfg_(cfg),
         index_(index),
@@ -137,7 +145,7 @@ class CallLoop {
 
   const Settings& cfg_;
   const int index_;
-  CalculatorServiceProxy* proxy_;
+  const CalculatorServiceProxy* proxy_;
   RunState* state_;
   CountDownLatch* finished_;
   uint32_t seq_;
@@ -151,7 +159,8 @@ class CallLoop {
 // each call owns its slot until its callback frees it.
 class OpenLoopIssuer {
  public:
-  OpenLoopIssuer(const Settings& cfg, int index, CalculatorServiceProxy* proxy, RunState* state)
+  OpenLoopIssuer(const Settings& cfg, int index, const CalculatorServiceProxy* proxy,
+                 RunState* state)
       : cfg_(cfg), index_(index), proxy_(proxy), state_(state) {}
 
   void Run() {
@@ -164,7 +173,8 @@ class OpenLoopIssuer {
       if (scheduled > now) std::this_thread::sleep_for(std::chrono::nanoseconds(scheduled - now));
       if (in_flight_.load() >= kMaxOpenLoopInFlight) {
         state_->RecordError("open loop: " + std::to_string(kMaxOpenLoopInFlight) +
-                            " calls in flight, call not started");
+                                " calls in flight, call not started",
+                            "not started (client)");
         continue;
       }
       auto* slot = new CallSlot();
@@ -191,7 +201,7 @@ class OpenLoopIssuer {
  private:
   const Settings& cfg_;
   const int index_;
-  CalculatorServiceProxy* proxy_;
+  const CalculatorServiceProxy* proxy_;
   RunState* state_;
   std::atomic<int64_t> in_flight_{0};
   Tally tally_;
@@ -218,19 +228,25 @@ void ShowProgress(const Settings& cfg, RunState* state, const std::atomic<bool>*
 }
 
 // Runs warm-up, then the measured interval; `stop_and_wait` ends the calls.
-Results Measure(const Settings& cfg, RunState* state, const std::function<void()>& stop_and_wait,
+// `proxies`: the run's, whose calls per server (a set's) the interval's
+// report gives.
+Results Measure(const Settings& cfg, RunState* state,
+                const std::vector<std::unique_ptr<CalculatorServiceProxy>>& proxies,
+                const std::function<void()>& stop_and_wait,
                 const std::function<void(Results*)>& collect) {
   if (cfg.warmup_seconds > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(cfg.warmup_seconds));
   }
   Stopwatch sw(Stopwatch::Scope::kProcess);
   sw.Start();
+  const std::vector<ServerLine> servers_at_start = SumServers(proxies);
   state->measuring.store(true);
   std::atomic<bool> done{false};
   std::thread progress([&] { ShowProgress(cfg, state, &done); });
   std::this_thread::sleep_for(std::chrono::duration<double>(cfg.run_seconds));
   state->measuring.store(false);
   sw.Stop();
+  std::vector<ServerLine> servers = ServersSince(servers_at_start, SumServers(proxies));
   done.store(true);
   progress.join();
   stop_and_wait();
@@ -240,7 +256,12 @@ Results Measure(const Settings& cfg, RunState* state, const std::function<void()
   r.errors = state->errors.load();
   r.refusals.Merge(state->refusals);
   r.refused = r.refusals.total();
-  r.first_error = state->first_error;
+  r.servers = std::move(servers);
+  {
+    std::lock_guard<std::mutex> l(state->error_mu);
+    r.first_error = state->first_error;
+    r.errors_by_cause = state->errors_by_cause;
+  }
   state->TakeSecurity(&r);
   return r;
 }
@@ -250,12 +271,19 @@ Results Measure(const Settings& cfg, RunState* state, const std::function<void()
 Results RunSync(const Settings& cfg) {
   RunState state;
   std::vector<Tally> tallies(cfg.client_threads);
+  std::vector<std::shared_ptr<Messenger>> messengers;
+  std::vector<std::unique_ptr<CalculatorServiceProxy>> proxies;
+  for (int i = 0; i < cfg.client_threads; ++i) {
+    messengers.push_back(NewClientMessenger("bench-client-" + std::to_string(i)));
+    proxies.push_back(NewProxy(messengers.back(), cfg));
+  }
   std::vector<std::thread> threads;
   for (int i = 0; i < cfg.client_threads; ++i) {
-    threads.emplace_back([&, i] { SyncThread(cfg, i, &state, &tallies[i]); });
+    threads.emplace_back(
+        [&, i] { SyncThread(cfg, i, messengers[i], *proxies[i], &state, &tallies[i]); });
   }
   return Measure(
-      cfg, &state,
+      cfg, &state, proxies,
       [&] {
         state.stop.store(true);
         for (auto& t : threads) t.join();
@@ -274,7 +302,7 @@ Results RunAsync(const Settings& cfg) {
   std::vector<std::unique_ptr<CalculatorServiceProxy>> proxies;
   for (int i = 0; i < cfg.client_threads; ++i) {
     messengers.push_back(NewClientMessenger("bench-client-" + std::to_string(i)));
-    proxies.push_back(std::make_unique<CalculatorServiceProxy>(messengers.back(), cfg.server));
+    proxies.push_back(NewProxy(messengers.back(), cfg));
   }
   auto record_security = [&] {
     for (auto& m : messengers) state.RecordSecurity(*m);
@@ -290,7 +318,7 @@ Results RunAsync(const Settings& cfg) {
     }
     for (auto& is : issuers) threads.emplace_back([&is] { is->Run(); });
     Results r = Measure(
-        cfg, &state,
+        cfg, &state, proxies,
         [&] {
           state.stop.store(true);
           for (auto& t : threads) t.join();
@@ -323,7 +351,7 @@ Results RunAsync(const Settings& cfg) {
     for (auto& l : loops) l->Start();
   });
   Results r = Measure(
-      cfg, &state,
+      cfg, &state, proxies,
       [&] {
         state.stop.store(true);
         starter.join();
@@ -341,9 +369,8 @@ Results RunAsync(const Settings& cfg) {
 }
 
 void ProbeServer(const Settings& cfg) {
-  const Sockaddr& addr = cfg.server;
   auto m = NewClientMessenger("bench-probe");
-  CalculatorServiceProxy proxy(m, addr);
+  auto proxy = NewProxy(m, cfg);
   CallSlot slot;
   slot.Prepare(cfg, 1);
   slot.ctl.set_timeout(MonoDelta::FromSeconds(5));
@@ -357,8 +384,8 @@ void ProbeServer(const Settings& cfg) {
   busy_only.retry_server_shutting_down = false;
   busy_only.retry_network_errors = false;
   Status s = slot.ctl.set_retry_policy(busy_only);
-  if (s.ok()) s = slot.IssueSync(&proxy, cfg);
-  if (!s.ok()) BadFlag("server at " + addr.ToString() + " is not usable: " + s.ToString());
+  if (s.ok()) s = slot.IssueSync(proxy.get(), cfg);
+  if (!s.ok()) BadFlag("server at " + TargetText(cfg) + " is not usable: " + s.ToString());
   m->Shutdown();
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -14,6 +15,7 @@
 
 #include "osprey/base/histogram.h"
 #include "osprey/base/stopwatch.h"
+#include "osprey/rpc/load_balancer.h"
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/retry_policy.h"
 #include "refusal.h"
@@ -29,6 +31,12 @@ struct Settings {
   double warmup_seconds;
   double target_rate;
   Sockaddr server;
+  // -server_address when it is not one address: a set of servers
+  // ("HOST:PORT,HOST:PORT", "dns:NAME:PORT"; `server_set`) or a name,
+  // handed to the Proxy as text. Empty: `server`.
+  std::string target;
+  bool server_set = false;
+  LoadBalancing lb = LoadBalancing::kPowerOfTwoChoices;  // -lb, for a set
   // -1: Add or Echo (-payload_bytes); 0 or more: Kudu's Sleep of so many
   // microseconds (-handler_us).
   int handler_us = -1;
@@ -39,6 +47,18 @@ struct Settings {
   // Each call's (-retry_attempts); max_attempts 1: none.
   RetryPolicy retry;
 };
+
+// One server's line in a report: the attempts sent to it (Proxy::servers(),
+// summed over the run's proxies), and its state at the end.
+struct ServerLine {
+  std::string address;
+  int64_t calls = 0;
+  bool ejected = false;
+  bool draining = false;
+};
+
+// What the server named: "127.0.0.1:7050", or the target and its policy.
+std::string TargetText(const Settings& cfg);
 
 struct Results {
   uint64_t calls = 0;
@@ -51,6 +71,11 @@ struct Results {
   CpuTimes cpu;
   Histogram latency;  // nanoseconds
   std::string first_error;
+  // The errors by cause: the server's error code (ERROR_UNAVAILABLE) when
+  // it answered one, else the status's code name ("Timed out").
+  std::map<std::string, uint64_t> errors_by_cause;
+  // A set of servers: each one's attempts in the measured interval.
+  std::vector<ServerLine> servers;
   // What the client connections negotiated ("TLS (encrypted)"; several
   // joined with " and " if they differed), and whether all were encrypted.
   std::string negotiated;
@@ -64,16 +89,18 @@ struct RunState {
   std::atomic<uint64_t> progress_calls{0};
   std::mutex error_mu;
   std::string first_error;
+  std::map<std::string, uint64_t> errors_by_cause;  // guarded by error_mu
   std::atomic<uint64_t> errors{0};
   RefusalCounts refusals;
 
   std::set<ConnectionSecurity> securities;  // guarded by error_mu
 
   // Errors during warm-up count too: any error fails the run.
-  void RecordError(const std::string& what) {
+  void RecordError(const std::string& what, const std::string& cause) {
     errors++;
     std::lock_guard<std::mutex> l(error_mu);
     if (first_error.empty()) first_error = what;
+    errors_by_cause[cause]++;
   }
 
   // What `client`'s connections negotiated; called once per client

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "refusal.h"
 #include "report.h"
 #include "rpc_bench.osprey.h"
+#include "servers.h"
 
 namespace osprey::bench {
 namespace {
@@ -43,6 +45,9 @@ struct Window {
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> throttled{0};      // refused by the client, never sent
   std::atomic<uint64_t> attempts_sent{0};  // RpcController::attempts_sent()
+  // The answered calls' (goodput and late) latency, for its mean and max.
+  std::atomic<uint64_t> latency_sum_us{0};
+  std::atomic<uint64_t> latency_max_us{0};
   std::atomic<bool> behind{false};
 };
 
@@ -52,6 +57,7 @@ uint64_t Get(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_r
 struct Totals {
   uint64_t offered = 0, sent = 0, goodput = 0, refused = 0, timeouts = 0, late = 0, errors = 0;
   uint64_t throttled = 0, attempts_sent = 0;
+  uint64_t latency_sum_us = 0, latency_max_us = 0;
   uint64_t behind_windows = 0;
 };
 
@@ -59,16 +65,22 @@ struct Totals {
 // (Run), its reactor thread ends them (OnDone).
 class Issuer {
  public:
+  // `servers`: with a set of servers, numbers them for the per-server
+  // series (shared by the issuers); null otherwise.
   Issuer(const Settings& cfg, const std::vector<Phase>& schedule, int index,
-         std::shared_ptr<Messenger> messenger, size_t num_windows, int64_t window_ns)
+         std::shared_ptr<Messenger> messenger, size_t num_windows, int64_t window_ns,
+         ServerIndex* servers)
       : cfg_(cfg),
         index_(index),
         arrivals_(schedule, 1.0 / cfg.client_threads, cfg.poisson,
                   cfg.seed + static_cast<uint64_t>(index),
                   static_cast<double>(index) / cfg.client_threads),
         messenger_(std::move(messenger)),
-        proxy_(messenger_, cfg.server),
+        proxy_(NewProxy(messenger_, cfg)),
         windows_(new Window[num_windows]),
+        servers_(servers),
+        by_server_(servers != nullptr ? new std::atomic<uint64_t>[num_windows * ServerIndex::kMax]()
+                                      : nullptr),
         num_windows_(num_windows),
         window_ns_(window_ns),
         timeout_ns_(static_cast<int64_t>(cfg.call_timeout_ms) * 1000000),
@@ -80,7 +92,7 @@ class Issuer {
   void Connect() {
     CallSlot slot;
     slot.Prepare(cfg_, 0);
-    (void)slot.IssueSync(&proxy_, cfg_);
+    (void)slot.IssueSync(proxy_.get(), cfg_);
   }
 
   // Starts the calls of the schedule, `t0` its start (NowNanos()). Ends
@@ -110,7 +122,7 @@ class Issuer {
       slot->ctl.set_deadline(MonoTime() + MonoDelta::FromNanoseconds(t0 + at + timeout_ns_));
       Add(&w.sent);
       in_flight_.fetch_add(1, std::memory_order_relaxed);
-      slot->Issue(&proxy_, cfg_, [this, slot, at] { OnDone(slot, at); });
+      slot->Issue(proxy_.get(), cfg_, [this, slot, at] { OnDone(slot, at); });
     }
   }
 
@@ -126,12 +138,18 @@ class Issuer {
 
   Messenger* messenger() { return messenger_.get(); }
   const Window* windows() const { return windows_.get(); }
+  const std::unique_ptr<CalculatorServiceProxy>& proxy() const { return proxy_; }
+  // Answered calls of server `s` (ServerIndex) in window `w`; a set only.
+  uint64_t answered_by(size_t w, size_t s) const {
+    return Get(by_server_[w * ServerIndex::kMax + s]);
+  }
   int64_t max_lag_ns() const { return max_lag_ns_; }
   // After Drain.
   void TakeHistograms(Histogram* ok, Histogram* refusals, std::string* first_error,
-                      RefusalTotals* reasons) {
+                      RefusalTotals* reasons, std::map<std::string, uint64_t>* causes) {
     reasons->Merge(reasons_);
     std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [cause, n] : causes_) (*causes)[cause] += n;
     ok->Merge(ok_latency_);
     refusals->Merge(refusal_latency_);
     if (first_error->empty()) *first_error = first_error_;
@@ -156,6 +174,14 @@ class Issuer {
           return "overload issuer " + std::to_string(index_) + " call " + std::to_string(slot->seq);
         });
         Add(latency <= timeout_ns_ ? &w.goodput : &w.late);
+        const uint64_t latency_us = static_cast<uint64_t>(std::max<int64_t>(latency, 0) / 1000);
+        Add(&w.latency_sum_us, latency_us);
+        uint64_t max = w.latency_max_us.load(std::memory_order_relaxed);
+        while (latency_us > max && !w.latency_max_us.compare_exchange_weak(max, latency_us)) {
+        }
+        if (servers_ != nullptr) {
+          Add(&by_server_[WindowOf(now) * ServerIndex::kMax + servers_->Of(slot->ctl.server())]);
+        }
         std::lock_guard<std::mutex> l(mu_);
         ok_latency_.Record(static_cast<uint64_t>(std::max<int64_t>(latency, 0)));
       } else if (IsThrottled(slot->ctl)) {
@@ -167,9 +193,12 @@ class Issuer {
         refusal_latency_.Record(static_cast<uint64_t>(std::max<int64_t>(latency, 0)));
       } else if (s.IsTimedOut()) {
         Add(&w.timeouts);
+        std::lock_guard<std::mutex> l(mu_);
+        causes_[FailureCause(slot->ctl)]++;
       } else {
         Add(&w.errors);
         std::lock_guard<std::mutex> l(mu_);
+        causes_[FailureCause(slot->ctl)]++;
         if (first_error_.empty()) {
           first_error_ = "overload issuer " + std::to_string(index_) + " call " +
                          std::to_string(slot->seq) + ": " + s.ToString();
@@ -184,8 +213,10 @@ class Issuer {
   const int index_;
   Arrivals arrivals_;  // the issuing thread's
   std::shared_ptr<Messenger> messenger_;
-  CalculatorServiceProxy proxy_;
+  std::unique_ptr<CalculatorServiceProxy> proxy_;
   std::unique_ptr<Window[]> windows_;
+  ServerIndex* const servers_;
+  std::unique_ptr<std::atomic<uint64_t>[]> by_server_;  // [window][server]; a set only
   const size_t num_windows_;
   const int64_t window_ns_;
   const int64_t timeout_ns_;
@@ -200,6 +231,8 @@ class Issuer {
   Histogram refusal_latency_;  // guarded by mu_
   RefusalCounts reasons_;      // the server's refusals (w.refused) by reason
   std::string first_error_;    // guarded by mu_
+  // Timeouts and errors by cause (FailureCause); guarded by mu_.
+  std::map<std::string, uint64_t> causes_;
 };
 
 std::string ScheduleText(const std::vector<Phase>& schedule) {
@@ -228,11 +261,13 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
   const size_t num_windows =
       schedule_windows + static_cast<size_t>((timeout_ns + kDrainSlackNs) / window_ns) + 1;
 
+  std::unique_ptr<ServerIndex> server_index;
+  if (cfg.server_set) server_index = std::make_unique<ServerIndex>();
   std::vector<std::unique_ptr<Issuer>> issuers;
   for (int i = 0; i < cfg.client_threads; ++i) {
     issuers.push_back(std::make_unique<Issuer>(
         cfg, schedule, i, NewClientMessenger("bench-client-" + std::to_string(i)), num_windows,
-        window_ns));
+        window_ns, server_index.get()));
   }
   for (auto& is : issuers) is->Connect();
   Stopwatch sw(Stopwatch::Scope::kProcess);
@@ -246,6 +281,10 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
   int64_t unfinished = 0;
   for (auto& is : issuers) unfinished += is->Drain(drain_until);
   sw.Stop();
+  std::vector<const Proxy*> proxies;
+  for (auto& is : issuers) proxies.push_back(is->proxy().get());
+  // Every attempt of the run, the connecting calls' too.
+  const std::vector<ServerLine> server_lines = SumServers(proxies);
   for (auto& is : issuers) is->messenger()->Shutdown();
 
   // Merge.
@@ -253,10 +292,11 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
   Totals total;
   Histogram ok, refusals;
   RefusalTotals reasons;
+  std::map<std::string, uint64_t> causes;
   std::string first_error;
   int64_t max_lag_ns = 0;
   for (auto& is : issuers) {
-    is->TakeHistograms(&ok, &refusals, &first_error, &reasons);
+    is->TakeHistograms(&ok, &refusals, &first_error, &reasons, &causes);
     max_lag_ns = std::max(max_lag_ns, is->max_lag_ns());
     for (size_t i = 0; i < num_windows; ++i) {
       const Window& w = is->windows()[i];
@@ -270,6 +310,8 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       t.errors += Get(w.errors);
       t.throttled += Get(w.throttled);
       t.attempts_sent += Get(w.attempts_sent);
+      t.latency_sum_us += Get(w.latency_sum_us);
+      t.latency_max_us = std::max(t.latency_max_us, Get(w.latency_max_us));
       if (w.behind.load()) t.behind_windows = 1;
     }
   }
@@ -290,6 +332,25 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       shown = std::max(shown, i + 1);
     }
   }
+  // A set: each server's answered calls per window, and in all.
+  const std::vector<std::string> server_names =
+      server_index ? server_index->Names() : std::vector<std::string>{};
+  std::vector<std::vector<uint64_t>> by_server(server_names.size(),
+                                               std::vector<uint64_t>(num_windows, 0));
+  std::vector<uint64_t> answered_by(server_names.size(), 0);
+  for (size_t s = 0; s < server_names.size(); ++s) {
+    const size_t slot = server_names[s] == "other" ? ServerIndex::kMax - 1 : s;
+    for (auto& is : issuers) {
+      for (size_t i = 0; i < num_windows; ++i) by_server[s][i] += is->answered_by(i, slot);
+    }
+    for (uint64_t n : by_server[s]) answered_by[s] += n;
+  }
+  auto attempts_to = [&](const std::string& name) -> const ServerLine* {
+    for (const ServerLine& l : server_lines) {
+      if (l.address == name) return &l;
+    }
+    return nullptr;
+  };
   const CpuTimes cpu = sw.Elapsed();
   auto per_sec = [&](uint64_t n) { return Num(static_cast<double>(n) / seconds); };
   auto us = [](const Histogram& h, double p) { return Num(h.Percentile(p) / 1000.0); };
@@ -305,10 +366,13 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << ",\"seed\":" << cfg.seed << ",\"client_threads\":" << cfg.client_threads
       << ",\"handler_us\":" << cfg.handler_us << ",\"payload_bytes\":" << cfg.payload
       << ",\"call_timeout_ms\":" << cfg.call_timeout_ms << ",\"window_ms\":" << FLAGS_window_ms
-      << ",\"server_address\":" << JsonString(cfg.server.ToString())
-      << ",\"seconds\":" << Num(seconds) << ",\"offered\":" << total.offered
-      << ",\"sent\":" << total.sent << ",\"goodput\":" << total.goodput
-      << ",\"refused\":" << total.refused << ",\"refused_by_reason\":" << reasons.Json()
+      << ",\"server_address\":" << JsonString(TargetText(cfg))
+      << ",\"lb\":" << (cfg.server_set ? JsonString(LoadBalancingName(cfg.lb)) : "null")
+      << ",\"servers\":" << ServersJson(server_lines)
+      << ",\"errors_by_cause\":" << CausesJson(causes) << ",\"seconds\":" << Num(seconds)
+      << ",\"offered\":" << total.offered << ",\"sent\":" << total.sent
+      << ",\"goodput\":" << total.goodput << ",\"refused\":" << total.refused
+      << ",\"refused_by_reason\":" << reasons.Json()
       << ",\"first_other_refusal\":" << JsonString(reasons.first_other)
       << ",\"timeouts\":" << total.timeouts << ",\"late\":" << total.late
       << ",\"errors\":" << total.errors << ",\"unfinished\":" << unfinished
@@ -354,6 +418,20 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
     series("behind", [](const Totals& t, size_t) { return t.behind_windows; });
     series("throttled", [](const Totals& t, size_t) { return t.throttled; });
     series("attempts_sent", [](const Totals& t, size_t) { return t.attempts_sent; });
+    // The answered calls' latency, from their scheduled start.
+    series("latency_mean_us", [](const Totals& t, size_t) {
+      const uint64_t n = t.goodput + t.late;
+      return n == 0 ? uint64_t{0} : t.latency_sum_us / n;
+    });
+    series("latency_max_us", [](const Totals& t, size_t) { return t.latency_max_us; });
+    // A set: {"ADDRESS":[answered calls per window],...}.
+    o << ",\"answered_by_server\":{";
+    for (size_t s = 0; s < server_names.size(); ++s) {
+      o << (s ? "," : "") << JsonString(server_names[s]) << ":[";
+      for (size_t i = 0; i < shown; ++i) o << (i ? "," : "") << by_server[s][i];
+      o << "]";
+    }
+    o << "}";
     o << "}}\n";
     std::cout << o.str() << std::flush;
   } else {
@@ -372,6 +450,7 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
     o << "Timeouts/sec:     " << per_sec(total.timeouts) << "\n";
     o << "Late/sec:         " << per_sec(total.late) << "\n";
     o << "Errors:           " << total.errors << "\n";
+    if (!causes.empty()) o << "Failed, by cause: " << CausesText(causes) << " (timeouts too)\n";
     o << "Attempts sent:    " << total.attempts_sent << " (first attempts and retries of the "
       << "calls that ended; -retry_attempts " << cfg.retry.max_attempts << ", retry budget "
       << (FLAGS_retry_budget ? "on" : "off") << ")\n";
@@ -387,6 +466,19 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << "\n";
     if (unfinished > 0) o << "Unfinished:       " << unfinished << "\n";
     if (!first_error.empty()) o << "First error:      " << first_error << "\n";
+    if (!server_names.empty()) {
+      o << "Servers:          " << server_names.size() << " (" << LoadBalancingName(cfg.lb)
+        << "; calls answered by each, and attempts sent to it)\n";
+      for (size_t s = 0; s < server_names.size(); ++s) {
+        const ServerLine* l = attempts_to(server_names[s]);
+        o << "  " << server_names[s] << ": " << answered_by[s] << " answered";
+        if (l != nullptr) {
+          o << ", " << l->calls << " attempts" << (l->ejected ? " (ejected)" : "")
+            << (l->draining ? " (draining)" : "");
+        }
+        o << "\n";
+      }
+    }
     std::cout << o.str() << std::flush;
   }
   if (total.behind_windows > 0) {

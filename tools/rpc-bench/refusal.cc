@@ -87,6 +87,12 @@ Refusal ClassifyRefusal(const RpcController& ctl) {
   return ClassifyRefusalMessage(err->message());
 }
 
+std::string FailureCause(const RpcController& ctl) {
+  const wire::ErrorStatusPB* err = ctl.error_response();
+  if (err != nullptr) return wire::ErrorStatusPB::RpcErrorCodePB_Name(err->code());
+  return Status::CodeName(ctl.status().code());
+}
+
 void RefusalCounts::Add(Refusal r, const RpcController& ctl) {
   counts_[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   if (r != Refusal::kOther) return;

@@ -35,6 +35,11 @@ constexpr size_t kNumRefusals = static_cast<size_t>(Refusal::kOther) + 1;
 // ("[reason=overloaded]"), else from the texts of Kudu's server.
 Refusal ClassifyRefusal(const RpcController& ctl);
 
+// A failed call's cause, for the reports' failures by cause: the error
+// code the server answered ("ERROR_UNAVAILABLE", "FATAL_SERVER_SHUTTING_DOWN"),
+// else the status's code name ("Timed out", "Network error").
+std::string FailureCause(const RpcController& ctl);
+
 // Counts by reason, shared by the threads that end calls; the first
 // message of kOther kept, so that the report can show what it was.
 class RefusalCounts {

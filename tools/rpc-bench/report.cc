@@ -62,6 +62,47 @@ std::string Num(double v) {
   return o.str();
 }
 
+std::string CausesText(const std::map<std::string, uint64_t>& causes) {
+  std::string s;
+  for (const auto& [cause, n] : causes) {
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + cause;
+  }
+  return s;
+}
+
+std::string CausesJson(const std::map<std::string, uint64_t>& causes) {
+  std::string s = "{";
+  for (const auto& [cause, n] : causes) {
+    s += (s.size() > 1 ? "," : "") + JsonString(cause) + ":" + std::to_string(n);
+  }
+  return s + "}";
+}
+
+std::string ServersText(const Settings& cfg, const std::vector<ServerLine>& servers,
+                        const char* what) {
+  if (servers.empty()) return "";
+  std::ostringstream o;
+  o << "Servers:          " << servers.size() << " (" << LoadBalancingName(cfg.lb) << "; " << what
+    << ")\n";
+  for (const ServerLine& s : servers) {
+    o << "  " << s.address << ": " << s.calls << (s.ejected ? " (ejected)" : "")
+      << (s.draining ? " (draining)" : "") << "\n";
+  }
+  return o.str();
+}
+
+std::string ServersJson(const std::vector<ServerLine>& servers) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const ServerLine& s = servers[i];
+    o << (i ? "," : "") << "{\"address\":" << JsonString(s.address) << ",\"calls\":" << s.calls
+      << ",\"ejected\":" << (s.ejected ? "true" : "false")
+      << ",\"draining\":" << (s.draining ? "true" : "false") << "}";
+  }
+  return o.str() + "]";
+}
+
 void PrintText(const Settings& cfg, const Results& r) {
   double wall = r.cpu.wall.ToSeconds();
   double calls = static_cast<double>(std::max<uint64_t>(r.calls, 1));
@@ -91,12 +132,15 @@ void PrintText(const Settings& cfg, const Results& r) {
   o << "Latency max:      " << Num(r.latency.max() / 1000.0) << "us\n";
   if (cfg.target_rate > 0) o << "Target rate:      " << Num(cfg.target_rate) << "/s (open loop)\n";
   if (cfg.payload > 0) o << "Payload bytes:    " << cfg.payload << "\n";
-  o << "Errors:           " << r.errors << "\n";
+  o << "Errors:           " << r.errors;
+  if (r.errors > 0) o << " (" << CausesText(r.errors_by_cause) << ")";
+  o << "\n";
   // The total, then one line per reason with its advice: the reasons call
   // for different remedies (a longer queue helps only a full one).
   o << "Refused:          " << r.refused << "\n";
   o << r.refusals.TextLines("  Refused, ");
   if (!r.first_error.empty()) o << "First error:      " << r.first_error << "\n";
+  o << ServersText(cfg, r.servers, "attempts sent to each in the measured interval");
   std::cout << o.str() << std::flush;
 }
 
@@ -149,7 +193,9 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"run_seconds\":" << Num(cfg.run_seconds)
     << ",\"warmup_seconds\":" << Num(cfg.warmup_seconds)
     << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
-    << ",\"server_address\":" << JsonString(cfg.server.ToString()) << ",\"calls\":" << r.calls
+    << ",\"server_address\":" << JsonString(cfg.target.empty() ? cfg.server.ToString() : cfg.target)
+    << ",\"lb\":" << (cfg.server_set ? JsonString(LoadBalancingName(cfg.lb)) : "null")
+    << ",\"servers\":" << ServersJson(r.servers) << ",\"calls\":" << r.calls
     << ",\"wall_seconds\":" << Num(wall) << ",\"reqs_per_sec\":" << Num(r.calls / wall)
     << ",\"user_cpu_us_per_req\":" << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls)
     << ",\"sys_cpu_us_per_req\":" << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls)
@@ -158,8 +204,8 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"p99\":" << Num(r.latency.Percentile(99) / 1000.0)
     << ",\"p99.9\":" << Num(r.latency.Percentile(99.9) / 1000.0)
     << ",\"max\":" << Num(r.latency.max() / 1000.0) << "}"
-    << ",\"errors\":" << r.errors << ",\"refused\":" << r.refused
-    << ",\"refused_by_reason\":" << r.refusals.Json()
+    << ",\"errors\":" << r.errors << ",\"errors_by_cause\":" << CausesJson(r.errors_by_cause)
+    << ",\"refused\":" << r.refused << ",\"refused_by_reason\":" << r.refusals.Json()
     << ",\"first_other_refusal\":" << JsonString(r.refusals.first_other)
     << ",\"first_error\":" << JsonString(r.first_error)
     << ",\"user_cpu_us\":" << r.cpu.user.ToMicroseconds()

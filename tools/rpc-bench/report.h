@@ -2,7 +2,10 @@
 // Main thread, after a run.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "load.h"
 #include "osprey/base/metrics.h"
@@ -14,6 +17,14 @@ std::string Num(double v);
 // `s` as a JSON string, quoted and escaped.
 std::string JsonString(const std::string& s);
 void PrintText(const Settings& cfg, const Results& r);
+// Failures by cause as text, "2 Timed out, 1 ERROR_UNAVAILABLE", and as a
+// JSON object, {"Timed out":2,...}.
+std::string CausesText(const std::map<std::string, uint64_t>& causes);
+std::string CausesJson(const std::map<std::string, uint64_t>& causes);
+// A set's servers: one text line each under a header, and a JSON array.
+std::string ServersText(const Settings& cfg, const std::vector<ServerLine>& servers,
+                        const char* what);
+std::string ServersJson(const std::vector<ServerLine>& servers);
 // `server_metrics`: the in-process server's registry, whose per-method
 // histograms the report includes (null: a remote server, none).
 void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_metrics);

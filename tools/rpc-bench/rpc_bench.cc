@@ -40,6 +40,7 @@
 #include "bench_service.h"
 #include "flags.h"
 #include "load.h"
+#include "osprey/rpc/server_set.h"
 #include "overload.h"
 #include "report.h"
 
@@ -91,7 +92,11 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
   pool.queue_delay_target = MonoDelta::FromMicroseconds(FLAGS_queue_delay_target_us);
   const auto sleep_mode =
       FLAGS_handler == "sleep" ? BenchService::SleepMode::kSleep : BenchService::SleepMode::kBurn;
-  if (s.ok()) s = server->RegisterService(std::make_unique<BenchService>(sleep_mode), pool);
+  if (s.ok()) {
+    s = server->RegisterService(
+        std::make_unique<BenchService>(sleep_mode, static_cast<uint32_t>(FLAGS_handler_factor)),
+        pool);
+  }
   if (s.ok()) s = server->Listen(addr, bound);
   if (s.ok() && http_bound != nullptr) *http_bound = *bound;
   if (s.ok() && http_apart) s = server->ListenHttp(http_addr, http_bound);
@@ -121,6 +126,9 @@ int ServeOnly() {
       FLAGS_queue_deadline_order ? "earliest deadline first" : "first in, first out",
       FLAGS_overload_control ? "on" : "off", FLAGS_queue_delay_target_us,
       FLAGS_admit_by_patience ? "on" : "off", FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
+  if (FLAGS_handler_factor > 1) {
+    std::printf("Sleep takes %dx its sleep_micros (-handler_factor)\n", FLAGS_handler_factor);
+  }
   if (FLAGS_metrics && http_bound.is_unix()) {
     std::string path = http_bound.unix_path();
     const bool abstract = path.rfind('@', 0) == 0;
@@ -187,9 +195,13 @@ int Main(int argc, char** argv) {
   std::shared_ptr<Messenger> server;
   if (FLAGS_server_address.empty()) {
     server = StartServer(&cfg.server);
-  } else {
-    Status s = Sockaddr::Parse(FLAGS_server_address, &cfg.server);
-    if (!s.ok()) BadFlag("-server_address: " + s.message());
+  } else if (!Sockaddr::Parse(FLAGS_server_address, &cfg.server).ok()) {
+    // Not one address: a set of servers, or a name the Proxy resolves.
+    // One address keeps the Sockaddr proxy, the path every published
+    // number measured.
+    cfg.target = FLAGS_server_address;
+    cfg.server_set = ServerSet::IsSetTarget(cfg.target);
+    cfg.lb = *ParseLoadBalancing(FLAGS_lb);  // checked by ValidateFlags
   }
   ProbeServer(cfg);
 
