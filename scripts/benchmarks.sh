@@ -42,6 +42,7 @@ Each option is an environment variable or the flag beside it (the flag wins):
   WORKER_THREADS=1    --worker-threads N   server worker threads in the sweeps
                       --peers            run the peers comparison instead (below)
                       --overload         the overload benchmark instead (below)
+                      --fleet            one service on 3 servers instead (below)
   BEFORE_BENCH=       --curve [--before PATH]  the latency-throughput curve
                                          instead (below); --before: an earlier
                                          rpc-bench drawn on the same chart
@@ -160,6 +161,30 @@ It ends only the servers it started, by PID. Exit status 1 if a run failed
 (no report) or the plots could not be drawn; cells where the client fell
 behind are kept, marked valid=no.
 
+--fleet: one service on 3 rpc-bench -server_only processes on loopback
+(-handler=sleep, 4 workers each, pinned to CPU 0 and the client to CPU 1 as
+--overload pins), called by one open-loop rpc-bench client (-rate_schedule,
+Sleep(200us) calls, -server_address naming the 3). Run 1, a rolling restart
+(-lb=p2c): each server drained with SIGTERM (-drain_grace_ms) and started
+again on its address, 4 s apart, through 20 s at 1500 calls/s. Run 2, a slow
+server: the third server's Sleep takes 10x as long (-handler_factor 10), 10 s
+with -lb=p2c, then 10 s with -lb=round_robin. Writes (scripts/fleet_bench.py):
+  RESULTS_DIR/fleet-restart.csv   per 100 ms window: calls answered by each
+                                  server, failed calls, mean and max latency
+  RESULTS_DIR/fleet-restarts.csv  each server's SIGTERM, exit status and restart
+  RESULTS_DIR/fleet-slow-<lb>.csv the slow-server runs' windows, the same columns
+  RESULTS_DIR/fleet-summary.md    calls, failures, percentiles; the slow
+                                  server's share of calls under each -lb
+  RESULTS_DIR/fleet-restart.png   calls per server over time through the restart
+  RESULTS_DIR/fleet-slow.png      latency over time, p2c against round robin
+  raw reports in fleet-raw/, server output in fleet-servers/.
+Its variables (environment only): FLEET_SECONDS=20 (run 1), FLEET_GAP=4 (between
+restarts), FLEET_SLOW_SECONDS=10 (each slow run), FLEET_RATE=1500 (calls/s),
+FLEET_HANDLER_US=200 (the Sleep), FLEET_QUICK=1 (a smoke run of about 10 s: 4 s
+with restarts 1 s apart, 2 s slow runs, 300 calls/s). It ends only the
+processes it started, by PID. Exit status 1 if a run gave no report, a
+server did not exit 0 after SIGTERM, or the plots could not be drawn.
+
 Plots need gnuplot: scripts/install-deps.sh installs it (gnuplot-nox) at start.
 EOF
 }
@@ -181,6 +206,7 @@ PEERS_DIR="${PEERS_DIR:-$ROOT/../shared/peers}"
 PEERS_MODE=0
 CURVE_MODE=0
 OVERLOAD_MODE=0
+FLEET_MODE=0
 BEFORE_BENCH="${BEFORE_BENCH:-}"
 CURVE_POINTS="${CURVE_POINTS:-10,25,50,75,90,100,110,120}"
 
@@ -191,6 +217,7 @@ while [[ $# -gt 0 ]]; do
     --peers) PEERS_MODE=1; shift; continue ;;
     --curve) CURVE_MODE=1; shift; continue ;;
     --overload) OVERLOAD_MODE=1; shift; continue ;;
+    --fleet) FLEET_MODE=1; shift; continue ;;
     --*=*) set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; continue ;;
   esac
   [[ $# -ge 2 ]] || die "$opt needs a value (see --help)"
@@ -271,6 +298,11 @@ if [[ $CURVE_MODE -eq 1 ]]; then
   fi
   exec python3 "$ROOT/scripts/latency_curve.py" --rpc-bench "$RPC_BENCH" "${before_args[@]}" \
     --results-dir "$RESULTS_DIR" --run-seconds "$RUN_SECONDS" --points "$CURVE_POINTS"
+fi
+
+# ------------------------------------------------------------ fleet mode
+if [[ $FLEET_MODE -eq 1 ]]; then
+  exec python3 "$ROOT/scripts/fleet_bench.py" --rpc-bench "$RPC_BENCH" --results-dir "$RESULTS_DIR"
 fi
 
 # --------------------------------------------------------- overload mode

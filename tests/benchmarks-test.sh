@@ -4,7 +4,9 @@
 # plots are drawn (PNG files that are not blank: a plot has axes, a key and
 # lines in several colours); the latency curve; and --overload's quick run
 # (OVERLOAD_QUICK=1): its CSVs, summary and plots are whole, and at half the
-# capacity nearly every call offered is answered in time.
+# capacity nearly every call offered is answered in time; and --fleet's quick run
+# (FLEET_QUICK=1): a rolling restart of 3 servers fails no call, and p2c gives
+# a 10x slower server less than round robin.
 #
 #   bash tests/benchmarks-test.sh path/to/rpc-bench
 set -euo pipefail
@@ -145,4 +147,47 @@ for png in overload-goodput-h20.png overload-burst.png; do
   png_check "$TMP/overload/$png" || { show "$TMP/png.check"; fail "$png is blank"; }
 done
 
-echo "PASS: benchmarks.sh drew both plots from $rows runs, the curve, and the overload cells"
+# --fleet's smoke run (about 10 s): 3 servers, a rolling restart under an
+# open loop that fails no call, every server exiting 0 after SIGTERM and
+# answering again after its restart; the slow server gets less with p2c than
+# with round robin; both plots drawn.
+CHECK="--fleet, quick (FLEET_QUICK=1)"
+set +e
+FLEET_QUICK=1 timeout -k 5 90 bash "$ROOT/scripts/benchmarks.sh" --fleet --rpc-bench "$BENCH" \
+  --results-dir "$TMP/fleet" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || { show "$TMP/out" "$TMP/err"; fail "exit status $rc, expected 0"; }
+"$PYTHON" - "$TMP/fleet" << 'PY' > "$TMP/fleet.check" 2>&1 ||
+import csv, os, sys
+d = sys.argv[1]
+events = list(csv.DictReader(open(os.path.join(d, "fleet-restarts.csv"))))
+if len(events) != 3 or any(e["exit"] != "0" for e in events):
+    sys.exit(f"expected 3 restarts, each server exiting 0: {events}")
+rows = list(csv.DictReader(open(os.path.join(d, "fleet-restart.csv"))))
+servers = [c for c in rows[0] if c not in ("t_s", "failed", "latency_mean_us", "latency_max_us")]
+if sorted(servers) != sorted(e["server"] for e in events):
+    sys.exit(f"servers {servers} are not those restarted")
+if sum(int(r["failed"]) for r in rows) != 0:
+    sys.exit("calls failed through the rolling restart")
+for e in events:
+    after = sum(int(r[e["server"]]) for r in rows if float(r["t_s"]) > float(e["restarted_s"]) + 0.5)
+    if after == 0:
+        sys.exit(f"{e['server']} answered nothing after its restart")
+def slow_share(lb):
+    rows = list(csv.DictReader(open(os.path.join(d, f"fleet-slow-{lb}.csv"))))
+    cols = [c for c in rows[0] if c.startswith("127.")]
+    by = {c: sum(int(r[c]) for r in rows) for c in cols}
+    return by, min(by.values()) / max(1, sum(by.values()))
+p2c, rr = slow_share("p2c"), slow_share("round_robin")
+# Round robin gives each of 3 a third; p2c gives the 10x slower one less.
+if not (0.28 <= rr[1] <= 0.39) or not p2c[1] < rr[1]:
+    sys.exit(f"slow server's share: p2c {p2c}, round robin {rr}")
+PY
+  { show "$TMP/fleet.check" "$TMP/err"; fail "$(cat "$TMP/fleet.check")"; }
+for png in fleet-restart.png fleet-slow.png; do
+  [[ -s $TMP/fleet/$png ]] || { show "$TMP/err"; fail "$png was not drawn"; }
+  png_check "$TMP/fleet/$png" || { show "$TMP/png.check"; fail "$png is blank"; }
+done
+
+echo "PASS: benchmarks.sh drew both plots from $rows runs, the curve, the overload cells and the fleet"

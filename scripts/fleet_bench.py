@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""scripts/benchmarks.sh --fleet: one service on 3 rpc-bench -server_only
+processes on loopback, driven by one open-loop rpc-bench client whose
+-server_address names the 3 (issue 49).
+
+Run 1, a rolling restart: each server is drained with SIGTERM and started
+again on its address, GAP seconds apart, while the client offers RATE calls/s
+(-lb=p2c). Run 2, a slow server: the third server's Sleep takes 10x as long
+(-handler_factor 10); the client runs once with -lb=p2c and once with
+-lb=round_robin. Writes CSVs of calls answered per server per 100 ms window
+and of latency per window, a summary, and gnuplot plots. Ends only the
+processes it started, by PID.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+WINDOW_MS = 100
+
+
+def die(msg):
+    print(f"benchmarks.sh --fleet: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Fleet:
+    """The -server_only processes this script started, by PID."""
+
+    def __init__(self, bench, out_dir, pin, handler):
+        self.bench, self.out_dir, self.pin, self.handler = bench, out_dir, pin, handler
+        self.procs = {}  # index -> Popen
+        self.addrs = {}  # index -> "127.0.0.1:PORT"
+        self.starts = {}  # index -> how many times started
+
+    def start(self, i, factor=1):
+        n = self.starts.get(i, 0) + 1
+        self.starts[i] = n
+        base = os.path.join(self.out_dir, f"server{i}-{n}")
+        listen = self.addrs.get(i, "127.0.0.1:0")
+        cmd = self.pin + [self.bench, "-server_only", "-listen", listen, "-server_reactors", "1",
+                          "-worker_threads", "4", "-handler=" + self.handler,
+                          "-drain_grace_ms", "5000", "-handler_factor", str(factor)]
+        out = open(base + ".out", "w")
+        err = open(base + ".err", "w")
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        self.procs[i] = p
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = re.search(r"^Listening on (\S+)$", open(base + ".out").read(), re.M)
+            if m:
+                self.addrs[i] = m.group(1)
+                return
+            if p.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop_all(kill=True)
+        die(f"server {i} did not start on {listen}; see {base}.err")
+
+    def drain(self, i):
+        """SIGTERM, then waits (10 s at most) for it to drain and exit."""
+        p = self.procs.pop(i)
+        p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return "killed"
+
+    def stop_all(self, kill=False):
+        for i in list(self.procs):
+            if kill:
+                self.procs[i].kill()
+                self.procs.pop(i).wait()
+            else:
+                self.drain(i)
+
+    def target(self):
+        return ",".join(self.addrs[i] for i in sorted(self.addrs))
+
+
+def run_client(args, fleet, lb, seconds, name, pin, during=None):
+    """The open-loop client for `seconds`; `during(t0)` runs meanwhile (the
+    restarts). Returns its JSON report, or None if it failed."""
+    cmd = pin + [args.rpc_bench, "-server_address", fleet.target(), "-lb=" + lb,
+                 "-rate_schedule", f"{seconds}:{args.rate}", "-handler_us", str(args.handler_us),
+                 "-call_timeout_ms", "2000", "-window_ms", str(WINDOW_MS),
+                 "-max_start_lag_us", "100000", "-output=json"]
+    base = os.path.join(args.results_dir, "fleet-raw", name)
+    with open(base + ".json", "w") as out, open(base + ".err", "w") as err:
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        events = during(t0) if during else []
+        try:
+            rc = p.wait(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = "timeout"
+    try:
+        report = json.load(open(base + ".json"))
+    except (OSError, ValueError):
+        print(f"benchmarks.sh --fleet: {name}: no report (exit {rc}); see {base}.err",
+              file=sys.stderr)
+        return None, events
+    report["exit"] = rc
+    return report, events
+
+
+def failed(r):
+    return r["errors"] + r["timeouts"] + r["refused"] + r["late"] + r.get("unfinished", 0)
+
+
+def write_windows(path, r, extra=None):
+    """t_s, then calls answered by each server, then failures and latency."""
+    w = r["windows"]
+    servers = list(w["answered_by_server"])
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["t_s"] + servers + ["failed", "latency_mean_us", "latency_max_us"])
+        for k in range(w["count"]):
+            fails = w["errors"][k] + w["timeouts"][k] + w["refused"][k] + w["late"][k]
+            out.writerow([w["t_s"][k]] + [w["answered_by_server"][s][k] for s in servers] +
+                         [fails, w["latency_mean_us"][k], w["latency_max_us"][k]])
+    return servers
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rpc-bench", required=True)
+    ap.add_argument("--results-dir", required=True)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    env = os.environ.get
+    quick = args.quick or env("FLEET_QUICK", "0") == "1"
+    args.seconds = float(env("FLEET_SECONDS", "4" if quick else "20"))
+    args.gap = float(env("FLEET_GAP", "1" if quick else "4"))
+    args.slow_seconds = float(env("FLEET_SLOW_SECONDS", "2" if quick else "10"))
+    args.rate = float(env("FLEET_RATE", "300" if quick else "1500"))
+    args.handler_us = int(env("FLEET_HANDLER_US", "200"))
+    for name in ("seconds", "gap", "slow_seconds", "rate"):
+        v = getattr(args, name)
+        if not 0 < v <= 3600:
+            die(f"{name} must be above 0 and at most 3600, got {v}")
+    if not 0 <= args.handler_us <= 100000:
+        die(f"FLEET_HANDLER_US must be from 0 to 100000, got {args.handler_us}")
+    if 3 * args.gap >= args.seconds:
+        die(f"3 restarts {args.gap} s apart do not fit in {args.seconds} s")
+    os.makedirs(os.path.join(args.results_dir, "fleet-raw"), exist_ok=True)
+    srv_dir = os.path.join(args.results_dir, "fleet-servers")
+    os.makedirs(srv_dir, exist_ok=True)
+
+    # Pinned as --overload pins: the servers on CPU 0, the client on CPU 1.
+    server_pin, client_pin = [], []
+    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        server_pin, client_pin = ["taskset", "-c", "0"], ["taskset", "-c", "1"]
+        print("benchmarks.sh --fleet: servers on CPU 0, client on CPU 1 (taskset)", file=sys.stderr)
+    else:
+        print("benchmarks.sh --fleet: NOT pinning (no taskset or one CPU)", file=sys.stderr)
+
+    # Sleep sleeps on the servers: 3 servers share one CPU, so a burning
+    # handler would measure the CPU, not the balancing.
+    fleet = Fleet(args.rpc_bench, srv_dir, server_pin, "sleep")
+    ok = True
+    try:
+        # ---------------------------------------------- run 1: rolling restart
+        for i in range(3):
+            fleet.start(i)
+
+        def restarts(t0):
+            events = []
+            for i in range(3):
+                at = t0 + args.gap * (i + 1)
+                time.sleep(max(0.0, at - time.monotonic()))
+                t_term = time.monotonic() - t0
+                rc = fleet.drain(i)
+                t_exit = time.monotonic() - t0
+                fleet.start(i)
+                events.append({"server": fleet.addrs[i], "sigterm_s": round(t_term, 3),
+                               "exited_s": round(t_exit, 3), "exit": rc,
+                               "restarted_s": round(time.monotonic() - t0, 3)})
+            return events
+
+        r1, events = run_client(args, fleet, "p2c", args.seconds, "rolling-restart", client_pin,
+                                restarts)
+        with open(os.path.join(args.results_dir, "fleet-restarts.csv"), "w", newline="") as f:
+            out = csv.DictWriter(f, ["server", "sigterm_s", "exited_s", "exit", "restarted_s"])
+            out.writeheader()
+            out.writerows(events)
+        fleet.stop_all()
+        ok = ok and r1 is not None and all(e["exit"] == 0 for e in events)
+
+        # ------------------------------------------------ run 2: a slow server
+        fleet.addrs.clear()
+        fleet.start(0)
+        fleet.start(1)
+        fleet.start(2, factor=10)
+        slow = {}
+        for lb in ("p2c", "round_robin"):
+            slow[lb], _ = run_client(args, fleet, lb, args.slow_seconds, f"slow-{lb}", client_pin)
+            ok = ok and slow[lb] is not None
+        slow_addr = fleet.addrs[2]
+        fleet.stop_all()
+    finally:
+        fleet.stop_all(kill=True)
+
+    # ---------------------------------------------------------- CSVs, summary
+    d = args.results_dir
+    lines = ["# Fleet: 3 rpc-bench -server_only processes, one open-loop client", ""]
+    restart_servers = []
+    if r1 is not None:
+        restart_servers = write_windows(os.path.join(d, "fleet-restart.csv"), r1)
+        lines += [f"Rolling restart: {args.rate:g} calls/s of Sleep({args.handler_us}us) for "
+                  f"{args.seconds:g} s, -lb=p2c; each server drained (SIGTERM) and restarted "
+                  f"{args.gap:g} s apart (fleet-restarts.csv)", "",
+                  "| calls | answered | failed (errors, timeouts, refused, late) | p50 us | p99 us "
+                  "| max us |", "|---|---|---|---|---|---|",
+                  f"| {r1['offered']} | {r1['goodput']} | {failed(r1)} ({r1['errors']}, "
+                  f"{r1['timeouts']}, {r1['refused']}, {r1['late']}) | "
+                  f"{r1['latency_us']['p50']} | {r1['latency_us']['p99']} | "
+                  f"{r1['latency_us']['max']} |", ""]
+        for e in events:
+            lines.append(f"- {e['server']}: SIGTERM at {e['sigterm_s']} s, exited {e['exit']} "
+                         f"at {e['exited_s']} s, serving again at {e['restarted_s']} s")
+        lines.append("")
+    slow_servers = {}
+    for lb, r in slow.items():
+        if r is None:
+            continue
+        slow_servers[lb] = write_windows(os.path.join(d, f"fleet-slow-{lb}.csv"), r)
+    if slow:
+        lines += [f"A slow server ({slow_addr}: Sleep takes 10x), {args.rate:g} calls/s for "
+                  f"{args.slow_seconds:g} s each", "",
+                  "| -lb | answered | failed | slow server's share | p50 us | p99 us | p99.9 us |",
+                  "|---|---|---|---|---|---|---|"]
+        for lb, r in slow.items():
+            if r is None:
+                lines.append(f"| {lb} | run failed | | | | | |")
+                continue
+            by = {s: sum(v) for s, v in r["windows"]["answered_by_server"].items()}
+            share = by.get(slow_addr, 0) / max(1, sum(by.values()))
+            lat = r["latency_us"]
+            lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {lat['p50']} | "
+                         f"{lat['p99']} | {lat['p99.9']} |")
+        lines.append("")
+    summary = "\n".join(lines)
+    open(os.path.join(d, "fleet-summary.md"), "w").write(summary)
+    print(summary)
+
+    # ------------------------------------------------------------------ plots
+    gp = [f'cd "{d}"', "set datafile separator ','", "set key outside right",
+          "set grid", "set xlabel 'seconds'"]
+    if restart_servers:
+        n = len(restart_servers)
+        gp += ["set terminal pngcairo size 1000,500", "set output 'fleet-restart.png'",
+               f"set title 'Rolling restart: calls answered per server per {WINDOW_MS} ms "
+               f"(-lb=p2c, {args.rate:g}/s)'",
+               "set ylabel 'calls answered'"]
+        for k, e in enumerate(events):
+            gp.append(f"set arrow {k + 1} from {e['sigterm_s']}, graph 0 to {e['sigterm_s']}, "
+                      "graph 1 nohead dt 2 lc rgb 'gray'")
+        plots = [f"'fleet-restart.csv' using 1:{c + 2} with lines lw 2 title '{s}'"
+                 for c, s in enumerate(restart_servers)]
+        plots.append(f"'fleet-restart.csv' using 1:{n + 2} with impulses lw 3 lc rgb 'red' "
+                     "title 'failed'")
+        gp += ["plot " + ", ".join(plots), "unset arrow"]
+    if slow_servers:
+        gp += ["set terminal pngcairo size 1000,500", "set output 'fleet-slow.png'",
+               f"set title 'A server 10x slower: mean latency per {WINDOW_MS} ms window'",
+               "set ylabel 'latency (us)'", "set logscale y"]
+        plots = []
+        for lb, servers in slow_servers.items():
+            col = len(servers) + 3
+            plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col} > 0 ? ${col} : 1/0) "
+                         f"with lines lw 2 title '-lb={lb} mean'")
+            plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col + 1} > 0 ? ${col + 1} : 1/0) "
+                         f"with lines dt 2 title '-lb={lb} max'")
+        gp += ["plot " + ", ".join(plots)]
+    open(os.path.join(d, "fleet-plots.gp"), "w").write("\n".join(gp) + "\n")
+    if shutil.which("gnuplot"):
+        if subprocess.run(["gnuplot", os.path.join(d, "fleet-plots.gp")]).returncode != 0:
+            print("benchmarks.sh --fleet: gnuplot failed; fleet-plots.gp is in " + d,
+                  file=sys.stderr)
+            ok = False
+    else:
+        print("benchmarks.sh --fleet: gnuplot is missing, so no plots (apt-get install -y "
+              "gnuplot-nox; then: gnuplot fleet-plots.gp)", file=sys.stderr)
+        ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
