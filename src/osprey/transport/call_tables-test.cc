@@ -57,24 +57,24 @@ TEST(ClientCallTableTest, ForgettingAGaveUpCallLeavesALaterCallWithTheSameId) {
   EXPECT_EQ(nullptr, table.TakeSent(7));
 }
 
-TEST(ClientCallTableTest, ParkedCallsComeBackInOrderAndTakeAllEmptiesBoth) {
+TEST(ClientCallTableTest, HeldCallsComeBackInOrderAndTakeAllEmptiesBoth) {
   ClientCallTable table;
-  table.Park(std::make_shared<FakeCall>("p1"));
-  table.Park(std::make_shared<FakeCall>("p2"));
-  auto parked = table.TakeParked();
-  ASSERT_EQ(2u, parked.size());
-  EXPECT_EQ("p1", parked[0]->Describe());
-  EXPECT_EQ("p2", parked[1]->Describe());
-  EXPECT_TRUE(table.TakeParked().empty());
+  table.Hold(std::make_shared<FakeCall>("p1"));
+  table.Hold(std::make_shared<FakeCall>("p2"));
+  auto held = table.TakeHeld();
+  ASSERT_EQ(2u, held.size());
+  EXPECT_EQ("p1", held[0]->Describe());
+  EXPECT_EQ("p2", held[1]->Describe());
+  EXPECT_TRUE(table.TakeHeld().empty());
 
-  table.Park(std::make_shared<FakeCall>("waiting"));
+  table.Hold(std::make_shared<FakeCall>("waiting"));
   table.AddSent(3, std::make_shared<FakeCall>("sent"));
   auto all = table.TakeAll();
   ASSERT_EQ(2u, all.size());
   EXPECT_EQ("waiting", all[0]->Describe());
   EXPECT_EQ("sent", all[1]->Describe());
   EXPECT_EQ(0u, table.sent());
-  EXPECT_TRUE(table.TakeParked().empty());
+  EXPECT_TRUE(table.TakeHeld().empty());
   EXPECT_TRUE(table.TakeAll().empty());
 }
 

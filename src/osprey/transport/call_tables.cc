@@ -4,10 +4,10 @@
 
 namespace osprey::transport {
 
-std::deque<std::shared_ptr<ClientCall>> ClientCallTable::TakeParked() {
-  std::deque<std::shared_ptr<ClientCall>> parked;
-  parked.swap(parked_);
-  return parked;
+std::deque<std::shared_ptr<ClientCall>> ClientCallTable::TakeHeld() {
+  std::deque<std::shared_ptr<ClientCall>> held;
+  held.swap(held_);
+  return held;
 }
 
 int32_t ClientCallTable::NextFreeId() {
@@ -38,10 +38,10 @@ void ClientCallTable::ForgetSent(int32_t id, const ClientCall* call) {
 
 std::vector<std::shared_ptr<ClientCall>> ClientCallTable::TakeAll() {
   std::vector<std::shared_ptr<ClientCall>> all;
-  all.reserve(parked_.size() + sent_.size());
-  for (auto& c : parked_) all.push_back(std::move(c));
+  all.reserve(held_.size() + sent_.size());
+  for (auto& c : held_) all.push_back(std::move(c));
   for (auto& [id, c] : sent_) all.push_back(std::move(c));
-  parked_.clear();
+  held_.clear();
   sent_.clear();
   return all;
 }

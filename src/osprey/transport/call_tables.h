@@ -1,7 +1,7 @@
 // The calls in flight on one connection, one table per role.
 //
 // ClientCallTable: a client connection's calls from the time they are
-// queued until they complete: those parked until negotiation ends, and
+// queued until they complete: those held until negotiation ends, and
 // those sent, by call id. It chooses call ids: counting up from 0,
 // wrapping at INT32_MAX to 0 (negative ids are the protocol's), never one
 // in use.
@@ -63,9 +63,9 @@ class ClientCallTable {
   explicit ClientCallTable(int32_t first_id = 0) : next_id_(first_id) {}
 
   // Waits for negotiation to end.
-  void Park(std::shared_ptr<ClientCall> call) { parked_.push_back(std::move(call)); }
-  // The parked calls, in the order they came.
-  std::deque<std::shared_ptr<ClientCall>> TakeParked();
+  void Hold(std::shared_ptr<ClientCall> call) { held_.push_back(std::move(call)); }
+  // The held calls, in the order they came.
+  std::deque<std::shared_ptr<ClientCall>> TakeHeld();
 
   // An id no sent call uses.
   int32_t NextFreeId();
@@ -77,18 +77,18 @@ class ClientCallTable {
   void ForgetSent(int32_t id, const ClientCall* call);
 
   size_t sent() const { return sent_.size(); }
-  // f(const ClientCall&, bool sent) for each call, parked then sent.
+  // f(const ClientCall&, bool sent) for each call, held then sent.
   template <class F>
   void ForEach(F&& f) const {
-    for (const auto& c : parked_) f(*c, false);
+    for (const auto& c : held_) f(*c, false);
     for (const auto& [id, c] : sent_) f(*c, true);
   }
-  // Every call, parked first, leaving the table empty.
+  // Every call, held first, leaving the table empty.
   std::vector<std::shared_ptr<ClientCall>> TakeAll();
 
  private:
   int32_t next_id_;
-  std::deque<std::shared_ptr<ClientCall>> parked_;
+  std::deque<std::shared_ptr<ClientCall>> held_;
   std::unordered_map<int32_t, std::shared_ptr<ClientCall>> sent_;
 };
 

@@ -1,12 +1,17 @@
 // ClientCall: what a client connection carries for one call: a request frame
 // out and one completion in. The rpc layer's OutboundCall implements it.
 //
-// Everything here runs under the loop lock of the reactor that owns the
-// call's connection: on its thread, or on a thread acting in its place (a
-// sender that borrowed it, a blocking caller reading its own answer). The
-// call completes exactly once, whichever comes first of its response, its
-// deadline, a cancel, or the failure of its connection; its user callback
-// runs on the reactor thread itself (Finish says how).
+// Once a reactor took the call (Reactor::AssignCall), its transport state
+// (connection, call id, deadline timer) is that reactor's, under its loop
+// lock: on its thread, or on a thread acting in its place (a sender that
+// borrowed it, a blocking caller reading its own answer); the analysis
+// checks it (GUARDED_BY, AssertOnReactor). Any thread: finished(),
+// RequestCancel(), cancel_requested(). Before it is queued, the caller
+// sets it up (the set_ methods) and, if no reactor takes it, fails it on
+// its own thread (FailUnsent). The call completes exactly once,
+// whichever comes first of its response, its deadline, a cancel, or the
+// failure of its connection; its user callback runs on the reactor thread
+// itself (Finish says how).
 #pragma once
 
 #include <atomic>
@@ -18,6 +23,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/transport/connection_key.h"
+#include "osprey/transport/reactor.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/wire/frame.h"
 #include "osprey/wire/frame_encoder.h"
@@ -34,7 +40,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
 
   // Serializes the request frame with the call id the connection chose.
   virtual Status BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) = 0;
-  // Exactly one of these two runs, once, under the loop lock.
+  // Exactly one of these two runs, once: under the loop lock, or for a
+  // call no reactor took, OnFailure on the thread of FailUnsent.
   virtual void OnResponse(wire::InboundResponse frame) = 0;
   virtual void OnFailure(const Status& status) = 0;
   // For error messages: "kudu.rpc_test.CalculatorService.Add".
@@ -88,7 +95,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   MonoTime LoopTime() const;
   // Reactor thread: the request was handed to a connection to send, so the
   // server may have it.
-  bool may_have_reached_server() const { return call_id_ >= 0; }
+  bool may_have_reached_server() const {
+    AssertOnReactor();
+    return call_id_ >= 0;
+  }
   Reactor* reactor() const { return reactor_; }
 
  private:
@@ -104,6 +114,13 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   bool Finish(const Status& status);
   bool FinishWithResponse(wire::InboundResponse frame);
   void ReleaseTransportState();
+  // Checks (in assertion builds) that this thread holds the loop lock of
+  // the call's reactor, and tells the analysis so: the transport fields
+  // below are that lock's. Before a reactor took the call there is none
+  // to check, and those fields are still as constructed.
+  void AssertOnReactor() const ASSERT_CAPABILITY(reactor_->loop_mu_) {
+    if (reactor_ != nullptr) reactor_->AssertCurrentThread();
+  }
   // Reactor thread: makes the next fallback address, if any is left, the
   // destination.
   bool TakeFallback() {
@@ -118,11 +135,17 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancel_requested_{false};
   bool no_user_code_ = false;
+  // Set by the reactor that takes the call (Reactor::AssignCall), on its
+  // thread, before any other thread may finish it; the same reactor for
+  // every address the call tries.
   Reactor* reactor_ = nullptr;
-  Connection* conn_ = nullptr;  // the connection it waits on, if any
-  int32_t call_id_ = -1;
-  TimerId timer_id_;
-  MonoDelta timeout_;
+  // Written by that reactor and its connection (friends), under its loop
+  // lock, which the analysis checks: AssertOnReactor() where the lock
+  // held is not provably the call's reactor's.
+  Connection* conn_ GUARDED_BY(reactor_->loop_mu_) = nullptr;  // the connection it waits on
+  int32_t call_id_ GUARDED_BY(reactor_->loop_mu_) = -1;
+  TimerId timer_id_ GUARDED_BY(reactor_->loop_mu_);
+  MonoDelta timeout_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<const std::vector<Sockaddr>> fallbacks_;
   size_t next_fallback_ = 0;
 };

@@ -54,7 +54,7 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
       route_(role == Role::kClient),
       pre_auth_(std::move(pre_auth)),
       last_activity_(MonoTime::Now()) {
-  // Raised to max_frame_size when the connection opens (OpenFrameLimit).
+  // Raised to max_frame_size when the connection opens (RaiseFrameLimit).
   size_t max =
       std::min(reactor->options().max_negotiation_frame_size, reactor->options().max_frame_size);
   if (role == Role::kClient) {
@@ -79,6 +79,13 @@ void Connection::RaiseFrameLimit() {
   size_t max = reactor_->options().max_frame_size;
   if (response_decoder_) response_decoder_->set_max_frame_size(max);
   if (request_decoder_) request_decoder_->set_max_frame_size(max);
+}
+
+void Connection::FixIdentity(AuthenticatedIdentity identity) {
+  DCHECK(!identity_fixed_.load(std::memory_order_relaxed))
+      << ToString() << ": identity fixed twice";
+  identity_ = std::move(identity);
+  identity_fixed_.store(true, std::memory_order_release);
 }
 
 void Connection::CountIn(std::shared_ptr<std::atomic<int64_t>> counter) {
@@ -197,8 +204,8 @@ void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>*
       const std::string* method = t.method.load(std::memory_order_acquire);
       c.method = method != nullptr ? *method : "(not routed yet)";
       c.remote = remote_;
-      c.user = identity_.user;
-      c.principal = identity_.principal;
+      c.user = identity().user;  // a lambda: the analysis does not see the lock held
+      c.principal = identity().principal;
       c.elapsed = now - t.received;
       c.state = t.running.load(std::memory_order_relaxed) ? "running" : "queued";
     });
@@ -211,7 +218,7 @@ void Connection::CollectCalls(MonoTime now, size_t limit, std::vector<CallInfo>*
     CallInfo& c = out->emplace_back();
     c.method = call.Describe();
     c.remote = remote_;
-    c.user = identity_.user;
+    c.user = identity().user;
     c.elapsed = now - call.started();
     c.state = sent ? "awaiting response" : "awaiting negotiation";
   });

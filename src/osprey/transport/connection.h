@@ -13,8 +13,13 @@
 //    InboundCallHandler.
 //
 // Owned by its Reactor (shared with server calls that will answer on it).
-// Every method runs on that reactor's thread, except QueueResponse and the
-// const accessors of values fixed at construction.
+// Every method runs under that reactor's loop lock (on its thread or a
+// thread acting in its place: Reactor::TryRunHere, RunHere), and says so:
+// REQUIRES, or reactor_->AssertCurrentThread(). Except, on any thread:
+// QueueResponse, NoteAnsweredConnections (the calling thread's own slot),
+// closed_any_thread, identity() and user() once negotiation fixed them,
+// and the accessors of values fixed at construction (role, remote,
+// reactor).
 #pragma once
 
 #include <atomic>
@@ -59,10 +64,17 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   const Sockaddr& remote() const { return remote_; }
   Reactor* reactor() const { return reactor_; }
   // Client: the user it authenticates as. Server: set when SASL succeeds.
-  const std::string& user() const { return identity_.user; }
+  const std::string& user() const { return identity().user; }
   // Server: who the client proved to be, and how; set when SASL succeeds,
-  // before any call is read, and fixed from then on.
-  const AuthenticatedIdentity& identity() const { return identity_; }
+  // before any call is read, and fixed from then on (FixIdentity). Any
+  // thread once fixed: a worker reads it for a call of this connection,
+  // whose hand-off orders the read after the write; before that, only the
+  // reactor's thread or its borrower. Both checked in assertion builds.
+  const AuthenticatedIdentity& identity() const NO_THREAD_SAFETY_ANALYSIS {
+    DCHECK(identity_fixed_.load(std::memory_order_acquire) || reactor_->IsCurrentThread())
+        << "a connection's identity read off its reactor before negotiation fixed it";
+    return identity_;
+  }
 
   // Server: counts this connection in `counter` until it is destroyed.
   void CountIn(std::shared_ptr<std::atomic<int64_t>> counter);
@@ -126,7 +138,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     return role_ == Role::kClient ? client_calls_.sent() : server_calls_.size();
   }
 
-  // Reactor thread (or its borrower). On a clear open connection with
+  // Under the loop lock. On a clear open connection with
   // nothing left to write, a thread that would otherwise sleep until the
   // reactor wakes it waits on the socket itself: a client's blocking
   // caller whose call is the only one the connection awaits
@@ -199,6 +211,9 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   bool LooksLikeHttp() const REQUIRES(reactor_->loop_mu_);
   // Hands the socket to an HttpConnection on this reactor.
   void BecomeHttp() REQUIRES(reactor_->loop_mu_);
+  // The identity negotiation settled on, from now on read-only: set once,
+  // when negotiation ends and before the first call is read.
+  void FixIdentity(AuthenticatedIdentity identity) REQUIRES(reactor_->loop_mu_);
   // Tells the messenger's metrics how many bytes wait for this peer.
   void PublishQueuedBytes() REQUIRES(reactor_->loop_mu_);
   void ReadAvailable() REQUIRES(reactor_->loop_mu_);
@@ -286,7 +301,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   Socket socket_;
   const Sockaddr remote_;
   const std::string host_;
-  AuthenticatedIdentity identity_;
+  // Written on the loop only, until FixIdentity(); read-only from then on,
+  // when identity() lets any thread read it.
+  AuthenticatedIdentity identity_ GUARDED_BY(reactor_->loop_mu_);
+  std::atomic<bool> identity_fixed_{false};
   State state_ GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> closed_{false};
   bool retired_ GUARDED_BY(reactor_->loop_mu_) = false;

@@ -127,7 +127,9 @@ Status Connection::ApplyClientSteps(const NegotiationSteps& steps) {
   if (steps.done) {
     wire::ConnectionContextPB context;
     OSPREY_RETURN_NOT_OK(client_negotiator_->ConnectionContext(&context));
-    identity_.method = client_negotiator_->method();
+    AuthenticatedIdentity identity = identity_;
+    identity.method = client_negotiator_->method();
+    FixIdentity(std::move(identity));
     RequestHeader header;
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, context);
@@ -180,16 +182,17 @@ void Connection::QueueCall(std::shared_ptr<ClientCall> call) {
     call->Finish(close_reason_.ok() ? Status::NetworkError("connection closed") : close_reason_);
     return;
   }
+  call->AssertOnReactor();
   call->conn_ = this;
   if (state_ == State::kOpen) {
     SendCall(std::move(call));
   } else {
-    client_calls_.Park(std::move(call));
+    client_calls_.Hold(std::move(call));
   }
 }
 
 void Connection::SendPendingCalls() {
-  for (auto& c : client_calls_.TakeParked()) {
+  for (auto& c : client_calls_.TakeHeld()) {
     if (!c->finished()) SendCall(std::move(c));
   }
 }
@@ -219,6 +222,7 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
     call->Finish(s);
     return;
   }
+  call->AssertOnReactor();
   call->call_id_ = id;
   client_calls_.AddSent(id, std::move(call));
   QueueFrame(std::move(frame));
@@ -229,8 +233,9 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
 
 void Connection::ForgetCall(ClientCall* call) {
   reactor_->AssertCurrentThread();
+  call->AssertOnReactor();
   if (call->call_id_ >= 0) client_calls_.ForgetSent(call->call_id_, call);
-  // A call still waiting for negotiation stays parked and is skipped once
+  // A call still waiting for negotiation stays held and is skipped once
   // finished.
   call->conn_ = nullptr;
 }

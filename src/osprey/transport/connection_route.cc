@@ -79,7 +79,7 @@ WakeRoute::Actions Connection::MoveRoute(WakeRoute::Event event, bool calls_awai
 
 void Connection::RestoreReadInterest() {
   reactor_->AssertCurrentThread();
-  if (!MoveRoute(WakeRoute::Event::kReadInterestDue).sync_epoll) return;
+  if (!MoveRoute(WakeRoute::Event::kRestoreReadInterest).sync_epoll) return;
   Status s = SyncEpollEvents();
   if (!s.ok()) Shutdown(s);
 }

@@ -125,7 +125,7 @@ Status Connection::HandleServerNegotiation(const wire::InboundRequest& frame) {
   if (steps.tls_handshake_done) session = server_negotiator_->TakeTlsSession();
   ApplyNegotiationSteps(steps, server_negotiator_->agreed(), std::move(session));
   if (steps.done) {
-    identity_ = server_negotiator_->identity();
+    FixIdentity(server_negotiator_->identity());
     state_ = State::kAwaitingContext;
   }
   return Status::OK();

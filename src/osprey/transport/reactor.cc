@@ -159,6 +159,7 @@ void Reactor::Unpark(const ParkedConnection& parked) {
 
 ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   AssertCurrentThread();
+  call->AssertOnReactor();
   Connection* conn = call->conn_;
   if (!options_.caller_reads || conn == nullptr || call->finished()) return {};
   // The request must be on the wire before the caller sleeps on the answer.
@@ -199,7 +200,7 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
 
 void Reactor::EndTurn() {
   FlushRequested();
-  RestoreRequestedReadInterest();
+  RestoreReadInterest();
 }
 
 void Reactor::EndBorrow() {
@@ -329,6 +330,7 @@ void Reactor::AbortCallIfAlive(Reactor* reactor, std::shared_ptr<ClientCall> cal
 void Reactor::AbortCall(std::shared_ptr<ClientCall> call, const Status& why) {
   Schedule([call = std::move(call), why]() {
     if (call->finished()) return;
+    call->AssertOnReactor();
     if (call->conn_ != nullptr) call->conn_->ForgetCall(call.get());
     call->Finish(why);
   });
@@ -438,7 +440,7 @@ void Reactor::RequestReadInterest(Connection* conn) {
   read_interest_list_.push_back(conn);
 }
 
-void Reactor::RestoreRequestedReadInterest() {
+void Reactor::RestoreReadInterest() {
   // Connections closed meanwhile are still in the table's closed list:
   // the pointers are good until this loop iteration ends.
   std::vector<Connection*> conns;
@@ -546,7 +548,9 @@ void Reactor::CloseAllConnections(const Status& why) {
 void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {
   AssertCurrentThread();
   if (call->finished()) return;  // cancelled before it got here
+  DCHECK(call->reactor_ == nullptr || call->reactor_ == this);
   call->reactor_ = this;
+  call->AssertOnReactor();
   if (closing()) {
     call->Finish(Status::Aborted("messenger " + name_ + " is shutting down"));
     return;
@@ -570,6 +574,7 @@ void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {
     ClientCall* raw = call.get();
     call->timer_id_ = ScheduleTimer(call->deadline(), [raw]() {
       std::shared_ptr<ClientCall> keep = raw->shared_from_this();
+      raw->AssertOnReactor();  // a timer runs on the reactor's thread
       raw->timer_id_ = {};
       if (raw->finished()) return;
       std::string where = raw->conn_ ? raw->conn_->remote().ToString() : "the server";

@@ -5,10 +5,16 @@
 // whole queue drained once per loop), and fires timers (call deadlines,
 // negotiation and idle timeouts).
 //
-// Schedule(), ScheduleCall(), ScheduleResponse(), TryRunHere() and
-// Shutdown() may be called from any thread; every other method only on the
-// reactor's thread, or by a thread that TryRunHere() lets act in its place
-// (it holds the reactor's loop lock meanwhile). They assert it.
+// Any thread may call Schedule(), ScheduleCall(), ScheduleResponse(),
+// AbortCall(), AbortCallIfAlive(), TryRunHere(), Shutdown(), closing(),
+// IsCurrentThread(), OnAnyReactorThread() and LoopTimeOrNow(); a thread
+// that is not a reactor's and holds no loop lock calls RunHere(),
+// ParkForWorker(), WaitForRequest(), WaitAsReader() and Unpark(), which
+// take the loop lock themselves where they need it. Every other method
+// runs only on the reactor's thread, or on a thread acting in its place
+// (TryRunHere, RunHere: it holds the loop lock meanwhile), and says so to
+// the analysis: REQUIRES(loop_mu_), or AssertCurrentThread(), which also
+// checks it in assertion builds.
 #pragma once
 
 #include <glog/logging.h>
@@ -289,8 +295,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // A connection asks to be written at the end of this loop iteration.
   void RequestFlush(Connection* conn);
   // A dormant connection (Connection::RestoreReadInterest) was sent a
-  // call: it gets EPOLLIN back before this reactor sleeps or its borrower
-  // leaves, unless a caller parks it first.
+  // call: its read interest is restored before this reactor sleeps or its
+  // borrower leaves, unless a caller parks it first.
   void RequestReadInterest(Connection* conn);
   // The connection closed: forget it.
   void RemoveConnection(Connection* conn);
@@ -305,6 +311,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // A connection's state is guarded by its reactor's loop lock too.
   friend class Connection;
   friend class HttpConnection;
+  friend class ClientCall;
 
   void Loop();
   void RunTasks() REQUIRES(loop_mu_);
@@ -321,7 +328,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void EndBorrow() RELEASE(loop_mu_);
   bool BorrowedHere() const;
   void FlushRequested() REQUIRES(loop_mu_);
-  void RestoreRequestedReadInterest() REQUIRES(loop_mu_);
+  // Restores the read interest of the connections that requested it
+  // (RequestReadInterest) and are still dormant.
+  void RestoreReadInterest() REQUIRES(loop_mu_);
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
   template <class F>
   bool Post(F&& add);
@@ -336,7 +345,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // machine-wide checks come first, before the thread's own back-off
   // counts the wait: checked after it, b sync was 0.92x (12 ABBA runs).
   // A template (defined in reactor.cc, its only user): no std::function
-  // made per wait.
+  // made per wait (AdaptiveSpin still calls its clock, a std::function,
+  // once per spin iteration).
   template <class Poll>
   bool SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const;
   // The one spin-then-wait of the reactor, a caller and a worker:

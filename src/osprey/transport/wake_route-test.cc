@@ -14,8 +14,8 @@ namespace {
 using Route = WakeRoute::Route;
 using Event = WakeRoute::Event;
 
-constexpr Event kEvents[] = {Event::kCallerParks, Event::kWorkerParks,     Event::kUnpark,
-                             Event::kCallSent,    Event::kReadInterestDue, Event::kClose};
+constexpr Event kEvents[] = {Event::kCallerParks, Event::kWorkerParks,         Event::kUnpark,
+                             Event::kCallSent,    Event::kRestoreReadInterest, Event::kClose};
 
 // A route reached the way a connection reaches it.
 WakeRoute Reach(bool client, Route route) {
@@ -28,7 +28,7 @@ WakeRoute Reach(bool client, Route route) {
       r.Apply(Event::kCallerParks);
       r.Apply(Event::kUnpark, /*calls_awaited=*/false);
       break;
-    case Route::kDormantReadRequested:
+    case Route::kDormantReadInterestRequested:
       r.Apply(Event::kCallerParks);
       r.Apply(Event::kUnpark, /*calls_awaited=*/false);
       r.Apply(Event::kCallSent);
@@ -71,27 +71,28 @@ const Cell kCells[] = {
     {C, Route::kReactor, Event::kWorkerParks, kAwaited, kIllegal, Route::kReactor, ""},
     {C, Route::kReactor, Event::kUnpark, kAwaited, kIllegal, Route::kReactor, ""},
     {C, Route::kReactor, Event::kCallSent, kAwaited, kLegal, Route::kReactor, ""},
-    {C, Route::kReactor, Event::kReadInterestDue, kAwaited, kLegal, Route::kReactor, ""},
+    {C, Route::kReactor, Event::kRestoreReadInterest, kAwaited, kLegal, Route::kReactor, ""},
     {C, Route::kReactor, Event::kClose, kAwaited, kLegal, Route::kClosed, "c"},
     // Client, dormant: parked and dormant have one mask, so no sync.
     {C, Route::kDormant, Event::kCallerParks, kAwaited, kLegal, Route::kParkedByCaller, ""},
     {C, Route::kDormant, Event::kWorkerParks, kAwaited, kIllegal, Route::kDormant, ""},
     {C, Route::kDormant, Event::kUnpark, kAwaited, kIllegal, Route::kDormant, ""},
-    {C, Route::kDormant, Event::kCallSent, kAwaited, kLegal, Route::kDormantReadRequested, "r"},
-    {C, Route::kDormant, Event::kReadInterestDue, kAwaited, kLegal, Route::kDormant, ""},
+    {C, Route::kDormant, Event::kCallSent, kAwaited, kLegal, Route::kDormantReadInterestRequested,
+     "r"},
+    {C, Route::kDormant, Event::kRestoreReadInterest, kAwaited, kLegal, Route::kDormant, ""},
     {C, Route::kDormant, Event::kClose, kAwaited, kLegal, Route::kClosed, "c"},
     // Client, dormant with EPOLLIN asked for.
-    {C, Route::kDormantReadRequested, Event::kCallerParks, kAwaited, kLegal, Route::kParkedByCaller,
-     ""},
-    {C, Route::kDormantReadRequested, Event::kWorkerParks, kAwaited, kIllegal,
-     Route::kDormantReadRequested, ""},
-    {C, Route::kDormantReadRequested, Event::kUnpark, kAwaited, kIllegal,
-     Route::kDormantReadRequested, ""},
-    {C, Route::kDormantReadRequested, Event::kCallSent, kAwaited, kLegal,
-     Route::kDormantReadRequested, ""},
-    {C, Route::kDormantReadRequested, Event::kReadInterestDue, kAwaited, kLegal, Route::kReactor,
-     "s"},
-    {C, Route::kDormantReadRequested, Event::kClose, kAwaited, kLegal, Route::kClosed, "c"},
+    {C, Route::kDormantReadInterestRequested, Event::kCallerParks, kAwaited, kLegal,
+     Route::kParkedByCaller, ""},
+    {C, Route::kDormantReadInterestRequested, Event::kWorkerParks, kAwaited, kIllegal,
+     Route::kDormantReadInterestRequested, ""},
+    {C, Route::kDormantReadInterestRequested, Event::kUnpark, kAwaited, kIllegal,
+     Route::kDormantReadInterestRequested, ""},
+    {C, Route::kDormantReadInterestRequested, Event::kCallSent, kAwaited, kLegal,
+     Route::kDormantReadInterestRequested, ""},
+    {C, Route::kDormantReadInterestRequested, Event::kRestoreReadInterest, kAwaited, kLegal,
+     Route::kReactor, "s"},
+    {C, Route::kDormantReadInterestRequested, Event::kClose, kAwaited, kLegal, Route::kClosed, "c"},
     // Client, parked by its caller.
     {C, Route::kParkedByCaller, Event::kCallerParks, kAwaited, kIllegal, Route::kParkedByCaller,
      ""},
@@ -100,8 +101,8 @@ const Cell kCells[] = {
     {C, Route::kParkedByCaller, Event::kUnpark, kAwaited, kLegal, Route::kReactor, "s"},
     {C, Route::kParkedByCaller, Event::kUnpark, kNone, kLegal, Route::kDormant, ""},
     {C, Route::kParkedByCaller, Event::kCallSent, kAwaited, kLegal, Route::kParkedByCaller, ""},
-    {C, Route::kParkedByCaller, Event::kReadInterestDue, kAwaited, kLegal, Route::kParkedByCaller,
-     ""},
+    {C, Route::kParkedByCaller, Event::kRestoreReadInterest, kAwaited, kLegal,
+     Route::kParkedByCaller, ""},
     {C, Route::kParkedByCaller, Event::kClose, kAwaited, kLegal, Route::kClosedWithWaiter, "w"},
     // Client, closed while its caller waited.
     {C, Route::kClosedWithWaiter, Event::kCallerParks, kAwaited, kIllegal, Route::kClosedWithWaiter,
@@ -110,7 +111,7 @@ const Cell kCells[] = {
      ""},
     {C, Route::kClosedWithWaiter, Event::kUnpark, kNone, kLegal, Route::kClosed, "c"},
     {C, Route::kClosedWithWaiter, Event::kCallSent, kAwaited, kLegal, Route::kClosedWithWaiter, ""},
-    {C, Route::kClosedWithWaiter, Event::kReadInterestDue, kAwaited, kLegal,
+    {C, Route::kClosedWithWaiter, Event::kRestoreReadInterest, kAwaited, kLegal,
      Route::kClosedWithWaiter, ""},
     {C, Route::kClosedWithWaiter, Event::kClose, kAwaited, kLegal, Route::kClosedWithWaiter, ""},
     // Client, closed.
@@ -118,14 +119,14 @@ const Cell kCells[] = {
     {C, Route::kClosed, Event::kWorkerParks, kAwaited, kIllegal, Route::kClosed, ""},
     {C, Route::kClosed, Event::kUnpark, kAwaited, kIllegal, Route::kClosed, ""},
     {C, Route::kClosed, Event::kCallSent, kAwaited, kLegal, Route::kClosed, ""},
-    {C, Route::kClosed, Event::kReadInterestDue, kAwaited, kLegal, Route::kClosed, ""},
+    {C, Route::kClosed, Event::kRestoreReadInterest, kAwaited, kLegal, Route::kClosed, ""},
     {C, Route::kClosed, Event::kClose, kAwaited, kLegal, Route::kClosed, ""},
     // Server, from the reactor: a worker's park keeps EPOLLIN, so no sync.
     {S, Route::kReactor, Event::kCallerParks, kAwaited, kIllegal, Route::kReactor, ""},
     {S, Route::kReactor, Event::kWorkerParks, kAwaited, kLegal, Route::kParkedByWorker, ""},
     {S, Route::kReactor, Event::kUnpark, kAwaited, kIllegal, Route::kReactor, ""},
     {S, Route::kReactor, Event::kCallSent, kAwaited, kIllegal, Route::kReactor, ""},
-    {S, Route::kReactor, Event::kReadInterestDue, kAwaited, kLegal, Route::kReactor, ""},
+    {S, Route::kReactor, Event::kRestoreReadInterest, kAwaited, kLegal, Route::kReactor, ""},
     {S, Route::kReactor, Event::kClose, kAwaited, kLegal, Route::kClosed, "c"},
     // Server, parked by a worker.
     {S, Route::kParkedByWorker, Event::kCallerParks, kAwaited, kIllegal, Route::kParkedByWorker,
@@ -134,8 +135,8 @@ const Cell kCells[] = {
      ""},
     {S, Route::kParkedByWorker, Event::kUnpark, kNone, kLegal, Route::kReactor, ""},
     {S, Route::kParkedByWorker, Event::kCallSent, kAwaited, kIllegal, Route::kParkedByWorker, ""},
-    {S, Route::kParkedByWorker, Event::kReadInterestDue, kAwaited, kLegal, Route::kParkedByWorker,
-     ""},
+    {S, Route::kParkedByWorker, Event::kRestoreReadInterest, kAwaited, kLegal,
+     Route::kParkedByWorker, ""},
     {S, Route::kParkedByWorker, Event::kClose, kAwaited, kLegal, Route::kClosedWithWaiter, "w"},
     // Server, closed while its worker waited.
     {S, Route::kClosedWithWaiter, Event::kCallerParks, kAwaited, kIllegal, Route::kClosedWithWaiter,
@@ -145,7 +146,7 @@ const Cell kCells[] = {
     {S, Route::kClosedWithWaiter, Event::kUnpark, kAwaited, kLegal, Route::kClosed, "c"},
     {S, Route::kClosedWithWaiter, Event::kCallSent, kAwaited, kIllegal, Route::kClosedWithWaiter,
      ""},
-    {S, Route::kClosedWithWaiter, Event::kReadInterestDue, kAwaited, kLegal,
+    {S, Route::kClosedWithWaiter, Event::kRestoreReadInterest, kAwaited, kLegal,
      Route::kClosedWithWaiter, ""},
     {S, Route::kClosedWithWaiter, Event::kClose, kAwaited, kLegal, Route::kClosedWithWaiter, ""},
     // Server, closed.
@@ -153,7 +154,7 @@ const Cell kCells[] = {
     {S, Route::kClosed, Event::kWorkerParks, kAwaited, kIllegal, Route::kClosed, ""},
     {S, Route::kClosed, Event::kUnpark, kAwaited, kIllegal, Route::kClosed, ""},
     {S, Route::kClosed, Event::kCallSent, kAwaited, kIllegal, Route::kClosed, ""},
-    {S, Route::kClosed, Event::kReadInterestDue, kAwaited, kLegal, Route::kClosed, ""},
+    {S, Route::kClosed, Event::kRestoreReadInterest, kAwaited, kLegal, Route::kClosed, ""},
     {S, Route::kClosed, Event::kClose, kAwaited, kLegal, Route::kClosed, ""},
 };
 
@@ -183,7 +184,7 @@ TEST(WakeRouteTest, EveryCellLeadsWhereTheTableSays) {
 // Every reachable (role, route) pair has a row for every event.
 TEST(WakeRouteTest, TheTableCoversEveryRouteAndEvent) {
   const std::vector<Route> client_routes = {
-      Route::kReactor,        Route::kDormant,          Route::kDormantReadRequested,
+      Route::kReactor,        Route::kDormant,          Route::kDormantReadInterestRequested,
       Route::kParkedByCaller, Route::kClosedWithWaiter, Route::kClosed};
   const std::vector<Route> server_routes = {Route::kReactor, Route::kParkedByWorker,
                                             Route::kClosedWithWaiter, Route::kClosed};

@@ -10,8 +10,8 @@ std::string_view WakeRoute::Name(Route route) {
       return "reactor";
     case Route::kDormant:
       return "dormant";
-    case Route::kDormantReadRequested:
-      return "dormant, read asked for";
+    case Route::kDormantReadInterestRequested:
+      return "dormant, read interest requested";
     case Route::kParkedByCaller:
       return "parked by caller";
     case Route::kParkedByWorker:
@@ -34,8 +34,8 @@ std::string_view WakeRoute::Name(Event event) {
       return "unpark";
     case Event::kCallSent:
       return "call sent";
-    case Event::kReadInterestDue:
-      return "read interest due";
+    case Event::kRestoreReadInterest:
+      return "restore read interest";
     case Event::kClose:
       return "close";
   }

@@ -5,14 +5,26 @@
 // worker's set). Every cell of the table is tested (wake_route-test.cc),
 // and a random walk checks the invariants below after each step.
 //
+// Two words, each with one meaning throughout the transport:
+//  - "park": a thread other than the reactor (a blocking caller, a
+//    worker) waits on the connection's socket itself (Connection::Park).
+//    Calls waiting for negotiation to end are "held" (ClientCallTable).
+//  - "read interest": EPOLLIN for the socket in the reactor's epoll set. A
+//    dormant connection requests it (Reactor::RequestReadInterest) and the
+//    reactor restores it (RestoreReadInterest).
+// The route says who is woken when the socket turns readable; whoever
+// holds the loop lock reads it (in kParkedByWorker the reactor may still
+// be woken first and read the request; see Connection::ParkForWorker).
+//
 // Routes:
 //  - kReactor: the reactor's epoll set reads the socket.
 //  - kDormant: a client connection a blocking caller left with no call
 //    awaited; the reactor watches only for the peer's close (EPOLLRDHUP),
 //    so the next blocking call parks it without an epoll_ctl.
-//  - kDormantReadRequested: a call was sent on a dormant connection; the
-//    reactor gives EPOLLIN back before it sleeps or its borrower leaves
-//    (Reactor::RequestReadInterest), unless a caller parks it first.
+//  - kDormantReadInterestRequested: a call was sent on a dormant
+//    connection; the reactor restores its read interest before it sleeps
+//    or its borrower leaves (Reactor::RequestReadInterest), unless a
+//    caller parks it first.
 //  - kParkedByCaller: a client's blocking caller polls the socket itself
 //    (Reactor::ParkForCaller); no EPOLLIN in the reactor's set.
 //  - kParkedByWorker: a server's worker waits on the connection's own
@@ -44,19 +56,19 @@ class WakeRoute {
   enum class Route {
     kReactor,
     kDormant,
-    kDormantReadRequested,
+    kDormantReadInterestRequested,
     kParkedByCaller,
     kParkedByWorker,
     kClosedWithWaiter,
     kClosed,
   };
   enum class Event {
-    kCallerParks,      // client: a blocking caller will read the answer
-    kWorkerParks,      // server: a worker will wait for the next request
-    kUnpark,           // the waiter is done (Unpark)
-    kCallSent,         // client: a call went out
-    kReadInterestDue,  // the reactor's end of iteration (RestoreReadInterest)
-    kClose,            // the connection closed (Shutdown)
+    kCallerParks,          // client: a blocking caller will read the answer
+    kWorkerParks,          // server: a worker will wait for the next request
+    kUnpark,               // the waiter is done (Unpark)
+    kCallSent,             // client: a call went out
+    kRestoreReadInterest,  // the reactor's end of iteration (RestoreReadInterest)
+    kClose,                // the connection closed (Shutdown)
   };
   // What the connection must do after a transition.
   struct Actions {
@@ -76,7 +88,7 @@ class WakeRoute {
            route_ == Route::kClosedWithWaiter;
   }
   bool dormant() const {
-    return route_ == Route::kDormant || route_ == Route::kDormantReadRequested;
+    return route_ == Route::kDormant || route_ == Route::kDormantReadInterestRequested;
   }
   bool closed() const { return route_ == Route::kClosed || route_ == Route::kClosedWithWaiter; }
   // Whether the reactor's set should have EPOLLIN for the socket now.
@@ -137,14 +149,14 @@ inline WakeRoute::Actions WakeRoute::Apply(Event event, bool calls_awaited) {
     case Event::kCallSent:
       if (!client_) return illegal();
       if (from == Route::kDormant) {  // closed or parked: nothing to ask for
-        to = Route::kDormantReadRequested;
+        to = Route::kDormantReadInterestRequested;
         a.request_read_interest = true;
       }
       break;
-    case Event::kReadInterestDue:
+    case Event::kRestoreReadInterest:
       // Entries of the reactor's list may be stale (the connection parked,
       // or closed, since): only a pending request does anything.
-      if (from == Route::kDormantReadRequested) to = Route::kReactor;
+      if (from == Route::kDormantReadInterestRequested) to = Route::kReactor;
       break;
     case Event::kClose:
       if (closed()) break;  // Shutdown is idempotent
@@ -175,7 +187,7 @@ inline void WakeRoute::Enter(Route to) {
       << "closed without waking the parked caller";
   DCHECK(to != Route::kClosed || route_ != Route::kParkedByWorker)
       << "closed without waking the parked worker";
-  DCHECK(!(to == Route::kDormant || to == Route::kDormantReadRequested) || client_)
+  DCHECK(!(to == Route::kDormant || to == Route::kDormantReadInterestRequested) || client_)
       << "a server connection never goes dormant";
   route_ = to;
 }
