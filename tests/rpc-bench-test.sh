@@ -32,10 +32,11 @@ RUN_LIMIT=60  # seconds any single rpc-bench run may take before it is a failure
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/rpc-bench-test.XXXXXX")"
 SERVER_PID=""
 SERVER2_PID=""  # the second server of a set
+ETCD_PID=""     # the etcd of the registration check
 cleanup() {
   # Only the servers this script started, by their PIDs.
   local pid
-  for pid in "$SERVER_PID" "$SERVER2_PID"; do
+  for pid in "$SERVER_PID" "$SERVER2_PID" "$ETCD_PID"; do
     if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
       kill -KILL "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -509,7 +510,8 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-lb=bogus" "-lb=round_robin" "-server_address=127.0.0.1:9 -lb=p2c" \
            "-drain_grace_ms=100" "-server_only -drain_grace_ms=-1" "-handler_factor=0" \
            "-handler_factor=1001" "-server_address=127.0.0.1:9 -handler_factor=2" \
-           "-server_address=127.0.0.1:9,127.0.0.1:notaport"; do
+           "-server_address=127.0.0.1:9,127.0.0.1:notaport" \
+           "-register_at=etcd://127.0.0.1:2379/x" "-server_only -register_at=notatarget"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -838,6 +840,39 @@ grep -Eq '^rpc-bench: SIGTERM: drained in [0-9]+ ms \(grace 10000 ms\), exiting$
   { show "$TMP/server.err"; fail "no 'drained' line"; }
 ms="$(sed -n 's/^rpc-bench: SIGTERM: drained in \([0-9]*\) ms.*/\1/p' "$TMP/server.err")"
 [[ $ms -ge 500 ]] || { show "$TMP/server.err"; fail "drained in $ms ms: it did not wait for the call in flight"; }
+
+# ------------------------------- registration in a real etcd (issue 50)
+# -server_only -register_at puts its address in etcd; a client on the
+# etcd:// target finds it there and calls it. Needs Debian's etcd-server
+# (scripts/install-deps.sh installs it); skipped, saying so, without it.
+if [[ -x /usr/bin/etcd ]]; then
+  CHECK="-server_only -register_at etcd:// and a client on that target"
+  read -r CP PP < <(/usr/bin/python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+  /usr/bin/etcd --name rb --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$CP" \
+    --advertise-client-urls "http://127.0.0.1:$CP" --listen-peer-urls "http://127.0.0.1:$PP" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$PP" --initial-cluster "rb=http://127.0.0.1:$PP" \
+    >"$TMP/etcd.log" 2>&1 </dev/null &
+  ETCD_PID=$!
+  for _ in $(seq 1 100); do  # up to 10 s
+    curl -sf "http://127.0.0.1:$CP/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  TARGET="etcd://127.0.0.1:$CP/osprey-rpc-bench-test"
+  start_server -register_at "$TARGET"
+  run registered -server_address "$TARGET" "${SMALL[@]}" -mode sync
+  status=$RC
+  stop_server
+  kill "$ETCD_PID" 2>/dev/null || true
+  wait "$ETCD_PID" 2>/dev/null || true
+  [[ $status -eq 0 ]] || { show "$TMP/registered.out" "$TMP/registered.err" "$TMP/etcd.log"; fail "exit status $status, expected 0"; }
+  grep -q "^Reqs/sec:" "$TMP/registered.out" || { show "$TMP/registered.out"; fail "no report"; }
+else
+  echo "rpc-bench-test: skipped the etcd registration check: /usr/bin/etcd is missing (apt-get install etcd-server)"
+fi
 
 # ---------------------------------------------------- wrong answers mid-run
 if [[ -n "$WRONG_SERVER" ]]; then

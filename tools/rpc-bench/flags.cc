@@ -71,6 +71,11 @@ DEFINE_int32(drain_grace_ms, 10000,
              "-server_only: on SIGTERM the server drains (Messenger::Drain): new calls are "
              "refused ERROR_UNAVAILABLE as not run, those held finish and are answered, then it "
              "exits 0; at the latest this many milliseconds after the signal, 0 to 3600000");
+DEFINE_string(register_at, "",
+              "-server_only: register the address it listens on in etcd, "
+              "etcd://HOST:PORT[,HOST:PORT]/PREFIX (MessengerBuilder::set_registry, a 5 s "
+              "lease kept alive; SIGTERM's drain withdraws it first), so that clients on that "
+              "target find it; empty: nowhere");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
             "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
@@ -284,6 +289,7 @@ constexpr HelpLine kHelp[] = {
     {"lb", "a set: p2c, round_robin or hash"},
     {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
     {"drain_grace_ms", "-server_only: SIGTERM drains for at most this long"},
+    {"register_at", "-server_only: register in etcd://HOST:PORT/PREFIX"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},
     {"metrics", "count calls; serve /metrics, /rpcz and more"},
@@ -470,6 +476,9 @@ void ValidateFlags() {
   if (FLAGS_drain_grace_ms < 0 || FLAGS_drain_grace_ms > 3600000) {
     BadFlag("-drain_grace_ms must be from 0 to 3600000, got " +
             std::to_string(FLAGS_drain_grace_ms));
+  }
+  if (!FLAGS_server_only && !FLAGS_register_at.empty()) {
+    BadFlag("-register_at registers a -server_only server; it takes no effect otherwise");
   }
   if (!FLAGS_server_only && !IsDefault("drain_grace_ms")) {
     BadFlag("-drain_grace_ms is how long a -server_only server drains on SIGTERM");

@@ -28,6 +28,7 @@ DECLARE_bool(rpc_encrypt_loopback_connections);
 DECLARE_bool(enable_encryption);
 DECLARE_bool(server_only);
 DECLARE_int32(drain_grace_ms);
+DECLARE_string(register_at);
 DECLARE_int32(rpc_service_queue_length);
 DECLARE_bool(fail_on_refusal);
 DECLARE_string(listen);

@@ -82,6 +82,7 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
   // Unset otherwise: a server that requires encryption or authentication
   // then serves no pages on its RPC port (they name every client).
   if (http_apart) b.set_http_on_rpc_port(false);
+  if (!FLAGS_register_at.empty()) b.set_registry(FLAGS_register_at);
   s = b.Build(&server);
   ServicePoolOptions pool;
   pool.worker_threads = FLAGS_worker_threads;
