@@ -410,9 +410,14 @@ for m, mode in enumerate(modes):
     if first["payload_bytes"] > 0:
         o.append(f"Payload bytes:    {first['payload_bytes']}")
     o.append(f"Errors:           {errors}")
-    o.append(f"Refused (queue full): {refused}" +
-             (" (the server's service queue was full: raise its --rpc_service_queue_length)"
-              if refused else ""))
+    # Refusals by the server's reason, as rpc-bench's own report counts
+    # them (its text report gives each reason's advice).
+    reasons = {}
+    for r in parts:
+        for k, v in r.get("refused_by_reason", {}).items():
+            reasons[k] = reasons.get(k, 0) + v
+    o.append(f"Refused:          {refused}")
+    o += [f"  Refused, {k}: {v}" for k, v in sorted(reasons.items()) if v]
     if first_error:
         o.append(f"First error:      {first_error}")
     # (b) The merged percentiles.
@@ -427,7 +432,9 @@ for m, mode in enumerate(modes):
         if r["errors"]:
             marks += f", FAILED {r['errors']} calls"
         if r.get("refused", 0):
-            marks += f", REFUSED {r['refused']} calls (queue full)"
+            why = ", ".join(f"{k} {v}" for k, v in sorted(r.get("refused_by_reason", {}).items())
+                            if v)
+            marks += f", REFUSED {r['refused']} calls ({why})"
         o.append(f"  host {index} ({addr}): calls {r['calls']}, reqs/sec {num(round(host_rate))}, "
                  f"p99 {num(own['p99'])}us{marks}")
         per_host.append({"host": index, "address": addr, "calls": r["calls"],
@@ -443,6 +450,7 @@ for m, mode in enumerate(modes):
         "worker_threads": first["worker_threads"], "server_reactors": first["server_reactors"],
         "run_seconds": first["run_seconds"], "payload_bytes": first["payload_bytes"],
         "total_calls": calls, "errors": errors, "refused": refused,
+        "refused_by_reason": reasons,
         "reqs_per_sec": float(num(rate)),
         "user_cpu_us_per_req": float(num(user_us / per_req)),
         "sys_cpu_us_per_req": float(num(sys_us / per_req)),
