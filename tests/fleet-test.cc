@@ -128,6 +128,29 @@ TEST(FleetTest, AServerThatIsGoneFailsNoCallAndIsEjected) {
   EXPECT_LE(report[1].calls, 2) << "tried once, then ejected for a second";
 }
 
+// A call held on `server` (its Sleep waits until released), and the
+// server draining behind it, from a thread of its own: the drain cannot
+// end before the held call is released and answered.
+struct HeldCallAndDrain {
+  SleepRequestPB req;
+  SleepResponsePB resp;
+  RpcController ctl;
+  CountDownLatch done{1};
+  std::thread drainer;
+  void Start(const std::shared_ptr<Messenger>& client, TestServer* server) {
+    CalculatorServiceProxy direct(client, server->address);
+    req.set_sleep_micros(CalculatorService::kHeldSleep);
+    ctl.set_timeout(MonoDelta::FromSeconds(30));
+    direct.SleepAsync(req, &resp, &ctl, [this] { done.CountDown(); });
+    ASSERT_TRUE(server->service->WaitForSleepsStarted(1));
+    drainer = std::thread([server] { server->messenger->Drain(MonoDelta::FromSeconds(20)); });
+    ASSERT_TRUE(WaitUntil([server] { return server->messenger->draining(); }));
+  }
+  ~HeldCallAndDrain() {
+    if (drainer.joinable()) drainer.join();
+  }
+};
+
 // Drain: new calls are refused "did not run" and moved at once to another
 // server, the ones it holds finish, /healthz says "draining", and Drain
 // returns once they are answered.
@@ -138,18 +161,8 @@ TEST(FleetTest, ADrainingServerFinishesItsCallsAndItsNewCallsMoveElsewhere) {
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, TargetOf(fleet.addrs));
   proxy.set_load_balancing(LoadBalancing::kRoundRobin);
-  // A call held on server 0 (it sleeps until released).
-  CalculatorServiceProxy direct(client, fleet.addrs[0]);
-  SleepRequestPB held_req;
-  held_req.set_sleep_micros(CalculatorService::kHeldSleep);
-  SleepResponsePB held_resp;
-  RpcController held_ctl;
-  held_ctl.set_timeout(MonoDelta::FromSeconds(30));
-  CountDownLatch held_done(1);
-  direct.SleepAsync(held_req, &held_resp, &held_ctl, [&] { held_done.CountDown(); });
-  ASSERT_TRUE(fleet.servers[0]->service->WaitForSleepsStarted(1));
-  std::thread drainer([&] { fleet.servers[0]->messenger->Drain(MonoDelta::FromSeconds(20)); });
-  ASSERT_TRUE(WaitUntil([&] { return fleet.servers[0]->messenger->draining(); }));
+  HeldCallAndDrain held;
+  ASSERT_NO_FATAL_FAILURE(held.Start(client, fleet.servers[0].get()));
   HttpClient http;
   HttpReply health;
   ASSERT_TRUE(http.Connect(fleet.addrs[0]).ok());
@@ -174,11 +187,11 @@ TEST(FleetTest, ADrainingServerFinishesItsCallsAndItsNewCallsMoveElsewhere) {
   EXPECT_GE(moved, 1) << "no call was refused by the draining server";
   EXPECT_LE(moved, 2) << "the client kept picking the draining server";
   // The held call finishes and is answered; then the drain ends.
-  EXPECT_FALSE(held_done.WaitFor(MonoDelta::FromMilliseconds(100)));
+  EXPECT_FALSE(held.done.WaitFor(MonoDelta::FromMilliseconds(100)));
   fleet.servers[0]->service->ReleaseHeldSleeps();
-  ASSERT_TRUE(held_done.WaitFor(MonoDelta::FromSeconds(10)));
-  EXPECT_TRUE(held_ctl.status().ok()) << held_ctl.status().ToString();
-  drainer.join();
+  ASSERT_TRUE(held.done.WaitFor(MonoDelta::FromSeconds(10)));
+  EXPECT_TRUE(held.ctl.status().ok()) << held.ctl.status().ToString();
+  held.drainer.join();
   EXPECT_TRUE(fleet.servers[0]->messenger->shutting_down());
 }
 
@@ -191,17 +204,8 @@ TEST(FleetTest, ADrainingServerRefusesWithErrorUnavailable) {
   CalculatorServiceProxy proxy(client, fleet.addrs[0]);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 1, MonoDelta::FromSeconds(5)).ok());
   // Hold a call so that the drain waits, and call meanwhile.
-  CalculatorServiceProxy sleeper(client, fleet.addrs[0]);
-  SleepRequestPB req;
-  req.set_sleep_micros(CalculatorService::kHeldSleep);
-  SleepResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(30));
-  CountDownLatch done(1);
-  sleeper.SleepAsync(req, &resp, &ctl, [&] { done.CountDown(); });
-  ASSERT_TRUE(fleet.servers[0]->service->WaitForSleepsStarted(1));
-  std::thread drainer([&] { fleet.servers[0]->messenger->Drain(MonoDelta::FromSeconds(20)); });
-  ASSERT_TRUE(WaitUntil([&] { return fleet.servers[0]->messenger->draining(); }));
+  HeldCallAndDrain held;
+  ASSERT_NO_FATAL_FAILURE(held.Start(client, fleet.servers[0].get()));
   AddRequestPB add;
   add.set_x(1);
   add.set_y(2);
@@ -214,8 +218,7 @@ TEST(FleetTest, ADrainingServerRefusesWithErrorUnavailable) {
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_UNAVAILABLE, add_ctl.error_response()->code());
   EXPECT_NE(std::string::npos, s.message().find("did not run")) << s.ToString();
   fleet.servers[0]->service->ReleaseHeldSleeps();
-  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-  drainer.join();
+  ASSERT_TRUE(held.done.WaitFor(MonoDelta::FromSeconds(10)));
 }
 
 // --- Server processes (test_server) ---

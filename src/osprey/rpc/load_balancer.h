@@ -46,6 +46,17 @@ struct ServerView {
   uint64_t id = 0;  // a stable hash of its address (ServerIdOf)
 };
 
+// What a client knows of one server of a set, for reports
+// (Proxy::servers(), ServerSet::Report()): its address, the attempts sent
+// to it, and whether it is ejected or draining now.
+struct ServerReport {
+  std::string address;
+  int64_t calls = 0;
+  int64_t outstanding = 0;
+  bool ejected = false;
+  bool draining = false;
+};
+
 // The id of the server at `address` for consistent hashing: the same on
 // every client and in every run.
 uint64_t ServerIdOf(std::string_view address);

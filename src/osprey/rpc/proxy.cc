@@ -92,13 +92,8 @@ void Proxy::set_outlier_detection(bool on) {
   if (servers_ != nullptr) servers_->set_ejection(on);
 }
 
-std::vector<Proxy::ServerReport> Proxy::servers() const {
-  std::vector<ServerReport> out;
-  if (servers_ == nullptr) return out;
-  for (const ServerSet::ServerReport& r : servers_->Report()) {
-    out.push_back({r.address, r.calls, r.outstanding, r.ejected, r.draining});
-  }
-  return out;
+std::vector<ServerReport> Proxy::servers() const {
+  return servers_ == nullptr ? std::vector<ServerReport>() : servers_->Report();
 }
 
 void Proxy::AsyncRequest(const std::string& method, const google::protobuf::Message& request,

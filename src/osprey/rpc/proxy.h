@@ -93,13 +93,7 @@ class Proxy {
   void set_outlier_detection(bool on);
   // A set of servers only: each server's address, with the attempts sent
   // to it, and whether it is ejected or draining now.
-  struct ServerReport {
-    std::string address;
-    int64_t calls = 0;
-    int64_t outstanding = 0;
-    bool ejected = false;
-    bool draining = false;
-  };
+  using ServerReport = osprey::ServerReport;
   std::vector<ServerReport> servers() const;
   // An etcd target's: whether its watch of etcd is established now; false
   // while etcd is unreachable, when the servers are the last known. True

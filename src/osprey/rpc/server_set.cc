@@ -297,7 +297,7 @@ size_t ServerSet::size() const {
   return servers_.size();
 }
 
-std::vector<ServerSet::ServerReport> ServerSet::Report() const {
+std::vector<ServerReport> ServerSet::Report() const {
   MutexLock l(mu_);
   const MonoTime now = Now();
   std::vector<ServerReport> out;

@@ -135,13 +135,6 @@ class ServerSet {
   Sockaddr first() const EXCLUDES(mu_);
   size_t size() const EXCLUDES(mu_);
   // For tests, reports and /metrics: each server's address and its calls.
-  struct ServerReport {
-    std::string address;
-    int64_t calls = 0;
-    int64_t outstanding = 0;
-    bool ejected = false;
-    bool draining = false;
-  };
   std::vector<ServerReport> Report() const EXCLUDES(mu_);
 
   ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, Options options);
