@@ -39,16 +39,16 @@ inline std::string ForgedFrame(int32_t call_id, const google::protobuf::MessageL
   return s.ok() ? f->ToString() : std::string();
 }
 
-// Relays one connection to `target` as above; one thread, every wait
-// bounded (20 ms polls, at most 30 s in all); stops when destroyed.
-class ForgingRelay {
+// What both relays below share: a listener beside `target` (the loopback
+// address of its family, any port), one thread that accepts one client and
+// connects it to the target, every wait bounded (20 ms polls, 30 s in
+// all). A relay calls StopAndJoin() in its own destructor, before its own
+// members go.
+class OneConnectionRelay {
  public:
-  ForgingRelay(const Sockaddr& target, std::string forged)
+  OneConnectionRelay(const Sockaddr& target, std::string forged)
       : target_(target), forged_(std::move(forged)) {}
-  ~ForgingRelay() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
+  virtual ~OneConnectionRelay() = default;
 
   Status Start(Sockaddr* addr) {
     Sockaddr local = target_;
@@ -61,6 +61,41 @@ class ForgingRelay {
     return Status::OK();
   }
 
+ protected:
+  void StopAndJoin() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // The relay thread: one client, connected to the target; false if none
+  // came by `give_up` or the target refused.
+  bool AcceptAndConnect(MonoTime give_up, Socket* client, Socket* server) {
+    while (!stop_ && MonoTime::Now() < give_up) {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 20) != 1) continue;
+      Sockaddr remote;
+      if (!listener_.Accept(client, &remote, false).ok()) return false;
+      break;
+    }
+    return client->fd() >= 0 && server->Init(target_).ok() && server->Connect(target_).ok();
+  }
+  virtual void Run() = 0;
+
+  const Sockaddr target_;
+  const std::string forged_;
+  std::atomic<bool> stop_{false};
+
+ private:
+  Socket listener_;
+  std::thread thread_;
+};
+
+// Relays one connection to `target` as above; one thread, every wait
+// bounded (20 ms polls, at most 30 s in all); stops when destroyed.
+class ForgingRelay : public OneConnectionRelay {
+ public:
+  using OneConnectionRelay::OneConnectionRelay;
+  ~ForgingRelay() override { StopAndJoin(); }
+
   // Whether the relay began to send the forged bytes to the client: the
   // server had switched to records by then.
   bool injected() const { return injected_.load(); }
@@ -68,17 +103,10 @@ class ForgingRelay {
   int frames_relayed() const { return frames_relayed_.load(); }
 
  private:
-  void Run() {
+  void Run() override {
     const MonoTime give_up = MonoTime::Now() + MonoDelta::FromSeconds(30);
     Socket client, server;
-    while (!stop_ && MonoTime::Now() < give_up) {
-      pollfd p{listener_.fd(), POLLIN, 0};
-      if (::poll(&p, 1, 20) != 1) continue;
-      Sockaddr remote;
-      if (!listener_.Accept(&client, &remote, false).ok()) return;
-      break;
-    }
-    if (client.fd() < 0 || !server.Init(target_).ok() || !server.Connect(target_).ok()) return;
+    if (!AcceptAndConnect(give_up, &client, &server)) return;
     std::string from_server;  // not yet relayed
     bool records = false;
     while (!stop_ && MonoTime::Now() < give_up) {
@@ -120,11 +148,7 @@ class ForgingRelay {
     }
   }
 
-  const Sockaddr target_;
-  const std::string forged_;
-  Socket listener_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false}, injected_{false};
+  std::atomic<bool> injected_{false};
   std::atomic<int> frames_relayed_{0};
 };
 
@@ -137,25 +161,10 @@ class ForgingRelay {
 // the relay keeps it from the server and answers the client with `forged`
 // instead (a clear SASL_SUCCESS and call results). A client that encrypts
 // sends records, which the relay passes on both ways untouched.
-class DowngradingRelay {
+class DowngradingRelay : public OneConnectionRelay {
  public:
-  DowngradingRelay(const Sockaddr& target, std::string forged)
-      : target_(target), forged_(std::move(forged)) {}
-  ~DowngradingRelay() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
-  Status Start(Sockaddr* addr) {
-    Sockaddr local = target_;
-    local.set_port(0);
-    OSPREY_RETURN_NOT_OK(listener_.Init(local));
-    OSPREY_RETURN_NOT_OK(listener_.Bind(local));
-    OSPREY_RETURN_NOT_OK(listener_.Listen(1));
-    OSPREY_RETURN_NOT_OK(listener_.GetLocalAddress(addr));
-    thread_ = std::thread([this] { Run(); });
-    return Status::OK();
-  }
+  using OneConnectionRelay::OneConnectionRelay;
+  ~DowngradingRelay() override { StopAndJoin(); }
 
   // The server's NEGOTIATE reached the client with TLS_AUTHENTICATION_ONLY
   // added (the attack was tried).
@@ -278,17 +287,10 @@ class DowngradingRelay {
     return ok;
   }
 
-  void Run() {
+  void Run() override {
     const MonoTime give_up = MonoTime::Now() + MonoDelta::FromSeconds(30);
     Socket client, server;
-    while (!stop_ && MonoTime::Now() < give_up) {
-      pollfd p{listener_.fd(), POLLIN, 0};
-      if (::poll(&p, 1, 20) != 1) continue;
-      Sockaddr remote;
-      if (!listener_.Accept(&client, &remote, false).ok()) return;
-      break;
-    }
-    if (client.fd() < 0 || !server.Init(target_).ok() || !server.Connect(target_).ok()) return;
+    if (!AcceptAndConnect(give_up, &client, &server)) return;
     while (!stop_ && MonoTime::Now() < give_up) {
       pollfd fds[2] = {{client.fd(), POLLIN, 0}, {server.fd(), POLLIN, 0}};
       if (::poll(fds, 2, 20) <= 0) continue;
@@ -304,14 +306,10 @@ class DowngradingRelay {
     }
   }
 
-  const Sockaddr target_;
-  const std::string forged_;
-  Socket listener_;
-  std::thread thread_;
   // Relay thread only.
   std::string from_client_, from_server_;
   bool header_done_ = false;
-  std::atomic<bool> stop_{false}, rewrote_{false}, downgraded_{false}, client_records_{false},
+  std::atomic<bool> rewrote_{false}, downgraded_{false}, client_records_{false},
       server_records_{false};
   mutable std::mutex mu_;
   std::string clear_after_handshake_;
