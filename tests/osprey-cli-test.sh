@@ -532,6 +532,39 @@ section_tls() {
   expect_rc 0
   expect_out '"result": 10'
 
+  # The attacker: a relay on loopback that tells the client the server takes
+  # TLS for authentication only (issue 47, finding 2). A client with a CA file
+  # must not ask for that, so its calls are encrypted even on loopback. Seen
+  # here from the server's side, on a server that would grant it: its
+  # /connections page says what each connection negotiated.
+  start lenient "listening on" "$TEST_SERVER" 0 --reflection --tls "$d/server.pem" "$d/server.key" \
+    --tls-loopback-authentication-only --http
+  local lenient="$ADDR"
+  # security_of_held_call ARGS...: a 1.5 s Sleep call with the given
+  # options, and the security the server lists for its connection meanwhile.
+  security_of_held_call() {
+    timeout "$CALL_LIMIT" "$OSPREY" call "$lenient" "$CALC.Sleep" '{"sleep_micros": 1500000}' \
+      "$@" >"$TMP/held.out" 2>"$TMP/held.err" </dev/null &
+    local held=$! i sec=""
+    for ((i = 0; i < 100; i++)); do
+      sec="$(curl -sf "http://$lenient/connections" | /usr/bin/python3 -c '
+import json, sys
+for c in json.load(sys.stdin)["connections"]:
+    if c["direction"] == "inbound" and c["negotiated"]:
+        print(c["security"])' || true)"
+      [[ -z "$sec" ]] || break
+      sleep 0.02
+    done
+    wait "$held" || fail "the held call failed: $(cat "$TMP/held.err")"
+    SECURITY="$sec"
+  }
+  CHECK="without a CA file, a loopback client asks for TLS authentication only"
+  security_of_held_call --rpc_encryption required
+  [[ "$SECURITY" == tls_authentication_only ]] || fail "the server lists '$SECURITY'"
+  CHECK="--tls_ca_file alone encrypts loopback: the client does not ask for authentication only"
+  security_of_held_call --rpc_encryption required --tls_ca_file "$d/ca.pem"
+  [[ "$SECURITY" == tls_encrypted ]] || fail "the server lists '$SECURITY'"
+
   CHECK="--tls_ca_file of another CA: the server is not trusted, exit 1"
   osp call "$a" "$CALC.Add" '{"x": 5, "y": 5}' --rpc_encryption required \
     --rpc_encrypt_loopback_connections --tls_ca_file "$d/other.pem"

@@ -2,7 +2,10 @@
 // tests: a Messenger serving CalculatorService on 127.0.0.1:<port>
 // (argv[1]; 0 picks a free port), or on argv[1] itself when it is an
 // address (198.18.0.1:7050). After it, "--reflection" turns server
-// reflection on, "--tls CERT KEY" requires TLS with that certificate,
+// reflection on, "--tls CERT KEY" requires TLS with that certificate
+// ("--tls-loopback-authentication-only" then lets loopback clients ask for
+// TLS that only authenticates), "--http" serves the HTTP pages on the
+// RPC port even then,
 // "--drain-on-sigterm MS" makes SIGTERM drain it (Messenger::Drain, that
 // grace) and exit 0, and "--sleep-factor F" makes each Sleep call F times
 // as long (a slow server), "--register etcd://HOST:PORT/PREFIX" registers
@@ -23,7 +26,8 @@ int main(int argc, char** argv) {
   auto usage = [&] {
     std::fprintf(stderr,
                  "usage: %s <port>|<host:port> [--reflection] [--tls CERT KEY] "
-                 "[--drain-on-sigterm MS] [--sleep-factor F] [--register etcd://HOST:PORT/PREFIX] "
+                 "[--tls-loopback-authentication-only] [--http] [--drain-on-sigterm MS] "
+                 "[--sleep-factor F] [--register etcd://HOST:PORT/PREFIX] "
                  "[--register-ttl S]\n",
                  argv[0]);
     return 2;
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
   uint32_t sleep_factor = 1;
   std::string registry;
   int registry_ttl_s = 5;
+  bool loopback_authentication_only = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reflection") == 0) {
       builder.set_reflection(true);
@@ -42,6 +47,13 @@ int main(int argc, char** argv) {
           .set_rpc_encrypt_loopback(true)
           .set_tls_certificate_files(argv[i + 1], argv[i + 2]);
       i += 2;
+    } else if (std::strcmp(argv[i], "--tls-loopback-authentication-only") == 0) {
+      // Lets a client on loopback ask for TLS that authenticates without
+      // encrypting (a server that does not encrypt loopback itself), so a
+      // test can see which of the two a client asked for.
+      loopback_authentication_only = true;
+    } else if (std::strcmp(argv[i], "--http") == 0) {
+      builder.set_http_endpoints(true).set_http_on_rpc_port(true);
     } else if (std::strcmp(argv[i], "--drain-on-sigterm") == 0 && i + 1 < argc) {
       drain_ms = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--register") == 0 && i + 1 < argc) {
@@ -54,6 +66,7 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
+  if (loopback_authentication_only) builder.set_rpc_encrypt_loopback(false);
   if (!registry.empty()) {
     builder.set_registry(registry, osprey::MonoDelta::FromSeconds(registry_ttl_s));
   }
