@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan, library included) in
-# build-fuzz/ and runs each for the given number of seconds (default 60).
+# build-fuzz/ and runs each for the given number of seconds (default 60), as
+# many at once as there are CPUs (OSPREY_FUZZ_JOBS).
 #
 # Each fuzzer starts from a temporary copy of its seed corpus under fuzz/corpus/,
 # so new inputs it finds never end up in the repository. Exits non-zero if a
@@ -32,21 +33,34 @@ cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/osprey-fuzz.XXXXXX")"
 echo "run-fuzzers: working in $work"
+# One fuzzer per CPU at a time (OSPREY_FUZZ_JOBS): libFuzzer runs one
+# thread, and each still gets its full time.
+parallel="${OSPREY_FUZZ_JOBS:-$(nproc)}"
+run_one() {
+  local f="$1" corpus_name="${1%_fuzzer}"
+  local corpus="$work/$corpus_name/corpus" artifacts="$work/$corpus_name/artifacts"
+  mkdir -p "$corpus" "$artifacts"
+  cp "$root/fuzz/corpus/$corpus_name/"* "$corpus/"
+  # -timeout: a single input taking 10 s is a hang worth failing on.
+  "$build/fuzz/$f" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "$corpus" >"$work/$corpus_name/log" 2>&1
+}
+declare -A pid_of=()
+for f in "${fuzzers[@]}"; do
+  while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
+  echo "run-fuzzers: $f for ${seconds}s"
+  run_one "$f" &
+  pid_of[$f]=$!
+done
 status=0
 for f in "${fuzzers[@]}"; do
   corpus_name="${f%_fuzzer}"
-  corpus="$work/$corpus_name/corpus"
-  artifacts="$work/$corpus_name/artifacts"
-  mkdir -p "$corpus" "$artifacts"
-  cp "$root/fuzz/corpus/$corpus_name/"* "$corpus/"
-  echo "run-fuzzers: $f for ${seconds}s"
-  # -timeout: a single input taking 10 s is a hang worth failing on.
-  if ! "$build/fuzz/$f" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
-      -artifact_prefix="$artifacts/" "$corpus" >"$work/$corpus_name/log" 2>&1; then
+  if ! wait "${pid_of[$f]}"; then
     echo "run-fuzzers: $f FAILED; log and crash input under $work/$corpus_name" >&2
     tail -n 60 "$work/$corpus_name/log" >&2
     status=1
   else
+    echo "run-fuzzers: $f:"
     grep -E '^stat::(number_of_executed_units|new_units_added)' "$work/$corpus_name/log" || true
   fi
 done
