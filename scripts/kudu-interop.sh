@@ -41,6 +41,12 @@
 #      JSON and text format, a request sidecar, an exactly-once method, a
 #      server error, a timeout, full TLS, a refusal, and "no reflection on
 #      this server; give --proto" without the .proto
+#   9. drain: scripts/kudu-drain-client.cc, built against the peer, holds a
+#      call on an Osprey server that SIGTERM then drains, and calls Add on it
+#      and a second server with the retry rule of Kudu's clients: the
+#      draining server answers ERROR_UNAVAILABLE ("did not run"), which
+#      Kudu's clients retry; the call goes to the other server; the held
+#      call is answered and the server exits 0
 #
 # KUDU_COMMIT names the Kudu commit the peer was built from (build.sh prints
 # it), for the summary line.
@@ -294,8 +300,8 @@ osprey_client_cell() {
 }
 
 encs=(disabled optional required)
-# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens cli": a subset.
-only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens cli}"
+# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens cli drain": a subset.
+only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens cli drain}"
 section() { [[ " $only " == *" $1 "* ]]; }
 
 # --- 1 and 2: on loopback -------------------------------------------------------
@@ -593,6 +599,20 @@ if section kerberos; then
   fi
 fi
 
+# build_against_kudu KUDU_SOURCE SOURCE OUTPUT: a program of ours built
+# against the peer's own libraries and headers (Kudu's RPC, security and
+# test service), as Kudu's own binaries are.
+build_against_kudu() {
+  local ksrc=$1 source=$2 output=$3
+  g++ -std=c++17 -O1 -pthread -fno-strict-aliasing -Wno-deprecated-declarations \
+    -D__STDC_FORMAT_MACROS -DKUDU_HEADERS_USE_SHORT_STATUS_MACROS=1 -DKUDU_HEADERS_USE_RICH_SLICE=1 \
+    -DKUDU_HEADERS_NO_STUBS=1 -DKUDU_STATIC_DEFINE -I"$KUDU/gen" -I"$ksrc" \
+    -I"$(sed -n 's/^kudu_anchor_SOURCE_DIR:[A-Z]*=//p' "$KUDU/CMakeCache.txt")/stubs" \
+    "$source" -o "$output" "$KUDU/librtest_krpc.a" "$KUDU/libkudu_core.a" \
+    "$KUDU/libbase_proto.a" "$KUDU/libgutil.a" -lsasl2 -lgssapi_krb5 -lkrb5 -lk5crypto -lcom_err \
+    -lev -lssl -lcrypto -lprotobuf -lglog -lgflags -lunwind -lz -ldl -lrt
+}
+
 # --- 7: tokens Kudu's own TokenSigner issued ---------------------------------------
 
 if section tokens; then
@@ -603,13 +623,8 @@ if section tokens; then
     fail "tokens: no Kudu source or libkudu_core.a behind $KUDU (KUDU_SRC in its CMakeCache.txt)"
   elif [[ ! -x $token_test ]]; then
     fail "tokens: $token_test not found: run scripts/build.sh first"
-  elif ! g++ -std=c++17 -O1 -pthread -fno-strict-aliasing -Wno-deprecated-declarations \
-    -D__STDC_FORMAT_MACROS -DKUDU_HEADERS_USE_SHORT_STATUS_MACROS=1 -DKUDU_HEADERS_USE_RICH_SLICE=1 \
-    -DKUDU_HEADERS_NO_STUBS=1 -DKUDU_STATIC_DEFINE -I"$KUDU/gen" -I"$ksrc" \
-    -I"$(sed -n 's/^kudu_anchor_SOURCE_DIR:[A-Z]*=//p' "$KUDU/CMakeCache.txt")/stubs" \
-    scripts/kudu-token-issuer.cc -o "$tmp/kudu-token-issuer" "$KUDU/libkudu_core.a" \
-    "$KUDU/libbase_proto.a" "$KUDU/libgutil.a" -lsasl2 -lgssapi_krb5 -lkrb5 -lk5crypto -lcom_err \
-    -lev -lssl -lcrypto -lprotobuf -lglog -lgflags -lunwind -lz -ldl -lrt > "$tmp/issuer.log" 2>&1; then
+  elif ! build_against_kudu "$ksrc" scripts/kudu-token-issuer.cc "$tmp/kudu-token-issuer" \
+    > "$tmp/issuer.log" 2>&1; then
     fail "tokens: scripts/kudu-token-issuer.cc did not build against $KUDU: $(head -c 300 "$tmp/issuer.log")"
   else
     mkdir -p "$tmp/tokens"
@@ -695,6 +710,53 @@ if section cli; then
       call "$srv_addr" "$calc.Add" '{"x": 40, "y": 2}' --rpc_encryption required \
       --rpc_encrypt_loopback_connections "${kproto[@]}"
     stop_server "$srv_pid"
+  fi
+fi
+# --- 9: a Kudu client and a draining Osprey server ----------------------------------
+
+if section drain; then
+  echo "== Kudu client -> a draining Osprey server (SIGTERM), then another"
+  ksrc=$(sed -n 's/^KUDU_SRC:[A-Z]*=//p' "$KUDU/CMakeCache.txt" 2> /dev/null)
+  if [[ -z $ksrc || ! -f $KUDU/librtest_krpc.a ]]; then
+    fail "drain: no Kudu source or librtest_krpc.a behind $KUDU (KUDU_SRC in its CMakeCache.txt)"
+  elif ! build_against_kudu "$ksrc" scripts/kudu-drain-client.cc "$tmp/kudu-drain-client" \
+    > "$tmp/drain-client.log" 2>&1; then
+    fail "drain: scripts/kudu-drain-client.cc did not build against $KUDU: $(head -c 300 "$tmp/drain-client.log")"
+  else
+    start_osprey_server drain-a 127.0.0.1:0 -- -server_reactors 1 -drain_grace_ms 5000
+    a=$srv_addr a_pid=$srv_pid
+    start_osprey_server drain-b 127.0.0.1:0 -- -server_reactors 1
+    b=$srv_addr b_pid=$srv_pid
+    # A Kudu call running on A when the drain begins (2 s), which keeps the
+    # drain open and must be answered.
+    "$tmp/kudu-drain-client" "$a" 0 2000000 > "$tmp/held.out" 2> "$tmp/held.err" &
+    held_pid=$!
+    pids+=("$held_pid")
+    sleep 0.3
+    kill -TERM "$a_pid"
+    sleep 0.3
+    timeout 60 "$tmp/kudu-drain-client" "$a,$b" 20 > "$tmp/drain.out" 2> "$tmp/drain.err"
+    wait "$held_pid"
+    wait "$a_pid"
+    a_rc=$?
+    refusal=$(grep -m1 '^RETRIED ' "$tmp/drain.out")
+    if [[ $refusal == "RETRIED code=ERROR_UNAVAILABLE server=$a "*"did not run"* ]] &&
+      grep -q '^DONE calls=20 failures=0 retried=1$' "$tmp/drain.out"; then
+      pass "drain: a new call to the draining server is answered ERROR_UNAVAILABLE, which Kudu's clients retry; on the other server all 20 calls succeed (${refusal#RETRIED })"
+    else
+      fail "drain: expected one ERROR_UNAVAILABLE retried elsewhere and 20 calls: $(head -c 400 "$tmp/drain.out") $(head -c 200 "$tmp/drain.err")"
+    fi
+    if grep -q '^HELD ok' "$tmp/held.out"; then
+      pass "drain: the Kudu call running when the drain began is answered"
+    else
+      fail "drain: the Kudu call running when the drain began: $(head -c 300 "$tmp/held.out" "$tmp/held.err")"
+    fi
+    if [[ $a_rc == 0 ]] && grep -q 'drained in' "$tmp/drain-a.err"; then
+      pass "drain: the Osprey server exits 0 once drained ($(grep -o 'drained in [0-9]* ms' "$tmp/drain-a.err"))"
+    else
+      fail "drain: the Osprey server exited $a_rc: $(tail -c 300 "$tmp/drain-a.err")"
+    fi
+    stop_server "$b_pid"
   fi
 fi
 
