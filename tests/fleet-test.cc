@@ -221,6 +221,34 @@ TEST(FleetTest, ADrainingServerRefusesWithErrorUnavailable) {
   ASSERT_TRUE(held.done.WaitFor(MonoDelta::FromSeconds(10)));
 }
 
+// A drain with nothing held still waits for a quiet moment before it
+// closes: a client that has not yet sent to the server since the drain
+// began learns of it from a refusal, not from a connection that closes
+// under its call (whose outcome it could not know). Before, the quiet
+// window ran from the last refusal only, so with none yet the drain closed
+// at once, and FleetProcessTest's rolling restart lost a call in 10,000 so.
+TEST(FleetTest, ADrainWithNothingHeldStillRefusesACallSentJustAfterItBegan) {
+  InProcessFleet fleet;
+  ASSERT_NO_FATAL_FAILURE(fleet.Start(1));
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, fleet.addrs[0]);
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 1, MonoDelta::FromSeconds(5)).ok());  // connected
+  TestServer* server = fleet.servers[0].get();
+  std::thread drainer([server] { server->messenger->Drain(MonoDelta::FromSeconds(20)); });
+  ASSERT_TRUE(WaitUntil([server] { return server->messenger->draining(); }));
+  AddRequestPB add;
+  add.set_x(1);
+  add.set_y(2);
+  AddResponsePB sum;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(5));
+  Status s = proxy.Add(add, &sum, &ctl);
+  EXPECT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.message().find("did not run")) << s.ToString();
+  drainer.join();
+  EXPECT_TRUE(server->messenger->shutting_down());
+}
+
 // --- Server processes (test_server) ---
 
 // One call of an open loop: when it started (since the loop began), how
