@@ -99,8 +99,10 @@ struct ConnectionInfo {
   size_t calls_in_flight = 0;
   // Bytes queued to send that the socket has not taken yet.
   size_t outbound_queued_bytes = 0;
-  // Who reads its socket (transport::WakeRoute::Name): "reactor",
-  // "dormant", "parked by caller", "parked by worker", ...
+  // Diagnostic only, and not stable from one release to the next: who
+  // reads its socket now, an internal state's name
+  // (transport::WakeRoute::Name: "reactor", "dormant", "parked by caller",
+  // "parked by worker", ...). Shown on /connections; nothing should parse it.
   std::string wake_route;
 };
 

@@ -13,15 +13,6 @@
 
 namespace osprey {
 
-// Outside the unnamed namespace: MetricShards names it a friend.
-class MetricShardsTestPeer {
- public:
-  static constexpr int kShards = MetricShards::kShards;
-  static constexpr int kOwnedShards = MetricShards::kOwnedShards;
-  static int OwnedShardsInUse() { return MetricShards::OwnedShardsInUse(); }
-  static int SharedShard(uint32_t ticket) { return MetricShards::SharedShard(ticket); }
-};
-
 namespace {
 
 TEST(MetricsTest, CounterSumsEveryThreadsIncrements) {
@@ -44,9 +35,9 @@ TEST(MetricsTest, TheSharedShardCountWrapsIntoTheSharedShards) {
   for (uint64_t ticket :
        {uint64_t{0}, uint64_t{1}, uint64_t{INT32_MAX}, uint64_t{INT32_MAX} + 1,
         uint64_t{INT32_MAX} + 7, uint64_t{UINT32_MAX} - 1, uint64_t{UINT32_MAX}}) {
-    int s = MetricShardsTestPeer::SharedShard(static_cast<uint32_t>(ticket));
-    EXPECT_GE(s, MetricShardsTestPeer::kOwnedShards) << ticket;
-    EXPECT_LT(s, MetricShardsTestPeer::kShards) << ticket;
+    int s = MetricShards::SharedShard(static_cast<uint32_t>(ticket));
+    EXPECT_GE(s, MetricShards::kOwnedShards) << ticket;
+    EXPECT_LT(s, MetricShards::kShards) << ticket;
   }
 }
 
@@ -57,9 +48,9 @@ TEST(MetricsTest, CountsStayExactAsThreadsComeAndGoAndOutnumberTheOwnedShards) {
   Counter c;
   LatencyHistogram h;
   c.Increment();  // this thread's shard is taken before the baseline
-  const int owned_before = MetricShardsTestPeer::OwnedShardsInUse();
+  const int owned_before = MetricShards::OwnedShardsInUse();
   constexpr int kRounds = 3;
-  constexpr int kThreads = MetricShardsTestPeer::kShards + 4;
+  constexpr int kThreads = MetricShards::kShards + 4;
   constexpr int kEach = 5000;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::thread> threads;
@@ -73,7 +64,7 @@ TEST(MetricsTest, CountsStayExactAsThreadsComeAndGoAndOutnumberTheOwnedShards) {
     }
     for (auto& t : threads) t.join();
     // Every thread gave its owned shard back as it exited.
-    EXPECT_EQ(owned_before, MetricShardsTestPeer::OwnedShardsInUse());
+    EXPECT_EQ(owned_before, MetricShards::OwnedShardsInUse());
   }
   EXPECT_EQ(1 + int64_t{kRounds} * kThreads * kEach, c.value());
   LatencyHistogram::Reading r = h.Read();

@@ -37,21 +37,30 @@ namespace osprey {
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
 // How Counter and LatencyHistogram spread updates over per-thread shards.
-// Nothing here is for users: every member is private to the two classes
-// (and to the test's peer). Shards [0, kOwnedShards) are each owned by one
+// Users need none of it: the public members are read-only facts that
+// metrics-test checks (an installed header names no test peer), the rest is
+// private to the two classes. Shards [0, kOwnedShards) are each owned by one
 // thread at a time (taken on the thread's first update, given back when it
 // exits), so their owner adds with a plain load and store: an atomic
 // read-modify-write costs several times more, on every call. Later threads
 // share the remaining shards, round robin, with atomic adds.
 class MetricShards {
- private:
-  friend class Counter;
-  friend class LatencyHistogram;
-  friend class MetricShardsTestPeer;
-
+ public:
   static constexpr int kShards = 16;
   static constexpr int kOwnedShards = 12;
   static_assert(kOwnedShards < kShards && kOwnedShards <= 32);
+  // The shared shard of the `ticket`th thread to need one (any ticket:
+  // the count wraps).
+  static int SharedShard(uint32_t ticket) {
+    return kOwnedShards + static_cast<int>(ticket % uint32_t{kShards - kOwnedShards});
+  }
+  // How many owned shards threads hold now.
+  static int OwnedShardsInUse();
+
+ private:
+  friend class Counter;
+  friend class LatencyHistogram;
+
   // This thread's shard, or -1 before its first update. A
   // constant-initialized thread_local, so that reading it is one load.
   static constinit thread_local int this_thread_shard;
@@ -69,13 +78,6 @@ class MetricShards {
       v.fetch_add(n, std::memory_order_relaxed);
     }
   }
-  // The shared shard of the `ticket`th thread to need one (any ticket:
-  // the count wraps).
-  static int SharedShard(uint32_t ticket) {
-    return kOwnedShards + static_cast<int>(ticket % uint32_t{kShards - kOwnedShards});
-  }
-  // How many owned shards threads hold now.
-  static int OwnedShardsInUse();
   static int NextSharedShard();
   struct OwnedShardReturn;  // gives an owned shard back at thread exit
 };

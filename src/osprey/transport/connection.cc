@@ -8,22 +8,14 @@
 #include "osprey/transport/connection.h"
 
 #include <glog/logging.h>
-#include <limits.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <functional>
 
 #include "osprey/base/log_escape.h"
 #include "osprey/base/log_rate_limiter.h"
-#include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/connection_internal.h"
-#include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/transport_metrics.h"
 #include "osprey/wire/connection_header.h"
@@ -67,11 +59,7 @@ Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockadd
 Connection::~Connection() {
   if (open_counter_) open_counter_->fetch_sub(1);
   // No worker waits on them: a waiter holds a reference to this connection.
-  if (worker_set_fd_ >= 0) {
-    ::close(worker_set_fd_);
-    worker_wake_fd_.Close();
-    worker_sets_open.fetch_sub(1);
-  }
+  CloseWorkerSet();
 }
 
 void Connection::RaiseFrameLimit() {
@@ -240,16 +228,30 @@ ConnectionInfo Connection::Info() const {
   return info;
 }
 
+bool Connection::IsNegotiating() const {
+  return state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
+         (state_ == State::kAwaitingConnectionHeader && conn_header_got_ > 0);
+}
+
+void Connection::EnterOpen() {
+  state_ = State::kOpen;
+  RaiseFrameLimit();
+  if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
+  negotiation_timer_ = {};
+  if (TransportMetrics* m = reactor_->options().metrics.get()) {
+    const bool inbound = role_ == Role::kServer;
+    m->CountNegotiated(inbound, security_);
+    m->CountAuthenticated(inbound, identity_.method);
+  }
+}
+
 void Connection::Shutdown(const Status& why) {
   reactor_->AssertCurrentThread();
   if (state_ == State::kClosed) return;
   auto self = shared_from_this();
   if (TransportMetrics* m = reactor_->options().metrics.get()) {
-    // A negotiation that began (a peer that connects and says nothing is
-    // not one) and ended without the messenger shutting down.
-    bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
-                       (state_ == State::kAwaitingConnectionHeader && conn_header_got_ > 0);
-    if (negotiating && !why.IsAborted()) {
+    // Unless the messenger is shutting down.
+    if (IsNegotiating() && !why.IsAborted()) {
       m->CountNegotiationFailure(TransportMetrics::Classify(why));
     }
   }

@@ -184,10 +184,6 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     reactor_->AssertCurrentThread();
     return route_.parked();
   }
-  WakeRoute::Route wake_route() const {
-    reactor_->AssertCurrentThread();
-    return route_.route();
-  }
   // The socket a parked connection's caller polls; -1 once closed.
   int fd() const {
     reactor_->AssertCurrentThread();
@@ -220,6 +216,13 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Once open: frames may be max_frame_size long, no longer only
   // max_negotiation_frame_size.
   void RaiseFrameLimit() REQUIRES(reactor_->loop_mu_);
+  // The one way into kOpen, for both roles: the negotiation timer goes,
+  // frames may be max_frame_size long and the metrics count the
+  // negotiation and its authentication.
+  void EnterOpen() REQUIRES(reactor_->loop_mu_);
+  // A negotiation began (a peer that connects and says nothing has not
+  // begun one) and has not ended: what a failure of it is counted by.
+  bool IsNegotiating() const REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
   void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
   // Server, not yet open: charges what the decoder now buffers against the

@@ -1,26 +1,13 @@
 // A client connection's own work: responses matched to calls, the client
 // side of negotiation (Kerberos and TLS included), and sending calls.
 #include <glog/logging.h>
-#include <limits.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <functional>
 
-#include "osprey/base/log_rate_limiter.h"
 #include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_internal.h"
-#include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
-#include "osprey/transport/transport_metrics.h"
-#include "osprey/wire/connection_header.h"
 
 namespace osprey::transport {
 
@@ -133,15 +120,8 @@ Status Connection::ApplyClientSteps(const NegotiationSteps& steps) {
     RequestHeader header;
     header.set_call_id(kConnectionContextCallId);
     QueueMessage(&header, context);
-    state_ = State::kOpen;
-    RaiseFrameLimit();
+    EnterOpen();
     if (tls_ != nullptr) tls_->set_keep_raw_input(false);
-    if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
-    negotiation_timer_ = {};
-    if (TransportMetrics* m = reactor_->options().metrics.get()) {
-      m->CountNegotiated(/*inbound=*/false, security_);
-      m->CountAuthenticated(/*inbound=*/false, identity_.method);
-    }
     SendPendingCalls();
   }
   return Status::OK();

@@ -3,26 +3,17 @@
 // waiting worker and unparking it, dormant client connections, and the
 // worker's own epoll set.
 #include <glog/logging.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <functional>
 #include <utility>
 
-#include "osprey/base/log_rate_limiter.h"
-#include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_internal.h"
-#include "osprey/transport/http_connection.h"
-#include "osprey/transport/negotiation.h"
-#include "osprey/transport/transport_metrics.h"
-#include "osprey/wire/connection_header.h"
 
 namespace osprey::transport {
 

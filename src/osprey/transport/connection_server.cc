@@ -1,27 +1,13 @@
 // A server connection's own work: request frames to the InboundCallHandler,
 // the server side of negotiation, responses from any thread, and fatal
 // errors.
-#include <glog/logging.h>
-#include <limits.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <functional>
 
-#include "osprey/base/log_rate_limiter.h"
-#include "osprey/transport/blocking_worker.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_internal.h"
-#include "osprey/transport/http_connection.h"
 #include "osprey/transport/negotiation.h"
 #include "osprey/transport/transport_metrics.h"
-#include "osprey/wire/connection_header.h"
 
 namespace osprey::transport {
 
@@ -56,16 +42,9 @@ Status Connection::HandleRequestFrame(wire::InboundRequest frame) {
         SendFatalError(id, ErrorStatusPB::FATAL_UNAUTHORIZED, s);
         return s;
       }
-      state_ = State::kOpen;
       pre_auth_.Release();  // authenticated: no longer bounded as a stranger
-      RaiseFrameLimit();
+      EnterOpen();
       if (reactor_->options().worker_reads) OSPREY_RETURN_NOT_OK(MakeWorkerSet());
-      if (negotiation_timer_) reactor_->CancelTimer(negotiation_timer_);
-      negotiation_timer_ = {};
-      if (TransportMetrics* m = reactor_->options().metrics.get()) {
-        m->CountNegotiated(/*inbound=*/true, security_);
-        m->CountAuthenticated(/*inbound=*/true, identity_.method);
-      }
       return Status::OK();
     }
     case State::kOpen:
@@ -182,9 +161,7 @@ void Connection::SendFatalError(int32_t call_id, ErrorStatusPB::RpcErrorCodePB c
 void Connection::CloseAfterFatalError(const Status& why) {
   // A refused negotiation is a failed one: Shutdown, which counts those,
   // will see kClosingAfterFlush.
-  bool negotiating = state_ == State::kNegotiating || state_ == State::kAwaitingContext ||
-                     state_ == State::kAwaitingConnectionHeader;
-  if (TransportMetrics* m = reactor_->options().metrics.get(); m != nullptr && negotiating) {
+  if (TransportMetrics* m = reactor_->options().metrics.get(); m != nullptr && IsNegotiating()) {
     m->CountNegotiationFailure(TransportMetrics::Classify(why));
   }
   state_ = State::kClosingAfterFlush;
