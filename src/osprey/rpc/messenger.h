@@ -91,6 +91,19 @@ struct RememberedResults {
   std::function<MonoTime()> clock;
 };
 
+// The client's overload guards, per server it calls, as
+// MessengerBuilder::set_retry_budget and set_client_throttling set them;
+// the values here are the defaults, written once.
+struct ClientGuardOptions {
+  bool retry_budget = true;
+  double retry_budget_ratio = 0.1;
+  double retry_budget_min_per_second = 10;
+  MonoDelta retry_budget_window = MonoDelta::FromSeconds(10);
+  bool client_throttling = false;
+  double throttle_k = 2.0;
+  MonoDelta throttle_window = MonoDelta::FromSeconds(120);
+};
+
 class MessengerBuilder {
  public:
   explicit MessengerBuilder(std::string name);
@@ -273,15 +286,16 @@ class MessengerBuilder {
   // down, do not spend it: they are bounded by their policy's attempts and
   // backoff (a cut connection fails every call it carried at once, one
   // event that must not use up the budget call by call).
-  MessengerBuilder& set_retry_budget(bool enabled, double ratio = 0.1,
-                                     double min_retries_per_second = 10,
-                                     MonoDelta window = MonoDelta::FromSeconds(10));
+  MessengerBuilder& set_retry_budget(
+      bool enabled, double ratio = ClientGuardOptions().retry_budget_ratio,
+      double min_retries_per_second = ClientGuardOptions().retry_budget_min_per_second,
+      MonoDelta window = ClientGuardOptions().retry_budget_window);
   // Google SRE's adaptive throttling (ClientThrottle): a call is refused
   // locally, ServiceUnavailable and never sent, with probability
   // max(0, (requests - k x accepts) / (requests + 1)) over `window`. Off by
   // default.
-  MessengerBuilder& set_client_throttling(bool enabled, double k = 2.0,
-                                          MonoDelta window = MonoDelta::FromSeconds(120));
+  MessengerBuilder& set_client_throttling(bool enabled, double k = ClientGuardOptions().throttle_k,
+                                          MonoDelta window = ClientGuardOptions().throttle_window);
 
   // Registration (issue 50): once listening, the server registers its
   // address under `target` ("etcd://HOST:PORT[,HOST:PORT...]/PREFIX") with
@@ -316,13 +330,7 @@ class MessengerBuilder {
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;
   bool reflection_ = false;
-  bool retry_budget_ = true;
-  double retry_budget_ratio_ = 0.1;
-  double retry_budget_min_per_second_ = 10;
-  MonoDelta retry_budget_window_ = MonoDelta::FromSeconds(10);
-  bool client_throttling_ = false;
-  double throttle_k_ = 2.0;
-  MonoDelta throttle_window_ = MonoDelta::FromSeconds(120);
+  ClientGuardOptions guards_;
   std::string registry_;
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
 };
@@ -401,13 +409,7 @@ class Messenger {
     RememberedResults remembered;
     // Client overload guards (MessengerBuilder::set_retry_budget and
     // set_client_throttling).
-    bool retry_budget = true;
-    double retry_budget_ratio = 0.1;
-    double retry_budget_min_per_second = 10;
-    MonoDelta retry_budget_window;
-    bool client_throttling = false;
-    double throttle_k = 2.0;
-    MonoDelta throttle_window;
+    ClientGuardOptions guards;
     // Where Listen registers the server (set_registry); empty: nowhere.
     std::string registry;
     MonoDelta registry_ttl;
@@ -415,7 +417,7 @@ class Messenger {
   // Proxy: the overload guards of calls to `server`, or null when neither
   // applies (no throttling, and no retries: `retrying` false).
   std::shared_ptr<ServerGuards> GuardsFor(const Sockaddr& server, bool retrying);
-  bool client_throttling() const { return guard_settings_.client_throttling; }
+  bool client_throttling() const { return guard_settings_.guards.client_throttling; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);

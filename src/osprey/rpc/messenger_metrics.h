@@ -47,4 +47,11 @@ class MessengerMetrics {
   std::unordered_map<std::string, std::unique_ptr<ClientMethodMetrics>> client_ GUARDED_BY(mu_);
 };
 
+class ResultTracker;
+
+// The gauges and counters of the exactly-once memory (`t`) and of the
+// pooled large messages, in `r`: the server's part of /metrics that its
+// per-method metrics do not cover.
+void AddRememberedAnswerMetrics(MetricRegistry* r, std::shared_ptr<ResultTracker> t);
+
 }  // namespace osprey
