@@ -1,8 +1,11 @@
 // ServiceQueue: the bounded queue between the threads that read one
-// service's calls and the workers that run them: which call runs next,
-// which calls are refused, and when a queued call wakes a worker: one
-// asleep in Take(), or one waiting on a connection's socket (BeginPoll), by
-// writing the eventfd it registered.
+// service's calls and the workers that run them: it stores the calls,
+// decides which runs next, and sheds the stale ones. Which calls it
+// refuses is AdmissionRule's decision (admission.h), and when a queued
+// call wakes a worker (one asleep in Take(), or one waiting on a
+// connection's socket, BeginPoll, by writing the eventfd it registered) is
+// WorkerWakeups' (worker_wakeups.h); both are fed the queue's state here,
+// under its lock.
 //
 // Order: earliest deadline first, first come first served among equal
 // deadlines (Options::deadline_order; else first in, first out). A full
@@ -11,16 +14,17 @@
 //
 // Overload (Options::overload_control): QueueDelayControl watches how long
 // taken calls waited. Each call has a patience: the delay target, or an
-// eighth of the time its caller gave it when that is longer (Patience()).
-// A newcomer is refused when the calls it would wait behind hold more than
-// its patience's worth of work: from the start if it has a deadline
-// (Options::admit_by_patience), else once calls wait past the target
-// (watching or overloaded). While overloaded, the newest call (the latest deadline) is
-// taken first, and newcomers push out the calls that waited past their
-// patience. Always with overload_control, a newcomer that the calls ahead
-// of it would keep past its deadline is refused at once rather than left to
-// expire. Refusing is the caller's work: the queue hands back every call it
-// will not run, with the reason.
+// eighth of the time its caller gave it when that is longer
+// (AdmissionRule::Patience). A newcomer is refused when the calls it would
+// wait behind hold more than its patience's worth of work: from the start
+// if it has a deadline (Options::admit_by_patience), else once calls wait
+// past the target (watching or overloaded). While overloaded, the newest
+// call (the latest deadline) is taken first, and newcomers push out the
+// calls that waited past their patience. Always with overload_control, a
+// newcomer that the calls ahead of it would keep past its deadline is
+// refused at once rather than left to expire (AdmissionRule has the rule
+// cell by cell). Refusing is the caller's work: the queue hands back every
+// call it will not run, with the reason.
 //
 // Put() is called by whichever thread read the request under a reactor's
 // loop lock (the reactor, or a worker reading in its place), Take(),
@@ -42,25 +46,19 @@
 #include "osprey/base/event_fd.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
+#include "osprey/rpc/admission.h"
 #include "osprey/rpc/queue_delay_control.h"
+#include "osprey/rpc/worker_wakeups.h"
 
 namespace osprey {
 
 template <class Call>
 class ServiceQueue {
  public:
-  // Why a call is not queued (kQueued: it is). kEvicted and kWaitedTooLong
-  // are reasons only for calls pushed out after they were queued.
-  enum class PutResult {
-    kQueued,
-    kFull,               // queue_length calls queued, none with a later deadline
-    kOverloaded,         // calls wait past the target, and those ahead exceed its patience
-    kWouldMissDeadline,  // the calls ahead would keep it past its deadline
-    kShuttingDown,
-    kEvicted,        // pushed out of a full queue by a call with an earlier deadline
-    kWaitedTooLong,  // waited past its patience while overloaded
-    kExpired,        // its deadline passed while it waited
-  };
+  // Why a call is not queued (kQueued: it is). kEvicted, kWaitedTooLong
+  // and kExpired are reasons only for calls pushed out after they were
+  // queued.
+  using PutResult = QueuePutResult;
   // A call the queue will not run, for the caller to answer.
   struct Refused {
     std::unique_ptr<Call> call;
@@ -91,6 +89,7 @@ class ServiceQueue {
   explicit ServiceQueue(Options options)
       : options_(std::move(options)),
         capacity_(options_.capacity),
+        rule_(RuleSettings(options_)),
         control_(options_.delay_target, options_.delay_interval) {
     if (!options_.clock) options_.clock = [] { return MonoTime::Now(); };
     if (options_.workers < 1) options_.workers = 1;
@@ -160,9 +159,9 @@ class ServiceQueue {
   // not running a call.
   bool BeginPoll(EventFdRef wake_fd, int64_t last_run_ns) EXCLUDES(mu_) {
     MutexLock l(mu_);
-    if (shutting_down_ || queue_.size() > static_cast<size_t>(coming_)) return false;
+    if (shutting_down_ || !wakeups_.MayPoll(queue_.size())) return false;
     ReportRun(last_run_ns);
-    pollers_.push_back(wake_fd);
+    wakeups_.AddPoller(wake_fd);
     return true;
   }
   // The polling worker woke (its socket, or `wake_fd` written): it no
@@ -170,14 +169,7 @@ class ServiceQueue {
   // meanwhile, the one it is about to read included, is left to it.
   void EndPoll(EventFdRef wake_fd) EXCLUDES(mu_) {
     MutexLock l(mu_);
-    for (size_t i = 0; i < pollers_.size(); ++i) {
-      if (pollers_[i] == wake_fd) {
-        pollers_.erase(pollers_.begin() + static_cast<long>(i));
-        coming_++;
-        return;
-      }
-    }
-    // Put() or Shutdown() took it off the list, and counted it coming.
+    wakeups_.EndPoll(wake_fd);
   }
 
   // A worker's loop: reports how long its last call ran (`last_run_ns`, or
@@ -195,7 +187,7 @@ class ServiceQueue {
     const MonoTime now = options_.overload_control ? options_.clock() : MonoTime();
     {
       MutexLock l(mu_);
-      if (from_poll && coming_ > 0) coming_--;
+      if (from_poll) wakeups_.ArrivedFromPoll();
       if (!TakeLocked(out, last_run_ns, now, shed, &wake)) return false;
     }
     // Signalled after the lock is dropped, so the woken worker need not
@@ -212,9 +204,7 @@ class ServiceQueue {
       MutexLock l(mu_);
       shutting_down_ = true;
       left.swap(queue_);
-      for (EventFdRef fd : pollers_) fd.Signal();
-      coming_ += static_cast<int>(pollers_.size());
-      pollers_.clear();
+      wakeups_.WakeAllPollers();
     }
     not_empty_.Broadcast();
     return left;
@@ -238,11 +228,11 @@ class ServiceQueue {
   // Workers blocked in Take(), and workers running a call they took.
   int sleeping_workers() const EXCLUDES(mu_) {
     MutexLock l(mu_);
-    return sleeping_;
+    return wakeups_.sleeping();
   }
   int running_workers() const EXCLUDES(mu_) {
     MutexLock l(mu_);
-    return running_;
+    return wakeups_.running();
   }
 
  private:
@@ -252,6 +242,15 @@ class ServiceQueue {
     o.deadline_order = false;
     o.overload_control = false;
     return o;
+  }
+  static AdmissionRule::Settings RuleSettings(const Options& o) {
+    AdmissionRule::Settings s;
+    s.capacity = o.capacity;
+    s.workers = o.workers;
+    s.deadline_order = o.deadline_order;
+    s.overload_control = o.overload_control;
+    s.admit_by_patience = o.admit_by_patience;
+    return s;
   }
 
   PutResult PutLocked(std::unique_ptr<Call>* call, RefusedList* pushed_out, bool* wake)
@@ -268,30 +267,17 @@ class ServiceQueue {
     if (options_.deadline_order) {
       while (pos > 0 && queue_[pos - 1]->deadline() > c.deadline()) --pos;
     }
-    if (options_.overload_control && avg_run_ns_ > 0) {
-      const bool standing = control_.state() != QueueDelayControl::State::kNormal;
-      const bool has_deadline = c.deadline() != MonoTime::Max();
-      // No newcomer joins more than its patience's worth of work: once
-      // calls wait past the target, every newcomer; before that, those with
-      // a deadline too, so that the queue a sudden overload builds before
-      // the first late take is no longer than the patience either. (A call
-      // without a deadline has only the target for patience: it queues
-      // freely until calls wait past it.) Overloaded, every queued call
-      // counts (newest first, the older ones are shed at their patience);
-      // else those ahead of it.
-      if (standing || (has_deadline && options_.admit_by_patience)) {
-        const size_t behind = overloaded ? queue_.size() : pos;
-        if (behind >= AdmitLimit(Patience(c))) return PutResult::kOverloaded;
-      }
-      if (!standing && has_deadline && c.received_at() + WaitBehind(pos) > c.deadline()) {
-        return PutResult::kWouldMissDeadline;
-      }
-    }
-    if (queue_.size() >= capacity_) {
+    AdmissionRule::State state;
+    state.control = control_.state();
+    state.target = control_.target();
+    state.avg_run_ns = run_time_.ns();
+    state.queued = queue_.size();
+    state.ahead = pos;
+    state.may_push_out = pushed_out != nullptr;
+    const AdmissionRule::Decision d = rule_.Decide(state, {c.received_at(), c.deadline()});
+    if (d.result != PutResult::kQueued) return d.result;
+    if (d.push_out_latest) {
       // The latest deadline is at the back.
-      if (!options_.deadline_order || pushed_out == nullptr || pos == queue_.size()) {
-        return PutResult::kFull;
-      }
       pushed_out->push_back(Refused{std::move(queue_.back()), PutResult::kEvicted});
       queue_.pop_back();
       pos = std::min(pos, queue_.size());
@@ -301,34 +287,14 @@ class ServiceQueue {
     } else {
       queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(*call));
     }
-    *wake = ShouldWakeWorker();
-    if (!*wake) WakePollerIfNeeded();
+    *wake = wakeups_.ShouldWakeWorker(queue_.size(), run_time_.ns());
+    if (!*wake) wakeups_.WakePollerIfNeeded(queue_.size());
     return PutResult::kQueued;
   }
 
-  // How long `c` may wait once calls wait past the target. A caller that
-  // gave a call 60 s loses nothing to a burst the workers clear in a second,
-  // and refusing it would turn that burst into errors; one that gave 50 ms
-  // counts every millisecond. An eighth of its time: half of the quarter
-  // that the overload goals allow a served call (docs/performance.md), as the
-  // wait ahead is an average estimate and the call still has to run. No
-  // deadline: the target alone.
+  // How long `c` may wait once calls wait past the target (AdmissionRule).
   MonoDelta Patience(const Call& c) const REQUIRES(mu_) {
-    const MonoDelta target = control_.target();
-    if (c.deadline() == MonoTime::Max()) return target;
-    return std::max(target, MonoDelta::FromNanoseconds(
-                                (c.deadline() - c.received_at()).ToNanoseconds() / kPatienceShare));
-  }
-  // How many queued calls the workers run within `patience` (at least one
-  // each, so that no worker is left idle).
-  size_t AdmitLimit(MonoDelta patience) const REQUIRES(mu_) {
-    if (avg_run_ns_ <= 0) return capacity_;
-    int64_t n = patience.ToNanoseconds() * options_.workers / avg_run_ns_;
-    return static_cast<size_t>(std::max<int64_t>(n, options_.workers));
-  }
-  // How long a call waits behind `ahead` queued calls.
-  MonoDelta WaitBehind(size_t ahead) const REQUIRES(mu_) {
-    return MonoDelta::FromNanoseconds(static_cast<int64_t>(ahead) * avg_run_ns_ / options_.workers);
+    return AdmissionRule::Patience(control_.target(), {c.received_at(), c.deadline()});
   }
 
   // Pushes out, from the front, the calls whose deadline passed by `now`,
@@ -358,37 +324,20 @@ class ServiceQueue {
                   bool* wake) REQUIRES(mu_) {
     *wake = false;
     ReportRun(last_run_ns);
-    bool watchdog = false;  // this worker is the queue's watchdog (see below)
+    bool watchdog = false;  // this worker is the queue's watchdog (WorkerWakeups::Woke)
     bool waited = false;
     while (queue_.empty() || (watchdog && !shutting_down_)) {
       if (shutting_down_) break;
       waited = true;
-      sleeping_++;
+      wakeups_.Sleeping();
       if (watchdog) {
-        not_empty_.WaitUntil(&mu_, MonoTime::Now() + kWatchdogPeriod);
+        not_empty_.WaitUntil(&mu_, MonoTime::Now() + WorkerWakeups::kWatchdogPeriod);
       } else {
         not_empty_.Wait(&mu_);
       }
-      sleeping_--;
-      if (pending_wakes_ > 0) pending_wakes_--;
-      if (appoint_watchdog_ && !watchdog) {
-        // Woken to watch, not to work: stay awake-ish until the calls left
-        // to running workers have been taken.
-        appoint_watchdog_ = false;
-        watchdog = true;
-        continue;
-      }
-      if (watchdog) {
-        // Signalled to work, or a call is still queued after a period: take it.
-        if (!queue_.empty()) break;
-        if (running_ == 0) {
-          watchdog = false;  // nothing left to watch
-          watchdog_ = false;
-        }
-        continue;
-      }
+      if (wakeups_.Woke(&watchdog, !queue_.empty())) break;
     }
-    if (watchdog) watchdog_ = false;
+    if (watchdog) wakeups_.WatchdogLeft();
     if (queue_.empty()) return false;  // shutting down
     if (options_.overload_control) {
       if (waited) now = std::max(now, queue_.back()->received_at());
@@ -417,85 +366,32 @@ class ServiceQueue {
     // More waiting than this worker will take: maybe another should run.
     // Decided before this worker counts as running, so that a busy queue
     // wakes a second worker rather than appointing a watchdog.
-    *wake = !queue_.empty() && ShouldWakeWorker();
-    running_++;
+    *wake = !queue_.empty() && wakeups_.ShouldWakeWorker(queue_.size(), run_time_.ns());
+    wakeups_.RunStarted();
     return true;
   }
 
   // A worker's call ended after `last_run_ns` (-1: it ran none).
   void ReportRun(int64_t last_run_ns) REQUIRES(mu_) {
     if (last_run_ns < 0) return;
-    running_--;
-    // Exponentially weighted, 1/8 per call: follows a change of handler
-    // cost within tens of calls.
-    avg_run_ns_ += (last_run_ns - avg_run_ns_) / 8;
+    wakeups_.RunEnded();
+    run_time_.Add(last_run_ns);
     // A call behind one running handler waits up to a handler's time
     // without any backlog: the delay target is at least two of them.
-    if (options_.overload_control) control_.set_floor(MonoDelta::FromNanoseconds(2 * avg_run_ns_));
+    if (options_.overload_control)
+      control_.set_floor(MonoDelta::FromNanoseconds(2 * run_time_.ns()));
   }
-
-  // Whether a just-queued call should wake a sleeping worker; counts the
-  // wake-up as pending if so.
-  bool ShouldWakeWorker() REQUIRES(mu_) {
-    // A worker back from polling its socket takes it.
-    if (queue_.size() <= static_cast<size_t>(coming_)) return false;
-    if (sleeping_ <= pending_wakes_) return false;  // everyone is or will be awake
-    // Waking a sleeping worker costs two context switches, tens of
-    // microseconds here. When handlers are known to be faster than that, a
-    // running worker will reach the queue sooner: leave the call to it
-    // unless the queue is getting long. For slow or blocking handlers, wake.
-    bool fast = avg_run_ns_ < kFastHandlerNanos;
-    if (fast && running_ > 0 && queue_.size() <= static_cast<size_t>(running_) * kCallsPerRunner) {
-      if (watchdog_) return false;
-      // A running worker's handler may block (on another call to this very
-      // service, say): one sleeping worker becomes the watchdog and takes
-      // any call that is still queued a few milliseconds later.
-      watchdog_ = true;
-      appoint_watchdog_ = true;
-    }
-    pending_wakes_++;
-    return true;
-  }
-
-  // When no sleeping worker will take a just-queued call, an idle worker
-  // polling a socket must: it would otherwise not look until its
-  // connection speaks. Written under the lock, so that the eventfd is
-  // still the worker's (it gives it back only after EndPoll).
-  void WakePollerIfNeeded() REQUIRES(mu_) {
-    if (pollers_.empty() || queue_.size() <= static_cast<size_t>(coming_)) return;
-    if (sleeping_ > pending_wakes_) return;  // a sleeper was or will be woken
-    pollers_.back().Signal();
-    pollers_.pop_back();
-    coming_++;
-  }
-
-  static constexpr int64_t kPatienceShare = 8;
-  static constexpr int64_t kFastHandlerNanos = 20000;
-  static constexpr int kCallsPerRunner = 4;
-  static constexpr MonoDelta kWatchdogPeriod = MonoDelta::FromMilliseconds(2);
 
   Options options_;  // set in the constructor, read-only after
   const size_t capacity_;
+  const AdmissionRule rule_;  // pure, fixed: read without the lock
   mutable Mutex mu_;
   QueueDelayControl control_ GUARDED_BY(mu_);
   CondVar not_empty_;
   std::deque<std::unique_ptr<Call>> queue_ GUARDED_BY(mu_);
   bool shutting_down_ GUARDED_BY(mu_) = false;
-  // Wake-up bookkeeping: workers asleep in not_empty_, signals sent but not
-  // yet taken, workers running a call, and the calls' average run time.
-  int sleeping_ GUARDED_BY(mu_) = 0;
-  int pending_wakes_ GUARDED_BY(mu_) = 0;
-  int running_ GUARDED_BY(mu_) = 0;
-  int64_t avg_run_ns_ GUARDED_BY(mu_) = 0;
-  // A watchdog exists (or was just appointed: the next woken worker takes
-  // the role).
-  bool watchdog_ GUARDED_BY(mu_) = false;
-  bool appoint_watchdog_ GUARDED_BY(mu_) = false;
-  // Workers polling a socket (BeginPoll), by eventfd; at most one entry
-  // per worker. And workers woken from polling that have not reached
-  // Take() yet: the calls queued meanwhile are theirs.
-  std::vector<EventFdRef> pollers_ GUARDED_BY(mu_);
-  int coming_ GUARDED_BY(mu_) = 0;
+  RunTimeAverage run_time_ GUARDED_BY(mu_);
+  WorkerWakeups wakeups_ GUARDED_BY(mu_);
 };
 
 }  // namespace osprey
