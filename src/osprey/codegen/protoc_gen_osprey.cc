@@ -82,6 +82,13 @@ bool TracksResult(const MethodDescriptor* m) {
          f->varint() != 0;
 }
 
+// protobuf's own method option `idempotency_level`: IDEMPOTENT or
+// NO_SIDE_EFFECTS marks a method whose calls may run twice without harm
+// (retried after they may have reached a server, and hedged).
+bool Idempotent(const MethodDescriptor* m) {
+  return m->options().idempotency_level() != google::protobuf::MethodOptions::IDEMPOTENCY_UNKNOWN;
+}
+
 // The method's authz_method, else its service's default_authz_method, else "".
 std::string AuthzMethod(const MethodDescriptor* m) {
   const auto* f = FindOption(m->options().unknown_fields(), kAuthzMethod);
@@ -281,18 +288,19 @@ class OspreyGenerator : public CodeGenerator {
             "::osprey::Status $name$Proxy::$m$(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
-            "\"$m$\", $t$);\n"
+            "\"$m$\", $t$, $i$);\n"
             "  return SyncRequest(kMethod, req, resp, ctl);\n"
             "}\n\n"
             "void $name$Proxy::$m$Async(const $req$& req, $resp$* resp,\n"
             "    ::osprey::RpcController* ctl, ::osprey::ResponseCallback cb) const {\n"
             "  static const ::osprey::RemoteMethod kMethod($name$If::static_service_name(), "
-            "\"$m$\", $t$);\n"
+            "\"$m$\", $t$, $i$);\n"
             "  AsyncRequest(kMethod, req, resp, ctl, std::move(cb));\n"
             "}\n\n",
             "name", svc->name(), "m", m->name(), "req", CppType(m->input_type()), "resp",
             CppType(m->output_type()), "t",
-            TracksResult(m) ? "/*track_result=*/true" : "/*track_result=*/false");
+            TracksResult(m) ? "/*track_result=*/true" : "/*track_result=*/false", "i",
+            Idempotent(m) ? "/*idempotent=*/true" : "/*idempotent=*/false");
       }
     }
     CloseNamespaces(ns, p);

@@ -40,6 +40,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/base/token_verifier.h"
+#include "osprey/rpc/hedging.h"
 #include "osprey/rpc/service_if.h"
 #include "osprey/rpc/service_pool_options.h"
 
@@ -297,6 +298,11 @@ class MessengerBuilder {
   MessengerBuilder& set_client_throttling(bool enabled, double k = ClientGuardOptions().throttle_k,
                                           MonoDelta window = ClientGuardOptions().throttle_window);
 
+  // Hedged calls (HedgingPolicy, issue 50): the policy of every proxy made
+  // on this messenger whose target is a set of servers, until its
+  // Proxy::set_hedging. Off by default. Checked by Build (Validate).
+  MessengerBuilder& set_hedging(const HedgingPolicy& policy);
+
   // Registration (issue 50): once listening, the server registers its
   // address under `target` ("etcd://HOST:PORT[,HOST:PORT...]/PREFIX") with
   // a lease of `ttl` (whole seconds, at least 1) that it keeps alive; a
@@ -333,6 +339,7 @@ class MessengerBuilder {
   ClientGuardOptions guards_;
   std::string registry_;
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
+  HedgingPolicy hedging_;
 };
 
 class Messenger {
@@ -413,11 +420,14 @@ class Messenger {
     // Where Listen registers the server (set_registry); empty: nowhere.
     std::string registry;
     MonoDelta registry_ttl;
+    // Proxies' hedging until they set their own (set_hedging).
+    HedgingPolicy hedging;
   };
   // Proxy: the overload guards of calls to `server`, or null when neither
   // applies (no throttling, and no retries: `retrying` false).
   std::shared_ptr<ServerGuards> GuardsFor(const Sockaddr& server, bool retrying);
   bool client_throttling() const { return guard_settings_.guards.client_throttling; }
+  const HedgingPolicy& default_hedging() const { return guard_settings_.hedging; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);

@@ -210,6 +210,11 @@ MessengerBuilder& MessengerBuilder::set_client_throttling(bool enabled, double k
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_hedging(const HedgingPolicy& policy) {
+  hedging_ = policy;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_registry(std::string target, MonoDelta ttl) {
   registry_ = std::move(target);
   registry_ttl_ = ttl;
@@ -398,6 +403,8 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
       return Status::InvalidArgument("set_registry: the TTL must be at least 1 s");
     }
   }
+  if (Status bad = hedging_.Validate(); !bad.ok()) return bad.CloneAndPrepend("set_hedging");
+  obs.hedging = hedging_;
   obs.registry = registry_;
   obs.registry_ttl = registry_ttl_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));

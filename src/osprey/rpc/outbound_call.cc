@@ -51,7 +51,13 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
       servers_(prior->servers_),
       server_(prior->server_),  // not counted: the requeue picks (or keeps) it
       moves_(prior->moves_),
-      pinned_(prior->pinned_) {
+      pinned_(prior->pinned_),
+      // Not hedged again (may_hedge_ false), but its answers still tell the
+      // method's window, and it stays in the group of a hedged first.
+      hedger_(prior->hedger_),
+      hedge_window_(prior->hedge_window_),
+      hash_key_(prior->hash_key_),
+      group_(prior->group_) {
   // The requeue sets it again; a retry that ends before (shutdown, cancel
   // in the backoff) still names where it went.
   set_destination(prior->destination());
@@ -60,7 +66,94 @@ OutboundCall::OutboundCall(RetryOf, OutboundCall* prior)
   if (prior->completion_runs_no_user_code()) set_completion_runs_no_user_code();
 }
 
+OutboundCall::OutboundCall(HedgeOf, OutboundCall* first)
+    : owned_method_(first->owned_method_),
+      method_(first->method_),
+      serialized_request_(first->serialized_request_),
+      sidecars_(first->sidecars_),
+      required_features_(first->required_features_),
+      response_(first->response_),
+      controller_(first->controller_),
+      // callback_: none; the group holds the call's.
+      metrics_(first->metrics_),
+      slow_calls_(first->slow_calls_),
+      attempt_no_(first->attempt_no_ + 1),
+      attempts_sent_(first->attempts_sent_),
+      // retry_ false: never retried nor moved; if it fails, the first
+      // attempt still decides. No guards: they are the first's server's.
+      idempotent_(true),
+      hedger_(first->hedger_),
+      hedge_window_(first->hedge_window_),
+      hash_key_(first->hash_key_),
+      is_hedge_(true),
+      group_(first->group_) {
+  set_deadline(first->deadline());
+  set_started(first->started());
+  if (first->completion_runs_no_user_code()) set_completion_runs_no_user_code();
+}
+
 OutboundCall::~OutboundCall() = default;
+
+void OutboundCall::set_hedging(std::shared_ptr<Hedger> hedger, LatencyWindow* window, MonoTime at,
+                               uint64_t key) {
+  hedger_ = std::move(hedger);
+  hedge_window_ = window;
+  hedge_at_ = at;
+  hash_key_ = key;
+  may_hedge_ = true;
+}
+
+void OutboundCall::OnCallTimer() {
+  may_hedge_ = false;
+  SendHedge();
+}
+
+void OutboundCall::SendHedge() {
+  if (group_ != nullptr || cancel_requested() || hedger_ == nullptr || servers_ == nullptr) return;
+  HedgeCounters& counters = hedger_->counters();
+  if (!hedger_->budget().TryTake()) {
+    counters.refused_by_cap.fetch_add(1, std::memory_order_relaxed);
+    if (metrics_ != nullptr) metrics_->hedges_refused_by_cap->Increment();
+    return;
+  }
+  ServerSet::EntryPtr other = servers_->PickOther(hash_key_, server_);
+  if (other == nullptr) {
+    hedger_->budget().GiveBack();
+    counters.no_other_server.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // From here the call's callback is the group's, taken by whichever
+  // attempt decides. This attempt cannot complete meanwhile: it completes
+  // under this reactor's loop lock, which the timer holds.
+  group_ = std::make_shared<HedgeGroup>(std::move(callback_));
+  std::shared_ptr<OutboundCall> hedge(new OutboundCall(HedgeOf{}, this));
+  hedge->set_destination({other->address, destination().user, other->host});
+  hedge->set_server(servers_, std::move(other));
+  group_->SetAttempt(false, std::static_pointer_cast<OutboundCall>(shared_from_this()));
+  group_->SetAttempt(true, hedge);
+  // Cancel() reaches both attempts from now; one that came already ends
+  // the hedge at once.
+  if (controller_->Hedging(hedge)) hedge->RequestCancel();
+  counters.sent.fetch_add(1, std::memory_order_relaxed);
+  if (metrics_ != nullptr) metrics_->hedges_sent->Increment();
+  VLOG(1) << Describe() << ": no answer from " << destination().remote.ToString()
+          << " yet; hedging to " << hedge->destination().remote.ToString();
+  hedger_->Send(std::move(hedge));
+}
+
+bool OutboundCall::DecidesGroup(const Status& status, const wire::ErrorStatusPB* error) {
+  // An answer took its claim in OnResponse; one that reaches here lost it.
+  if (status.ok()) return false;
+  // A server's answer but for a refusal: the call ran there, and that is
+  // the call's outcome. A failure or refusal waits for the other attempt,
+  // unless it was the last one in flight.
+  const bool answered = error != nullptr &&
+                        error->code() != wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY &&
+                        error->code() != wire::ErrorStatusPB::ERROR_UNAVAILABLE &&
+                        error->code() != wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN;
+  claimed_ = answered ? group_->Claim() : group_->EndedWithoutAnswer();
+  return claimed_;
+}
 
 void OutboundCall::set_server(std::shared_ptr<ServerSet> servers, ServerSet::EntryPtr server) {
   servers_ = std::move(servers);
@@ -164,6 +257,7 @@ bool OutboundCall::ScheduleRetry(const Status& status, bool move) {
   }
   std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
   if (move) ++next->moves_;
+  if (group_ != nullptr) group_->SetAttempt(false, next);  // the hedge's winner cancels it
   next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
   if (controller_->Retrying(next)) {
     // Cancelled while this attempt ended: the retry ends Aborted as soon as
@@ -205,6 +299,13 @@ std::string OutboundCall::Describe() const {
 }
 
 Status OutboundCall::BuildRequestFrame(int32_t call_id, std::unique_ptr<wire::OutboundFrame>* out) {
+  if (may_hedge_) {
+    // Armed once the first attempt is on its way, on its reactor: the
+    // timer runs under the same loop lock as the attempt's completion.
+    may_hedge_ = false;
+    if (hedge_at_ < deadline()) may_hedge_ = ArmCallTimer(hedge_at_);
+  }
+  if (is_hedge_) group_->hedge_sent.store(true, std::memory_order_relaxed);
   uint32_t timeout_ms = 0;  // none
   if (!deadline().IsMax()) {
     timeout_ms = TimeoutMillisToSend(deadline() - LoopTime());
@@ -264,6 +365,14 @@ void OutboundCall::OnResponse(wire::InboundResponse frame) {
     Complete(s, std::move(err), nullptr, {});
     return;
   }
+  if (group_ != nullptr && !claimed_) {
+    // A hedged call: only the first answer may fill the response.
+    if (!group_->Claim()) {
+      Complete(Status::OK(), nullptr, nullptr, {});  // dropped there
+      return;
+    }
+    claimed_ = true;
+  }
   if (!response_->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
     Complete(
         Status::IOError(Describe() + ": response does not parse as " + response_->GetTypeName() +
@@ -297,9 +406,17 @@ void OutboundCall::Complete(const Status& attempt_status,
   Status status = attempt_status;
   if (may_have_reached_server()) ++attempts_sent_;
   if (servers_ != nullptr && counted_) {
-    const ServerSet::Outcome outcome = OutcomeOf(status, error.get());
-    servers_->Ended(server_, outcome, MonoTime::Now() - attempt_start_);
+    ServerSet::Outcome outcome = OutcomeOf(status, error.get());
+    // Cancelled because the other attempt of its hedged call answered.
+    if (outcome == ServerSet::Outcome::kAbandoned && group_ != nullptr && !claimed_ &&
+        group_->decided()) {
+      outcome = ServerSet::Outcome::kOutrun;
+    }
+    const MonoDelta took = MonoTime::Now() - attempt_start_;
+    servers_->Ended(server_, outcome, took);
     counted_ = false;
+    // Every answer, the first or not, is a sample of the method's latency.
+    if (status.ok() && hedge_window_ != nullptr) hedge_window_->Record(took);
     // An exactly-once attempt that may have run there: its retries stay,
     // where the server keeps its answer.
     if (request_tracker_ != nullptr &&
@@ -310,7 +427,8 @@ void OutboundCall::Complete(const Status& attempt_status,
   if (guards_ != nullptr && guards_->throttle != nullptr && ServerAccepted(status, error.get())) {
     guards_->throttle->RecordAccepted(LoopTime());
   }
-  if (retry_ && ShouldRetry(status, error.get())) {
+  // A hedged call whose other attempt answered is not retried.
+  if (retry_ && !(group_ != nullptr && group_->decided()) && ShouldRetry(status, error.get())) {
     if (cancel_requested()) {
       // Cancel() came as this attempt failed: the call ends as cancelled,
       // not with the failure it would have retried.
@@ -320,6 +438,27 @@ void OutboundCall::Complete(const Status& attempt_status,
       return;
     } else if (not_retried_because_ != nullptr) {
       status = status.CloneAndPrepend(std::string("not retried (") + not_retried_because_ + ")");
+    }
+  }
+  int attempts = static_cast<int>(attempt_no_);
+  int attempts_sent = static_cast<int>(attempts_sent_);
+  RpcController::Hedge hedge = RpcController::Hedge::kNone;
+  if (group_ != nullptr) {
+    hedge = RpcController::Hedge::kSent;
+    if (!claimed_ && !DecidesGroup(status, error.get())) return;  // the other attempt decides
+    // This attempt decides: the other is not wanted any more. Cancelled on
+    // the client only; a late answer is dropped (OnResponse).
+    if (std::shared_ptr<OutboundCall> other = group_->Other(is_hedge_)) other->Cancel();
+    if (is_hedge_) {
+      ++attempts_sent;  // the first attempt was sent before its hedge
+      if (status.ok() || error != nullptr) {
+        hedge = RpcController::Hedge::kWon;
+        hedger_->counters().won.fetch_add(1, std::memory_order_relaxed);
+        if (metrics_ != nullptr) metrics_->hedges_won->Increment();
+      }
+    } else {
+      ++attempts;
+      if (group_->hedge_sent.load(std::memory_order_relaxed)) ++attempts_sent;
     }
   }
   // The controller and response may be gone the moment the callback runs
@@ -338,10 +477,9 @@ void OutboundCall::Complete(const Status& attempt_status,
   }
   if (resolution_ != nullptr && status.IsNetworkError()) resolution_->MarkStale();
   if (request_tracker_ != nullptr) request_tracker_->End(seq_no_);
-  ResponseCallback cb = std::move(callback_);
-  controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars),
-                      static_cast<int>(attempt_no_), static_cast<int>(attempts_sent_),
-                      destination().remote);
+  ResponseCallback cb = group_ != nullptr ? group_->TakeCallback() : std::move(callback_);
+  controller_->Finish(status, std::move(error), std::move(storage), std::move(sidecars), attempts,
+                      attempts_sent, destination().remote, hedge);
   cb();
 }
 

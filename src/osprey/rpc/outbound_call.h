@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "osprey/base/sockaddr.h"
+#include "osprey/rpc/hedger.h"
 #include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/retry_policy.h"
 #include "osprey/rpc/server_guards.h"
@@ -40,6 +41,8 @@ class OutboundCall final : public transport::ClientCall {
   void OnResponse(wire::InboundResponse frame) override;
   void OnFailure(const Status& status) override;
   std::string Describe() const override;
+  // The hedge's delay is over and the call has not finished: send it.
+  void OnCallTimer() override;
 
   void set_sidecars(std::vector<std::string> sidecars) { sidecars_ = std::move(sidecars); }
   void set_required_features(std::vector<uint32_t> features) {
@@ -87,6 +90,13 @@ class OutboundCall final : public transport::ClientCall {
   const ServerSet::EntryPtr& server() const { return server_; }
   // The server the call may have run on: its retries go there only.
   bool pinned_to_server() const { return pinned_; }
+  // Before the call is queued, for a call to a set that may be hedged
+  // (Hedger::Plan): at `at`, if no answer came, a second attempt goes to
+  // another server of the set (`key`: the call's hash key); its answers'
+  // latencies go to `window` (owned by `hedger`). Only this first attempt
+  // arms the hedge: a retry or move of it is not hedged.
+  void set_hedging(std::shared_ptr<Hedger> hedger, LatencyWindow* window, MonoTime at,
+                   uint64_t key);
   // The timeout_millis a request carries when `remaining` is left of its
   // deadline: whole milliseconds rounded up, from 1 to UINT32_MAX.
   static uint32_t TimeoutMillisToSend(MonoDelta remaining);
@@ -96,6 +106,16 @@ class OutboundCall final : public transport::ClientCall {
   // The next attempt of `prior`, which hands it its request, response,
   // controller and callback.
   OutboundCall(RetryOf, OutboundCall* prior);
+  struct HedgeOf {};
+  // The hedge of `first`: the same request, response and controller; the
+  // callback is their group's. Never retried nor moved.
+  OutboundCall(HedgeOf, OutboundCall* first);
+  // OnCallTimer: the hedge, if the cap and the set allow one.
+  void SendHedge();
+  // For an attempt of a hedged call (group_ set): whether this attempt,
+  // which ended so, decides the call. Else it is dropped: the other
+  // attempt answered first, or may still answer.
+  bool DecidesGroup(const Status& status, const wire::ErrorStatusPB* error);
   // Whether the failure `status` may be retried (attempts left, and safe to).
   bool ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const;
   // True if a retry of the attempt that ended with `status` was scheduled;
@@ -152,6 +172,18 @@ class OutboundCall final : public transport::ClientCall {
   MonoTime attempt_start_;  // when this attempt was given its server
   int moves_ = 0;           // attempts that were moves, not the policy's
   bool pinned_ = false;     // an exactly-once attempt may have run on server_
+  // Hedging (null hedger_: none; the one-address and unhedged calls pay
+  // nothing more). Written before the call is queued, then on its
+  // reactor under its loop lock (the timer, Complete), as the fields above.
+  std::shared_ptr<Hedger> hedger_;
+  LatencyWindow* hedge_window_ = nullptr;  // owned by hedger_
+  MonoTime hedge_at_;
+  uint64_t hash_key_ = 0;
+  bool may_hedge_ = false;  // the first attempt, until its hedge timer fired
+  bool is_hedge_ = false;
+  // Once the hedge went: shared by both attempts (and the first's retries).
+  std::shared_ptr<HedgeGroup> group_;
+  bool claimed_ = false;  // this attempt decides the group's call
 };
 
 }  // namespace osprey

@@ -9,6 +9,7 @@
 
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/user.h"
+#include "osprey/rpc/hedger.h"
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
@@ -49,6 +50,12 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
       user_(CurrentUserName()) {
   if (ServerSet::IsSetTarget(host_port_)) {
     servers_status_ = ServerSet::Make(host_port_, ServerSet::Options(), &servers_);
+    hedge_counters_ = std::make_shared<HedgeCounters>();
+    if (messenger_->default_hedging().enabled) {
+      std::shared_ptr<Hedger> hedger = MakeHedger(messenger_->default_hedging());
+      MutexLock l(settings_mu_);
+      hedger_ = std::move(hedger);
+    }
   } else {
     resolution_ = std::make_shared<NameResolution>(host_port_);
   }
@@ -82,6 +89,33 @@ Sockaddr Proxy::remote() const {
 
 bool Proxy::registry_connected() const {
   return servers_ == nullptr || servers_->registry_connected();
+}
+
+std::shared_ptr<Hedger> Proxy::MakeHedger(const HedgingPolicy& policy) const {
+  // A hedge is queued as a retry is: on the messenger, if it still exists.
+  std::weak_ptr<Messenger> weak = messenger_;
+  return std::make_shared<Hedger>(
+      policy, hedge_counters_, [weak](std::shared_ptr<OutboundCall> hedge) {
+        std::shared_ptr<Messenger> m = weak.lock();
+        if (m == nullptr) {
+          hedge->FailUnsent(Status::Aborted(hedge->Describe() + ": the messenger is gone"));
+          return;
+        }
+        m->QueueCall(std::move(hedge), /*sync=*/false);
+      });
+}
+
+Status Proxy::set_hedging(const HedgingPolicy& policy) {
+  OSPREY_RETURN_NOT_OK(policy.Validate());
+  if (servers_ == nullptr) return Status::OK();
+  std::shared_ptr<Hedger> hedger = policy.enabled ? MakeHedger(policy) : nullptr;
+  MutexLock l(settings_mu_);
+  hedger_ = std::move(hedger);
+  return Status::OK();
+}
+
+HedgeStats Proxy::hedging_stats() const {
+  return hedge_counters_ == nullptr ? HedgeStats() : hedge_counters_->Snapshot();
 }
 
 void Proxy::set_load_balancing(LoadBalancing lb) {
@@ -150,11 +184,15 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
   }
   std::string user;
   RetryPolicy proxy_policy;
+  std::shared_ptr<Hedger> hedger;
   {
     MutexLock l(settings_mu_);
     user = user_;
     if (!start.retry_policy) proxy_policy = retry_policy_;
+    if (hedger_ != nullptr) hedger = hedger_;
   }
+  // The call's mark or its method's (the .proto's idempotency_level).
+  const bool idempotent = start.idempotent || method->idempotent();
   call->set_destination({*remote, user, *host});
   call->set_observers(messenger_->ClientMetricsFor(*method), messenger_->slow_calls());
   if (method->track_result()) {
@@ -185,7 +223,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     // A retry or a move picks its server again (OutboundCall::set_server):
     // another than the last unless the call may have run there.
     std::weak_ptr<Messenger> weak = messenger_;
-    call->set_retry(policy, start.idempotent,
+    call->set_retry(policy, idempotent,
                     [weak, servers = servers_, user = user,
                      key = start.hash_key](std::shared_ptr<OutboundCall> next) {
                       std::shared_ptr<Messenger> m = weak.lock();
@@ -213,7 +251,7 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
     // without resolving on the reactor thread), on the same messenger if it
     // still exists.
     std::weak_ptr<Messenger> weak = messenger_;
-    call->set_retry(policy, start.idempotent,
+    call->set_retry(policy, idempotent,
                     [weak, to = *remote, user = std::move(user), host = host_,
                      addresses = addresses](std::shared_ptr<OutboundCall> next) {
                       std::shared_ptr<Messenger> m = weak.lock();
@@ -228,6 +266,14 @@ void Proxy::StartCall(const RemoteMethod* method, std::unique_ptr<RemoteMethod> 
                       next->set_destination({to, user, host});
                       m->QueueCall(std::move(next), /*sync=*/false);
                     });
+  }
+  if (hedger != nullptr) {
+    // A set whose proxy hedges (the rest pay nothing above): when, if ever.
+    LatencyWindow* window = nullptr;
+    if (std::optional<MonoDelta> delay =
+            hedger->Plan(*method, idempotent, method->track_result(), servers_->size(), &window)) {
+      call->set_hedging(std::move(hedger), window, MonoTime::Now() + *delay, start.hash_key);
+    }
   }
   // A sync call's callback only counts down the caller's latch.
   if (sync) call->set_completion_runs_no_user_code();

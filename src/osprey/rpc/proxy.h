@@ -16,12 +16,15 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/hedging.h"
 #include "osprey/rpc/load_balancer.h"
 #include "osprey/rpc/remote_method.h"
 #include "osprey/rpc/rpc_controller.h"
 
 namespace osprey {
 
+class Hedger;
+struct HedgeCounters;
 class Messenger;
 class NameResolution;
 class ServerSet;
@@ -91,6 +94,16 @@ class Proxy {
   // that fail are ejected (on by default). No effect on one address.
   void set_load_balancing(LoadBalancing lb);
   void set_outlier_detection(bool on);
+  // A set of servers only: hedged calls (HedgingPolicy; the messenger's
+  // MessengerBuilder::set_hedging until this is called, off by default). A
+  // call of an idempotent method (its .proto's idempotency_level), or one
+  // whose controller says it is idempotent, and not exactly-once, gets a
+  // second attempt to another server if no answer came within the delay;
+  // the first answer wins. InvalidArgument, and nothing changes, if the
+  // policy is not valid. No effect on one address.
+  Status set_hedging(const HedgingPolicy& policy) EXCLUDES(settings_mu_);
+  // What hedging did through this proxy (zeros for one address).
+  HedgeStats hedging_stats() const;
   // A set of servers only: each server's address, with the attempts sent
   // to it, and whether it is ejected or draining now.
   using ServerReport = osprey::ServerReport;
@@ -124,6 +137,10 @@ class Proxy {
   mutable Mutex settings_mu_;
   std::string user_ GUARDED_BY(settings_mu_);
   RetryPolicy retry_policy_ GUARDED_BY(settings_mu_);
+  // A set's hedging: null while off (calls then pay nothing for it).
+  std::shared_ptr<Hedger> hedger_ GUARDED_BY(settings_mu_);
+  std::shared_ptr<HedgeCounters> hedge_counters_;  // a set's; kept across set_hedging
+  std::shared_ptr<Hedger> MakeHedger(const HedgingPolicy& policy) const;
 
   // `sync`: the caller will block on the call, so it may send it itself
   // when the reactor is idle (Reactor::TryRunHere). `parked` (sync only):

@@ -13,8 +13,12 @@ namespace osprey {
 class RemoteMethod {
  public:
   // `track_result`: the method has Kudu's track_rpc_result option, so its
-  // calls carry request ids (exactly once).
-  RemoteMethod(std::string service, std::string method, bool track_result = false);
+  // calls carry request ids (exactly once). `idempotent`: its .proto marks
+  // it `idempotency_level = IDEMPOTENT` (or NO_SIDE_EFFECTS): a call may
+  // run twice without harm, so it may be retried after it may have reached
+  // a server, and hedged (HedgingPolicy).
+  RemoteMethod(std::string service, std::string method, bool track_result = false,
+               bool idempotent = false);
 
   const std::string& service() const { return service_; }
   const std::string& method() const { return method_; }
@@ -24,10 +28,12 @@ class RemoteMethod {
   // the method without comparing strings.
   uint64_t id() const { return id_; }
   bool track_result() const { return track_result_; }
+  bool idempotent() const { return idempotent_; }
 
  private:
   uint64_t id_;
   bool track_result_;
+  bool idempotent_;
   std::string service_;
   std::string method_;
   std::string serialized_;

@@ -41,14 +41,16 @@ Status RpcController::AddOutboundSidecar(std::string data, int* idx) {
 }
 
 void RpcController::Cancel() {
-  std::shared_ptr<OutboundCall> call;
+  std::shared_ptr<OutboundCall> call, hedge;
   {
     MutexLock l(mu_);
     // Kept for a retry that replaces call_ after this: see Retrying().
     if (call_) cancelled_ = true;
     call = call_;
+    hedge = hedge_call_;
   }
   if (call) call->Cancel();
+  if (hedge) hedge->Cancel();
 }
 
 Status RpcController::status() const {
@@ -113,6 +115,17 @@ int RpcController::attempts_sent() const {
   return attempts_sent_;
 }
 
+bool RpcController::Hedging(const std::shared_ptr<OutboundCall>& hedge) {
+  MutexLock l(mu_);
+  hedge_call_ = hedge;
+  return cancelled_;
+}
+
+RpcController::Hedge RpcController::hedge() const {
+  MutexLock l(mu_);
+  return hedge_;
+}
+
 bool RpcController::Retrying(const std::shared_ptr<OutboundCall>& next) {
   MutexLock l(mu_);
   call_ = next;
@@ -128,6 +141,7 @@ void RpcController::Reset() {
   server_ = Sockaddr();
   attempts_ = 0;
   attempts_sent_ = 0;
+  hedge_ = Hedge::kNone;
   timeout_ = MonoDelta();
   deadline_ = MonoTime::Max();
   outbound_sidecars_.clear();
@@ -144,6 +158,8 @@ RpcController::CallStart RpcController::StartCall(const std::shared_ptr<Outbound
   MutexLock l(mu_);
   CHECK(!call_) << "RpcController used for a second call while the first is in flight";
   call_ = call;
+  hedge_call_.reset();
+  hedge_ = Hedge::kNone;
   finished_ = false;
   cancelled_ = false;
   status_ = Status::OK();
@@ -175,9 +191,10 @@ std::vector<uint32_t> RpcController::required_server_features() const {
 void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
                            std::shared_ptr<const uint8_t[]> sidecar_storage,
                            std::vector<Slice> sidecars, int attempts, int attempts_sent,
-                           const Sockaddr& server) {
+                           const Sockaddr& server, Hedge hedge) {
   MutexLock l(mu_);
   server_ = server;
+  hedge_ = hedge;
   attempts_ = attempts;
   attempts_sent_ = attempts_sent;
   status_ = status;
@@ -187,6 +204,7 @@ void RpcController::Finish(const Status& status, std::unique_ptr<wire::ErrorStat
   outbound_sidecars_.clear();
   finished_ = true;
   call_.reset();
+  hedge_call_.reset();
 }
 
 }  // namespace osprey

@@ -53,7 +53,10 @@ class RpcController {
   // InvalidArgument, and nothing changes, if the policy is not valid.
   Status set_retry_policy(const RetryPolicy& policy);
   // The call may run twice without harm, so it may be retried after its
-  // request may have reached the server (as a method that tracks results).
+  // request may have reached the server (as a method that tracks results),
+  // and hedged if its proxy hedges (Proxy::set_hedging). A method marked
+  // idempotent in its .proto needs no such mark. Never hedged if its method
+  // tracks results (exactly once), whatever this says.
   void set_idempotent(bool idempotent);
   // For a proxy whose target is a set of servers balanced by consistent
   // hashing (LoadBalancing::kConsistentHash): calls with the same key go
@@ -62,8 +65,13 @@ class RpcController {
   // After the call: the server its last attempt went to (for a set of
   // servers, the one picked); 0.0.0.0:0 if it never started.
   Sockaddr server() const;
-  // After the call: how many attempts it took (1 without retries).
+  // After the call: how many attempts it took (1 without retries; a hedge
+  // counts).
   int attempts() const;
+  // After the call: whether a hedge was sent (HedgingPolicy), and whether
+  // its answer came first (server() is then the hedge's).
+  enum class Hedge { kNone, kSent, kWon };
+  Hedge hedge() const;
   // After the call: how many of its attempts were handed to a connection
   // to send, so may have reached the server: attempts() less those that
   // ended before (no connection, cancelled or timed out while waiting for
@@ -108,11 +116,14 @@ class RpcController {
   // it). True if Cancel() was called during this call: `next` must end
   // Aborted, as a Cancel() may have reached only the attempt before it.
   bool Retrying(const std::shared_ptr<OutboundCall>& next);
+  // OutboundCall: `hedge` is the call's hedge, in flight beside it (Cancel
+  // reaches both). True if Cancel() was called during this call.
+  bool Hedging(const std::shared_ptr<OutboundCall>& hedge);
   // OutboundCall: the call ends, after `attempts` attempts, `attempts_sent`
   // of them handed to a connection.
   void Finish(const Status& status, std::unique_ptr<wire::ErrorStatusPB> error,
               std::shared_ptr<const uint8_t[]> sidecar_storage, std::vector<Slice> sidecars,
-              int attempts, int attempts_sent, const Sockaddr& server);
+              int attempts, int attempts_sent, const Sockaddr& server, Hedge hedge);
 
   mutable Mutex mu_;
   MonoDelta timeout_ GUARDED_BY(mu_);
@@ -126,6 +137,8 @@ class RpcController {
   int attempts_ GUARDED_BY(mu_) = 0;
   int attempts_sent_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
+  std::shared_ptr<OutboundCall> hedge_call_ GUARDED_BY(mu_);  // a hedge in flight
+  Hedge hedge_ GUARDED_BY(mu_) = Hedge::kNone;
   bool finished_ GUARDED_BY(mu_) = false;
   bool cancelled_ GUARDED_BY(mu_) = false;  // Cancel() during the call in flight
   Status status_ GUARDED_BY(mu_);

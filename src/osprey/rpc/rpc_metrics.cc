@@ -102,6 +102,15 @@ ClientMethodMetrics::ClientMethodMetrics(MetricRegistry* registry, const std::st
 
   latency = MakeHistogram(registry, "osprey_client_call_latency_seconds",
                           "Time from a call's start to its completion, by method.", m);
+  constexpr const char* kHedgesHelp =
+      "Hedged calls (a second attempt to another server after a delay), by method and outcome: "
+      "sent, won (its answer came first), refused_by_cap (due, but over the hedging cap).";
+  hedges_sent = MakeCounter(registry, "osprey_client_hedges_total", kHedgesHelp,
+                            {{"method", method}, {"outcome", "sent"}});
+  hedges_won = MakeCounter(registry, "osprey_client_hedges_total", kHedgesHelp,
+                           {{"method", method}, {"outcome", "won"}});
+  hedges_refused_by_cap = MakeCounter(registry, "osprey_client_hedges_total", kHedgesHelp,
+                                      {{"method", method}, {"outcome", "refused_by_cap"}});
   const char* names[kOutcomes] = {
       "ok",           "timed_out",           "cancelled", "network_error",
       "remote_error", "service_unavailable", "other"};

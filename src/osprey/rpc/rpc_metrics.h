@@ -80,6 +80,11 @@ class ClientMethodMetrics {
 
   Counter* started;
   LatencyHistogram* latency;
+  // Hedged calls (HedgingPolicy): hedges sent, hedges whose answer came
+  // first, and hedges due but refused by the cap.
+  Counter* hedges_sent;
+  Counter* hedges_won;
+  Counter* hedges_refused_by_cap;
 
  private:
   const std::string method_;

@@ -243,6 +243,33 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
   return e;
 }
 
+ServerSet::EntryPtr ServerSet::PickOther(uint64_t key, const EntryPtr& other) {
+  const uint64_t d1 = Draw(), d2 = Draw();
+  MutexLock l(mu_);
+  const MonoTime now = Now();
+  std::vector<ServerView> views(servers_.size());
+  int excluded = -1;
+  size_t eligible_others = 0;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    const Entry& e = *servers_[i];
+    views[i] = {EligibleLocked(e, now), e.outstanding, DecayedLatency(e, now), e.id};
+    if (&e == other.get()) {
+      excluded = static_cast<int>(i);
+    } else if (views[i].eligible) {
+      ++eligible_others;
+    }
+  }
+  // PickServer would fall back on `other` (or on an ejected server): a
+  // hedge there would wait on the same slow server, or on a failing one.
+  if (eligible_others == 0) return nullptr;
+  size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
+  EntryPtr& e = servers_[i];
+  if (e == other || !views[i].eligible) return nullptr;
+  ++e->outstanding;
+  ++e->calls;
+  return e;
+}
+
 ServerSet::EntryPtr ServerSet::Keep(const EntryPtr& server) {
   MutexLock l(mu_);
   ++server->outstanding;
@@ -286,6 +313,15 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
     case Outcome::kLost:
     case Outcome::kTimedOut:
       if (++e->failures_in_a_row >= options_.failures_to_eject) EjectLocked(e, now);
+      break;
+    case Outcome::kOutrun:
+      // Only ever raises the estimate: the attempt would have taken longer.
+      if (static_cast<double>(took.ToNanoseconds()) > DecayedLatency(*e, now)) {
+        const double was = DecayedLatency(*e, now);
+        e->latency_ns = was == 0 ? static_cast<double>(took.ToNanoseconds())
+                                 : 0.8 * was + 0.2 * static_cast<double>(took.ToNanoseconds());
+        e->latency_at = now;
+      }
       break;
     case Outcome::kAbandoned:
       break;

@@ -68,6 +68,9 @@ class ServerSet {
     kLost,           // the connection broke with the call in flight
     kTimedOut,
     kAbandoned,  // cancelled, or ended on the client: says nothing
+    // Cancelled because a hedge to another server answered first: it took
+    // at least `took`, a lower bound of its latency (counted if above it).
+    kOutrun,
   };
 
   struct Entry {
@@ -107,6 +110,9 @@ class ServerSet {
   // false on a reactor thread, which must not block in getaddrinfo. Null
   // when the set is empty (an etcd prefix with no server registered).
   EntryPtr Pick(uint64_t key, const Entry* exclude, bool may_resolve) EXCLUDES(mu_);
+  // For a hedge: a server other than `other`, counted as Pick counts it;
+  // null if none but `other` is eligible (nothing to hedge to).
+  EntryPtr PickOther(uint64_t key, const EntryPtr& other) EXCLUDES(mu_);
   // The same server again, counted as Pick counts it: for a retry that
   // must stay where the call may have run.
   EntryPtr Keep(const EntryPtr& server) EXCLUDES(mu_);

@@ -11,7 +11,22 @@ void ClientCall::ReleaseTransportState() {
   reactor_->AssertCurrentThread();
   if (timer_id_) reactor_->CancelTimer(timer_id_);
   timer_id_ = {};
+  if (call_timer_) reactor_->CancelTimer(call_timer_);
+  call_timer_ = {};
   conn_ = nullptr;
+}
+
+bool ClientCall::ArmCallTimer(MonoTime when) {
+  AssertOnReactor();
+  if (reactor_ == nullptr || call_timer_ || finished()) return false;
+  // A raw pointer, as the deadline's: the timer is cancelled (under this
+  // loop lock) when the call finishes, before it can be freed.
+  call_timer_ = reactor_->ScheduleTimer(when, [this] {
+    AssertOnReactor();
+    call_timer_ = {};
+    if (!finished()) OnCallTimer();
+  });
+  return true;
 }
 
 void ClientCall::mark_started() { started_ = Reactor::LoopTimeOrNow(); }

@@ -46,6 +46,9 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   virtual void OnFailure(const Status& status) = 0;
   // For error messages: "kudu.rpc_test.CalculatorService.Add".
   virtual std::string Describe() const = 0;
+  // The call's own timer (ArmCallTimer) fired, before the call finished.
+  // Under the loop lock, on its reactor's thread.
+  virtual void OnCallTimer() {}
 
   MonoTime deadline() const { return deadline_; }
   // Where the call goes: set by the caller before it is queued; its
@@ -100,6 +103,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     return call_id_ >= 0;
   }
   Reactor* reactor() const { return reactor_; }
+  // Under the loop lock of the reactor that took the call: OnCallTimer
+  // runs at `when` on its thread, unless the call finished first (the
+  // timer goes when it finishes, as its deadline's does; no allocation).
+  // One at a time; false if one is armed already. The rpc layer's hedge.
+  bool ArmCallTimer(MonoTime when);
 
  private:
   friend class Connection;
@@ -145,6 +153,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   Connection* conn_ GUARDED_BY(reactor_->loop_mu_) = nullptr;  // the connection it waits on
   int32_t call_id_ GUARDED_BY(reactor_->loop_mu_) = -1;
   TimerId timer_id_ GUARDED_BY(reactor_->loop_mu_);
+  TimerId call_timer_ GUARDED_BY(reactor_->loop_mu_);  // ArmCallTimer's
   MonoDelta timeout_ GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<const std::vector<Sockaddr>> fallbacks_;
   size_t next_fallback_ = 0;
