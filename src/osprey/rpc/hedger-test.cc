@@ -271,24 +271,31 @@ TEST(ServerSetPickOtherTest, NoneWhenNoOtherServerIsEligible) {
   EXPECT_NE(nullptr, f.set->PickOther(0, a));
 }
 
-TEST(ServerSetPickOtherTest, AnOutrunAttemptRaisesItsServersLatencyOnly) {
+TEST(ServerSetPickOtherTest, AnOutrunAttemptKeepsItsServerAsSlowAsMeasured) {
   SetFixture f;
   f.Make("127.0.0.1:1,127.0.0.1:2", LoadBalancing::kPowerOfTwoChoices);
   ServerSet::EntryPtr a = f.set->Pick(0, nullptr, false);
-  // Two answers of 1 ms (the first is not counted: connection setup).
-  f.set->Ended(a, ServerSet::Outcome::kAnswered, kMs);
+  // Two answers of 10 ms (the first is not counted: connection setup).
+  f.set->Ended(a, ServerSet::Outcome::kAnswered, kMs * 10);
   f.set->Keep(a);
-  f.set->Ended(a, ServerSet::Outcome::kAnswered, kMs);
-  EXPECT_DOUBLE_EQ(1e6, a->latency_ns);
+  f.set->Ended(a, ServerSet::Outcome::kAnswered, kMs * 10);
+  EXPECT_DOUBLE_EQ(10e6, a->latency_ns);
+  // Three seconds without an answer: it decays to an eighth, so p2c tries
+  // it again. That attempt is outrun by a hedge after 2 ms: still slow.
+  f.now = f.now + MonoDelta::FromSeconds(3);
   f.set->Keep(a);
-  f.set->Ended(a, ServerSet::Outcome::kOutrun, kMs * 11);  // at least 11 ms
-  EXPECT_DOUBLE_EQ(0.8e6 + 0.2 * 11e6, a->latency_ns);
-  const double was = a->latency_ns;
+  f.set->Ended(a, ServerSet::Outcome::kOutrun, kMs * 2);
+  EXPECT_DOUBLE_EQ(10e6, a->latency_ns) << "as last measured, the decay undone";
+  EXPECT_EQ(f.now, a->latency_at);
+  // Outrun after longer than it ever took: at least that.
   f.set->Keep(a);
-  f.set->Ended(a, ServerSet::Outcome::kOutrun,
-               MonoDelta::FromMicroseconds(500));  // says nothing new
-  EXPECT_DOUBLE_EQ(was, a->latency_ns);
+  f.set->Ended(a, ServerSet::Outcome::kOutrun, kMs * 30);
+  EXPECT_DOUBLE_EQ(30e6, a->latency_ns);
   EXPECT_EQ(0, a->failures_in_a_row) << "outrun is not a failure";
+  // An answer still moves it down as before.
+  f.set->Keep(a);
+  f.set->Ended(a, ServerSet::Outcome::kAnswered, kMs * 10);
+  EXPECT_DOUBLE_EQ(0.8 * 30e6 + 0.2 * 10e6, a->latency_ns);
 }
 
 }  // namespace

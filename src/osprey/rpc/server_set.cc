@@ -315,13 +315,14 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
       if (++e->failures_in_a_row >= options_.failures_to_eject) EjectLocked(e, now);
       break;
     case Outcome::kOutrun:
-      // Only ever raises the estimate: the attempt would have taken longer.
-      if (static_cast<double>(took.ToNanoseconds()) > DecayedLatency(*e, now)) {
-        const double was = DecayedLatency(*e, now);
-        e->latency_ns = was == 0 ? static_cast<double>(took.ToNanoseconds())
-                                 : 0.8 * was + 0.2 * static_cast<double>(took.ToNanoseconds());
-        e->latency_at = now;
-      }
+      // No answer within `took`: it is at least that slow, and still as
+      // slow as last measured. The decay (a guess that it recovered, so
+      // that it is tried again) is undone: a probe the hedge outran says it
+      // did not. Else a server ten times slower, outrun by hedges at twice
+      // the others' latency, would look twice as slow (as good as equal to
+      // p2c) and be sent ever more first attempts.
+      e->latency_ns = std::max(e->latency_ns, static_cast<double>(took.ToNanoseconds()));
+      e->latency_at = now;
       break;
     case Outcome::kAbandoned:
       break;

@@ -69,7 +69,7 @@ class ServerSet {
     kTimedOut,
     kAbandoned,  // cancelled, or ended on the client: says nothing
     // Cancelled because a hedge to another server answered first: it took
-    // at least `took`, a lower bound of its latency (counted if above it).
+    // at least `took`, and is as slow as last measured (its decay undone).
     kOutrun,
   };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <utility>
 
 #include "osprey/base/cpu_load.h"
@@ -382,6 +383,39 @@ void Reactor::CancelTimer(TimerId id) {
   timers_.Cancel(id);
 }
 
+namespace {
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+constexpr bool kHavePreciseWait = true;
+#else
+constexpr bool kHavePreciseWait = false;
+#endif
+constexpr int kNoPreciseWait = -2;
+// Set once a kernel said it has no epoll_pwait2 (before 5.11): epoll_wait
+// from then on.
+std::atomic<bool> precise_wait_missing{false};
+
+// epoll_wait for `timeout` to the nanosecond, or kNoPreciseWait where
+// epoll_pwait2 is missing (then the caller waits with epoll_wait).
+int PreciseEpollWait(int fd, epoll_event* events, int max, MonoDelta timeout) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+  if (precise_wait_missing.load(std::memory_order_relaxed)) return kNoPreciseWait;
+  const int64_t ns = timeout.ToNanoseconds();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  int n = ::epoll_pwait2(fd, events, max, &ts, nullptr);
+  if (n < 0 && errno == ENOSYS) {
+    precise_wait_missing.store(true, std::memory_order_relaxed);
+    return kNoPreciseWait;
+  }
+  return n;
+#else
+  (void)fd, (void)events, (void)max, (void)timeout;
+  return kNoPreciseWait;
+#endif
+}
+
+}  // namespace
+
 int Reactor::NextTimeoutMillis(MonoTime now) const {
   MonoTime next = std::min(next_idle_check_, timers_.NextDeadline());
   MonoDelta d = next - now;
@@ -460,6 +494,12 @@ void Reactor::Loop() {
   next_idle_check_ = now + MonoDelta::FromSeconds(1);
   while (true) {
     int timeout = NextTimeoutMillis(now);
+    // The wait to the microsecond when epoll_pwait2 exists: epoll_wait's
+    // whole milliseconds, rounded up, would fire a timer due in 300 us (a
+    // hedged call's, HedgingPolicy) after a millisecond or more.
+    const MonoDelta due = std::min(next_idle_check_, timers_.NextDeadline()) - now;
+    const bool precise = kHavePreciseWait && timeout > 0 && due > MonoDelta() &&
+                         due < MonoDelta::FromMilliseconds(timeout);
     bool shutdown = false;
     sleeping_.store(true);
     {
@@ -468,7 +508,7 @@ void Reactor::Loop() {
       shutdown = shutdown_requested_;
     }
     if (shutdown) break;
-    planned_wake_ = now + MonoDelta::FromMilliseconds(timeout);
+    planned_wake_ = now + (precise ? due : MonoDelta::FromMilliseconds(timeout));
     const bool one_call_at_a_time = frames_read_ <= 1;
     frames_read_ = 0;
     loop_mu_.Unlock();
@@ -478,6 +518,11 @@ void Reactor::Loop() {
     SpinThenWait(
         spin, timeout,
         [&](int ms) {
+          if (ms > 0 && precise &&
+              (n = PreciseEpollWait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                                    due)) != kNoPreciseWait) {
+            return n;
+          }
           return n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), ms);
         },
         /*may_spin=*/timeout != 0 && one_call_at_a_time);
