@@ -168,15 +168,17 @@ Sleep(200us) calls, -server_address naming the 3). Run 1, a rolling restart
 (-lb=p2c): each server drained with SIGTERM (-drain_grace_ms) and started
 again on its address, 4 s apart, through 20 s at 1500 calls/s. Run 2, a slow
 server: the third server's Sleep takes 10x as long (-handler_factor 10), 10 s
-with -lb=p2c, then 10 s with -lb=round_robin. Writes (scripts/fleet_bench.py):
+with -lb=p2c, 10 s with -lb=round_robin, then 10 s with -lb=p2c -hedge=p95
+(hedged calls). Writes (scripts/fleet_bench.py):
   RESULTS_DIR/fleet-restart.csv   per 100 ms window: calls answered by each
                                   server, failed calls, mean and max latency
   RESULTS_DIR/fleet-restarts.csv  each server's SIGTERM, exit status and restart
-  RESULTS_DIR/fleet-slow-<lb>.csv the slow-server runs' windows, the same columns
+  RESULTS_DIR/fleet-slow-<run>.csv the slow-server runs' windows (p2c,
+                                  round_robin, p2c-hedge), the same columns
   RESULTS_DIR/fleet-summary.md    calls, failures, percentiles; the slow
                                   server's share of calls under each -lb
   RESULTS_DIR/fleet-restart.png   calls per server over time through the restart
-  RESULTS_DIR/fleet-slow.png      latency over time, p2c against round robin
+  RESULTS_DIR/fleet-slow.png      latency over time: p2c, round robin, p2c hedged
   raw reports in fleet-raw/, server output in fleet-servers/.
 Its variables (environment only): FLEET_SECONDS=20 (run 1), FLEET_GAP=4 (between
 restarts), FLEET_SLOW_SECONDS=10 (each slow run), FLEET_RATE=1500 (calls/s),

@@ -6,8 +6,8 @@ processes on loopback, driven by one open-loop rpc-bench client whose
 Run 1, a rolling restart: each server is drained with SIGTERM and started
 again on its address, GAP seconds apart, while the client offers RATE calls/s
 (-lb=p2c). Run 2, a slow server: the third server's Sleep takes 10x as long
-(-handler_factor 10); the client runs once with -lb=p2c and once with
--lb=round_robin. Writes CSVs of calls answered per server per 100 ms window
+(-handler_factor 10); the client runs once with -lb=p2c, once with
+-lb=round_robin and once with -lb=p2c -hedge=p95 (hedged calls, issue 50). Writes CSVs of calls answered per server per 100 ms window
 and of latency per window, a summary, and gnuplot plots. Ends only the
 processes it started, by PID.
 """
@@ -86,10 +86,11 @@ class Fleet:
         return ",".join(self.addrs[i] for i in sorted(self.addrs))
 
 
-def run_client(args, fleet, lb, seconds, name, pin, during=None):
+def run_client(args, fleet, lb, seconds, name, pin, during=None, hedge="off"):
     """The open-loop client for `seconds`; `during(t0)` runs meanwhile (the
     restarts). Returns its JSON report, or None if it failed."""
     cmd = pin + [args.rpc_bench, "-server_address", fleet.target(), "-lb=" + lb,
+                 "-hedge=" + hedge,
                  "-rate_schedule", f"{seconds}:{args.rate}", "-handler_us", str(args.handler_us),
                  "-call_timeout_ms", "2000", "-window_ms", str(WINDOW_MS),
                  "-max_start_lag_us", "100000", "-output=json"]
@@ -203,9 +204,12 @@ def main():
         fleet.start(1)
         fleet.start(2, factor=10)
         slow = {}
-        for lb in ("p2c", "round_robin"):
-            slow[lb], _ = run_client(args, fleet, lb, args.slow_seconds, f"slow-{lb}", client_pin)
-            ok = ok and slow[lb] is not None
+        # Each run is named by its -lb, and "p2c-hedge" for p2c with -hedge=p95.
+        for name, lb, hedge in (("p2c", "p2c", "off"), ("round_robin", "round_robin", "off"),
+                                ("p2c-hedge", "p2c", "p95")):
+            slow[name], _ = run_client(args, fleet, lb, args.slow_seconds, f"slow-{name}",
+                                       client_pin, hedge=hedge)
+            ok = ok and slow[name] is not None
         slow_addr = fleet.addrs[2]
         fleet.stop_all()
     finally:
@@ -238,17 +242,20 @@ def main():
     if slow:
         lines += [f"A slow server ({slow_addr}: Sleep takes 10x), {args.rate:g} calls/s for "
                   f"{args.slow_seconds:g} s each", "",
-                  "| -lb | answered | failed | slow server's share | p50 us | p99 us | p99.9 us |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| run | answered | failed | slow server's share | hedges sent (won) | p50 us "
+                  "| p99 us | p99.9 us |",
+                  "|---|---|---|---|---|---|---|---|"]
         for lb, r in slow.items():
             if r is None:
-                lines.append(f"| {lb} | run failed | | | | | |")
+                lines.append(f"| {lb} | run failed | | | | | | |")
                 continue
             by = {s: sum(v) for s, v in r["windows"]["answered_by_server"].items()}
             share = by.get(slow_addr, 0) / max(1, sum(by.values()))
             lat = r["latency_us"]
-            lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {lat['p50']} | "
-                         f"{lat['p99']} | {lat['p99.9']} |")
+            h = r.get("hedges")
+            hedges = f"{h['sent']} ({h['won']})" if h else ""
+            lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {hedges} | "
+                         f"{lat['p50']} | {lat['p99']} | {lat['p99.9']} |")
         lines.append("")
     summary = "\n".join(lines)
     open(os.path.join(d, "fleet-summary.md"), "w").write(summary)
@@ -279,9 +286,9 @@ def main():
         for lb, servers in slow_servers.items():
             col = len(servers) + 3
             plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col} > 0 ? ${col} : 1/0) "
-                         f"with lines lw 2 title '-lb={lb} mean'")
+                         f"with lines lw 2 title '{lb} mean'")
             plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col + 1} > 0 ? ${col + 1} : 1/0) "
-                         f"with lines dt 2 title '-lb={lb} max'")
+                         f"with lines dt 2 title '{lb} max'")
         gp += ["plot " + ", ".join(plots)]
     open(os.path.join(d, "fleet-plots.gp"), "w").write("\n".join(gp) + "\n")
     if shutil.which("gnuplot"):

@@ -198,6 +198,13 @@ p2c, rr = slow_share("p2c"), slow_share("round_robin")
 # Round robin gives each of 3 a third; p2c gives the 10x slower one less.
 if not (0.28 <= rr[1] <= 0.39) or not p2c[1] < rr[1]:
     sys.exit(f"slow server's share: p2c {p2c}, round robin {rr}")
+# The hedged run (-lb=p2c -hedge=p95): no call failed, and the summary
+# says how many hedges went.
+hedged = list(csv.DictReader(open(os.path.join(d, "fleet-slow-p2c-hedge.csv"))))
+if sum(int(r["failed"]) for r in hedged) != 0:
+    sys.exit("hedged calls failed")
+if "| p2c-hedge |" not in open(os.path.join(d, "fleet-summary.md")).read():
+    sys.exit("the summary has no p2c-hedge row")
 PY
   { show "$TMP/fleet.check" "$TMP/err"; fail "$(cat "$TMP/fleet.check")"; }
 for png in fleet-restart.png fleet-slow.png; do

@@ -511,7 +511,10 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-drain_grace_ms=100" "-server_only -drain_grace_ms=-1" "-handler_factor=0" \
            "-handler_factor=1001" "-server_address=127.0.0.1:9 -handler_factor=2" \
            "-server_address=127.0.0.1:9,127.0.0.1:notaport" \
-           "-register_at=etcd://127.0.0.1:2379/x" "-server_only -register_at=notatarget"; do
+           "-register_at=etcd://127.0.0.1:2379/x" "-server_only -register_at=notatarget" \
+           "-hedge=p95" "-server_address=127.0.0.1:9 -hedge=2" "-hedge=bogus" \
+           "-server_address=127.0.0.1:9,127.0.0.1:10 -hedge=-1" \
+           "-server_address=127.0.0.1:9,127.0.0.1:10 -hedge_max_share=2"; do
   CHECK="bad flag: $bad"
   read -ra args <<<"$bad"
   # After the small settings, so the bad value is the one that counts.
@@ -801,6 +804,30 @@ assert set(by) == set(sys.argv[2].split(",")), by
 sums = [sum(v) for v in by.values()]
 assert min(sums) >= 150 and sum(sums) == d["goodput"] + d["late"], (sums, d["goodput"])
 assert all(len(v) == d["windows"]["count"] for v in by.values()), by
+PY
+
+# -hedge (issue 50): in both modes and the overload mode, the reports say
+# how many hedges went and won; no call fails.
+CHECK="-server_address $SET -hedge=p95, both modes"
+run sethedge -server_address "$SET" -hedge=p95 "${SMALL[@]}"
+[[ $RC -eq 0 ]] || { show "$TMP/sethedge.out" "$TMP/sethedge.err"; fail "exit status $RC, expected 0"; }
+blocks="$(split_blocks sethedge)"
+[[ $blocks -eq 2 ]] || { show "$TMP/sethedge.out"; fail "$blocks reports, expected 2"; }
+for b in 1 2; do
+  grep -q '^Hedges:           [0-9]* sent (.*), [0-9]* won, [0-9]* refused by the cap (p95, at most 5%)$' \
+    "$TMP/sethedge.$b" || { show "$TMP/sethedge.$b"; fail "report $b: no Hedges line"; }
+  grep -q '^Errors:           0$' "$TMP/sethedge.$b" || { show "$TMP/sethedge.$b"; fail "report $b: errors"; }
+done
+CHECK="-server_address $SET -hedge=0.5 -rate_schedule -output=json"
+run sethedgeover -server_address "$SET" -hedge=0.5 -rate_schedule 1:400 -output json
+[[ $RC -eq 0 ]] || { show "$TMP/sethedgeover.out" "$TMP/sethedgeover.err"; fail "exit status $RC, expected 0"; }
+python3 - "$TMP/sethedgeover.out" <<'PY' || { show "$TMP/sethedgeover.out"; fail "JSON hedges wrong"; }
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+h = d["hedges"]
+assert h["policy"] == "0.5ms" and h["max_share"] == 0.05, h
+assert h["eligible"] > 0 and 0 <= h["won"] <= h["sent"] <= h["eligible"] // 20 + 10, h
+assert d["errors"] == 0, d
 PY
 
 # SIGTERM drains: a call in flight is answered, then the server exits 0.

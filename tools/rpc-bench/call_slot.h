@@ -69,6 +69,8 @@ struct CallSlot {
     if (cfg.retry.max_attempts > 1) (void)ctl.set_retry_policy(cfg.retry);  // valid: flags.cc
     // -lb=hash: keys spread as the calls' sequence numbers do.
     if (cfg.server_set && cfg.lb == LoadBalancing::kConsistentHash) ctl.set_hash_key(seed);
+    // Add, Echo and Sleep have no side effects: hedged with -hedge.
+    if (cfg.hedging.enabled) ctl.set_idempotent(true);
     if (cfg.handler_us >= 0) {
       sleep_req.set_sleep_micros(static_cast<uint32_t>(cfg.handler_us));
     } else if (cfg.payload == 0) {

@@ -30,6 +30,13 @@ DEFINE_string(lb, "p2c",
               "(Proxy::set_load_balancing): p2c (power of two choices on calls outstanding, "
               "weighted by latency), round_robin, or hash (consistent hashing on each call's "
               "sequence number)");
+DEFINE_string(hedge, "off",
+              "-server_address naming a set: hedged calls (Proxy::set_hedging; every call of "
+              "rpc-bench is idempotent): off, p95 (a second attempt to another server once a "
+              "call has waited the method's recent p95) or a fixed delay in milliseconds "
+              "(0.5, 2, ...). Reports give hedges sent and won");
+DEFINE_double(hedge_max_share, 0.05,
+              "-hedge: hedges at most this share of the calls (0 to 1; HedgingPolicy::max_share)");
 DEFINE_int32(handler_factor, 1,
              "rpc-bench's server: each Sleep takes this many times its sleep_micros, 1 to "
              "1000 (a slow server among fast ones, as scripts/benchmarks.sh --fleet makes)");
@@ -215,6 +222,26 @@ const std::vector<Phase>& RateSchedule() { return g_schedule; }
   std::exit(kExitBadFlags);
 }
 
+std::optional<HedgingPolicy> ParseHedging(const std::string& hedge, double max_share) {
+  HedgingPolicy p;
+  if (!(max_share >= 0 && max_share <= 1)) return std::nullopt;
+  p.max_share = max_share;
+  if (hedge == "off") return p;
+  if (hedge == "p95") {
+    p = HedgingPolicy::AtP95();
+    p.max_share = max_share;
+    return p;
+  }
+  char* end = nullptr;
+  const double ms = std::strtod(hedge.c_str(), &end);
+  if (hedge.empty() || end != hedge.c_str() + hedge.size() || !(ms >= 0 && ms <= 60000)) {
+    return std::nullopt;
+  }
+  p = HedgingPolicy::After(MonoDelta::FromNanoseconds(static_cast<int64_t>(ms * 1e6)));
+  p.max_share = max_share;
+  return p;
+}
+
 RetryPolicy BenchRetryPolicy() {
   RetryPolicy p;
   p.max_attempts = FLAGS_retry_attempts;
@@ -287,6 +314,8 @@ constexpr HelpLine kHelp[] = {
     {nullptr, "The server"},
     {"server_address", "HOST:PORT, or a set: H:P,H:P,... or dns:NAME:PORT"},
     {"lb", "a set: p2c, round_robin or hash"},
+    {"hedge", "a set: hedged calls: off, p95 or a delay in ms"},
+    {"hedge_max_share", "-hedge: at most this share of the calls (0.05)"},
     {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
     {"drain_grace_ms", "-server_only: SIGTERM drains for at most this long"},
     {"register_at", "-server_only: register in etcd://HOST:PORT/PREFIX"},
@@ -453,6 +482,18 @@ void ValidateFlags() {
   if (!IsDefault("lb") && !ServerSet::IsSetTarget(FLAGS_server_address)) {
     BadFlag(
         "-lb balances the calls over a set of servers: give -server_address "
+        "HOST:PORT,HOST:PORT,... or dns:NAME:PORT");
+  }
+  if (!ParseHedging(FLAGS_hedge, FLAGS_hedge_max_share)) {
+    BadFlag(
+        "-hedge must be off, p95 or a delay in milliseconds (0 to 60000), and "
+        "-hedge_max_share from 0 to 1; got -hedge=" +
+        FLAGS_hedge + " -hedge_max_share=" + std::to_string(FLAGS_hedge_max_share));
+  }
+  if ((!IsDefault("hedge") || !IsDefault("hedge_max_share")) &&
+      !ServerSet::IsSetTarget(FLAGS_server_address)) {
+    BadFlag(
+        "-hedge sends a second attempt to another server of a set: give -server_address "
         "HOST:PORT,HOST:PORT,... or dns:NAME:PORT");
   }
   if (FLAGS_handler != "burn" && FLAGS_handler != "sleep") {

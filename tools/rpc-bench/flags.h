@@ -4,10 +4,12 @@
 
 #include <gflags/gflags.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "arrivals.h"
+#include "osprey/rpc/hedging.h"
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/retry_policy.h"
 
@@ -21,6 +23,8 @@ DECLARE_string(mode);
 DECLARE_int32(payload_bytes);
 DECLARE_string(server_address);
 DECLARE_string(lb);
+DECLARE_string(hedge);
+DECLARE_double(hedge_max_share);
 DECLARE_int32(handler_factor);
 DECLARE_string(rpc_encryption);
 DECLARE_string(rpc_authentication);
@@ -74,6 +78,9 @@ const std::vector<Phase>& RateSchedule();
 // The client calls' RetryPolicy: -retry_attempts attempts (1: none), the
 // other fields RetryPolicy's defaults.
 RetryPolicy BenchRetryPolicy();
+// -hedge (off, p95 or a delay in milliseconds) and -hedge_max_share as a
+// policy; nullopt if either does not parse.
+std::optional<HedgingPolicy> ParseHedging(const std::string& hedge, double max_share);
 
 // A MessengerBuilder with the encryption flags applied.
 MessengerBuilder BenchMessengerBuilder(const std::string& name);

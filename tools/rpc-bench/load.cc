@@ -240,6 +240,7 @@ Results Measure(const Settings& cfg, RunState* state,
   Stopwatch sw(Stopwatch::Scope::kProcess);
   sw.Start();
   const std::vector<ServerLine> servers_at_start = SumServers(proxies);
+  const HedgeStats hedges_at_start = SumHedges(proxies);
   state->measuring.store(true);
   std::atomic<bool> done{false};
   std::thread progress([&] { ShowProgress(cfg, state, &done); });
@@ -247,6 +248,7 @@ Results Measure(const Settings& cfg, RunState* state,
   state->measuring.store(false);
   sw.Stop();
   std::vector<ServerLine> servers = ServersSince(servers_at_start, SumServers(proxies));
+  const HedgeStats hedges = HedgesSince(hedges_at_start, SumHedges(proxies));
   done.store(true);
   progress.join();
   stop_and_wait();
@@ -257,6 +259,7 @@ Results Measure(const Settings& cfg, RunState* state,
   r.refusals.Merge(state->refusals);
   r.refused = r.refusals.total();
   r.servers = std::move(servers);
+  r.hedges = hedges;
   {
     std::lock_guard<std::mutex> l(state->error_mu);
     r.first_error = state->first_error;

@@ -37,6 +37,7 @@ struct Settings {
   std::string target;
   bool server_set = false;
   LoadBalancing lb = LoadBalancing::kPowerOfTwoChoices;  // -lb, for a set
+  HedgingPolicy hedging;                                 // -hedge, for a set (off by default)
   // -1: Add or Echo (-payload_bytes); 0 or more: Kudu's Sleep of so many
   // microseconds (-handler_us).
   int handler_us = -1;
@@ -76,6 +77,9 @@ struct Results {
   std::map<std::string, uint64_t> errors_by_cause;
   // A set of servers: each one's attempts in the measured interval.
   std::vector<ServerLine> servers;
+  // A set of servers with -hedge: what hedging did in the measured
+  // interval (summed over the run's proxies).
+  HedgeStats hedges;
   // What the client connections negotiated ("TLS (encrypted)"; several
   // joined with " and " if they differed), and whether all were encrypted.
   std::string negotiated;

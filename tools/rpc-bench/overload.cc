@@ -285,6 +285,7 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
   for (auto& is : issuers) proxies.push_back(is->proxy().get());
   // Every attempt of the run, the connecting calls' too.
   const std::vector<ServerLine> server_lines = SumServers(proxies);
+  const HedgeStats hedges = SumHedges(proxies);
   for (auto& is : issuers) is->messenger()->Shutdown();
 
   // Merge.
@@ -368,7 +369,7 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << ",\"call_timeout_ms\":" << cfg.call_timeout_ms << ",\"window_ms\":" << FLAGS_window_ms
       << ",\"server_address\":" << JsonString(TargetText(cfg))
       << ",\"lb\":" << (cfg.server_set ? JsonString(LoadBalancingName(cfg.lb)) : "null")
-      << ",\"servers\":" << ServersJson(server_lines)
+      << ",\"servers\":" << ServersJson(server_lines) << ",\"hedges\":" << HedgesJson(cfg, hedges)
       << ",\"errors_by_cause\":" << CausesJson(causes) << ",\"seconds\":" << Num(seconds)
       << ",\"offered\":" << total.offered << ",\"sent\":" << total.sent
       << ",\"goodput\":" << total.goodput << ",\"refused\":" << total.refused
@@ -456,6 +457,7 @@ int RunOverloadMode(const Settings& cfg, const std::vector<Phase>& schedule) {
       << (FLAGS_retry_budget ? "on" : "off") << ")\n";
     o << "Throttled:        " << total.throttled << " (refused by the client, never sent; "
       << "-client_throttling " << (FLAGS_client_throttling ? "on" : "off") << ")\n";
+    o << HedgesText(cfg, hedges);
     o << "Latency p50:      " << us(ok, 50) << "us (answered calls, from the scheduled start)\n";
     o << "Latency p99:      " << us(ok, 99) << "us\n";
     o << "Latency p99.9:    " << us(ok, 99.9) << "us\n";

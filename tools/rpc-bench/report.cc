@@ -103,6 +103,35 @@ std::string ServersJson(const std::vector<ServerLine>& servers) {
   return o.str() + "]";
 }
 
+namespace {
+std::string HedgePolicyText(const HedgingPolicy& p) {
+  if (p.when == HedgingPolicy::When::kP95) return "p95";
+  return Num(p.delay.ToNanoseconds() / 1e6) + "ms";
+}
+}  // namespace
+
+std::string HedgesText(const Settings& cfg, const HedgeStats& h) {
+  if (!cfg.hedging.enabled) return "";
+  std::ostringstream o;
+  o << "Hedges:           " << h.sent << " sent ("
+    << Num(100.0 * static_cast<double>(h.sent) /
+           static_cast<double>(std::max<int64_t>(h.eligible, 1)))
+    << "% of the " << h.eligible << " calls started), " << h.won << " won, " << h.refused_by_cap
+    << " refused by the cap (" << HedgePolicyText(cfg.hedging) << ", at most "
+    << Num(100 * cfg.hedging.max_share) << "%)\n";
+  return o.str();
+}
+
+std::string HedgesJson(const Settings& cfg, const HedgeStats& h) {
+  if (!cfg.hedging.enabled) return "null";
+  std::ostringstream o;
+  o << "{\"policy\":" << JsonString(HedgePolicyText(cfg.hedging))
+    << ",\"max_share\":" << Num(cfg.hedging.max_share) << ",\"eligible\":" << h.eligible
+    << ",\"sent\":" << h.sent << ",\"won\":" << h.won << ",\"refused_by_cap\":" << h.refused_by_cap
+    << ",\"no_other_server\":" << h.no_other_server << "}";
+  return o.str();
+}
+
 void PrintText(const Settings& cfg, const Results& r) {
   double wall = r.cpu.wall.ToSeconds();
   double calls = static_cast<double>(std::max<uint64_t>(r.calls, 1));
@@ -141,6 +170,7 @@ void PrintText(const Settings& cfg, const Results& r) {
   o << r.refusals.TextLines("  Refused, ");
   if (!r.first_error.empty()) o << "First error:      " << r.first_error << "\n";
   o << ServersText(cfg, r.servers, "attempts sent to each in the measured interval");
+  o << HedgesText(cfg, r.hedges);
   std::cout << o.str() << std::flush;
 }
 
@@ -195,8 +225,9 @@ void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_met
     << ",\"target_rate\":" << Num(cfg.target_rate) << ",\"payload_bytes\":" << cfg.payload
     << ",\"server_address\":" << JsonString(cfg.target.empty() ? cfg.server.ToString() : cfg.target)
     << ",\"lb\":" << (cfg.server_set ? JsonString(LoadBalancingName(cfg.lb)) : "null")
-    << ",\"servers\":" << ServersJson(r.servers) << ",\"calls\":" << r.calls
-    << ",\"wall_seconds\":" << Num(wall) << ",\"reqs_per_sec\":" << Num(r.calls / wall)
+    << ",\"servers\":" << ServersJson(r.servers) << ",\"hedges\":" << HedgesJson(cfg, r.hedges)
+    << ",\"calls\":" << r.calls << ",\"wall_seconds\":" << Num(wall)
+    << ",\"reqs_per_sec\":" << Num(r.calls / wall)
     << ",\"user_cpu_us_per_req\":" << Num(r.cpu.user.ToNanoseconds() / 1000.0 / calls)
     << ",\"sys_cpu_us_per_req\":" << Num(r.cpu.system.ToNanoseconds() / 1000.0 / calls)
     << ",\"ctx_switches_per_req\":" << Num(r.cpu.context_switches / calls)

@@ -25,6 +25,10 @@ std::string CausesJson(const std::map<std::string, uint64_t>& causes);
 std::string ServersText(const Settings& cfg, const std::vector<ServerLine>& servers,
                         const char* what);
 std::string ServersJson(const std::vector<ServerLine>& servers);
+// -hedge: what hedging did, as a text line ("" with hedging off) and as a
+// JSON value (null with hedging off); the share is of the calls started.
+std::string HedgesText(const Settings& cfg, const HedgeStats& h);
+std::string HedgesJson(const Settings& cfg, const HedgeStats& h);
 // `server_metrics`: the in-process server's registry, whose per-method
 // histograms the report includes (null: a remote server, none).
 void PrintJson(const Settings& cfg, const Results& r, MetricRegistry* server_metrics);

@@ -202,7 +202,8 @@ int Main(int argc, char** argv) {
     // number measured.
     cfg.target = FLAGS_server_address;
     cfg.server_set = ServerSet::IsSetTarget(cfg.target);
-    cfg.lb = *ParseLoadBalancing(FLAGS_lb);  // checked by ValidateFlags
+    cfg.lb = *ParseLoadBalancing(FLAGS_lb);                           // checked by ValidateFlags
+    cfg.hedging = *ParseHedging(FLAGS_hedge, FLAGS_hedge_max_share);  // checked there too
   }
   ProbeServer(cfg);
 

@@ -1,5 +1,7 @@
 #include "servers.h"
 
+#include <glog/logging.h>
+
 #include <map>
 
 namespace osprey::bench {
@@ -12,7 +14,11 @@ std::unique_ptr<kudu::rpc_test::CalculatorServiceProxy> NewProxy(
   }
   auto p =
       std::make_unique<kudu::rpc_test::CalculatorServiceProxy>(std::move(messenger), cfg.target);
-  if (cfg.server_set) p->set_load_balancing(cfg.lb);
+  if (cfg.server_set) {
+    p->set_load_balancing(cfg.lb);
+    Status s = p->set_hedging(cfg.hedging);  // valid: ParseHedging
+    CHECK(s.ok()) << s.ToString();
+  }
   return p;
 }
 
@@ -58,6 +64,28 @@ std::vector<ServerLine> SumServers(const std::vector<const Proxy*>& proxies) {
     }
   }
   return out;
+}
+
+HedgeStats SumHedges(const std::vector<const Proxy*>& proxies) {
+  HedgeStats sum;
+  for (const Proxy* p : proxies) {
+    HedgeStats h = p->hedging_stats();
+    sum.eligible += h.eligible;
+    sum.sent += h.sent;
+    sum.won += h.won;
+    sum.refused_by_cap += h.refused_by_cap;
+    sum.no_other_server += h.no_other_server;
+  }
+  return sum;
+}
+
+HedgeStats HedgesSince(const HedgeStats& start, HedgeStats end) {
+  end.eligible -= start.eligible;
+  end.sent -= start.sent;
+  end.won -= start.won;
+  end.refused_by_cap -= start.refused_by_cap;
+  end.no_other_server -= start.no_other_server;
+  return end;
 }
 
 std::vector<ServerLine> ServersSince(const std::vector<ServerLine>& start,

@@ -50,6 +50,15 @@ inline std::vector<ServerLine> SumServers(
   for (const auto& q : proxies) p.push_back(q.get());
   return SumServers(p);
 }
+// Proxy::hedging_stats() of every proxy, summed; and those of an interval.
+HedgeStats SumHedges(const std::vector<const Proxy*>& proxies);
+inline HedgeStats SumHedges(
+    const std::vector<std::unique_ptr<kudu::rpc_test::CalculatorServiceProxy>>& proxies) {
+  std::vector<const Proxy*> p;
+  for (const auto& q : proxies) p.push_back(q.get());
+  return SumHedges(p);
+}
+HedgeStats HedgesSince(const HedgeStats& start, HedgeStats end);
 // `end` with `start`'s calls taken away: the attempts of an interval.
 std::vector<ServerLine> ServersSince(const std::vector<ServerLine>& start,
                                      std::vector<ServerLine> end);
