@@ -531,12 +531,12 @@ TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
   const std::string slow_fleet = TargetOf({fleet.addrs[0], fleet.addrs[1], fleet.addrs[3]});
   auto client = MakeClient(1);
   struct Result {
-    const char* name;
     MonoDelta p50, p99, p999;
     int calls = 0, failed = 0, to_slow = 0;
     HedgeStats hedges;
-  } r[3] = {
-      {"healthy fleet"}, {"one slow server, no hedging"}, {"one slow server, hedging at p95"}};
+  } r[3];
+  const char* const names[3] = {"healthy fleet", "one slow server, no hedging",
+                                "one slow server, hedging at p95"};
   for (int run = 0; run < 3; ++run) {
     CalculatorServiceProxy proxy(client, run == 0 ? healthy_fleet : slow_fleet);
     if (run == 2) ASSERT_TRUE(proxy.set_hedging(HedgingPolicy::AtP95()).ok());
@@ -562,7 +562,7 @@ TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
     r[run].p99 = Percentile(all, 0.99);
     r[run].p999 = Percentile(all, 0.999);
     r[run].hedges = proxy.hedging_stats();
-    std::cerr << r[run].name << ": " << r[run].calls << " calls, " << r[run].failed
+    std::cerr << names[run] << ": " << r[run].calls << " calls, " << r[run].failed
               << " failed, p50 " << r[run].p50.ToMicroseconds() << " us, p99 "
               << r[run].p99.ToMicroseconds() << " us, p99.9 " << r[run].p999.ToMicroseconds()
               << " us; answered by the slow server alone " << r[run].to_slow << "; hedges sent "
