@@ -8,7 +8,8 @@
 //  - NetworkError before the request was sent (no connection);
 //  - NetworkError after it may have reached the server, only when the
 //    method tracks results (the server answers a retry from memory: exactly
-//    once) or the caller marked the call idempotent.
+//    once) or the call is idempotent (RpcController::set_idempotent, or
+//    its method's idempotency_level in the .proto).
 // Never past the call's deadline: a backoff that would end after it ends
 // the call with the last attempt's error. The backoff is "full jitter":
 // uniform in [0, min(max_backoff, initial_backoff * multiplier^(n-1))]
