@@ -391,6 +391,8 @@ constexpr bool kHavePreciseWait = true;
 constexpr bool kHavePreciseWait = false;
 #endif
 constexpr int kNoPreciseWait = -2;
+// Timers due sooner than this are waited for to the microsecond.
+constexpr MonoDelta kPreciseWaitBelow = MonoDelta::FromMilliseconds(10);
 // Set once a kernel said it has no epoll_pwait2 (before 5.11): epoll_wait
 // from then on.
 std::atomic<bool> precise_wait_missing{false};
@@ -494,12 +496,14 @@ void Reactor::Loop() {
   next_idle_check_ = now + MonoDelta::FromSeconds(1);
   while (true) {
     int timeout = NextTimeoutMillis(now);
-    // The wait to the microsecond when epoll_pwait2 exists: epoll_wait's
-    // whole milliseconds, rounded up, would fire a timer due in 300 us (a
-    // hedged call's, HedgingPolicy) after a millisecond or more.
+    // The wait to the microsecond when epoll_pwait2 exists and the next
+    // timer is near: epoll_wait's whole milliseconds, rounded up, would
+    // fire a timer due in 300 us (a hedged call's, HedgingPolicy) after a
+    // millisecond or more. Longer waits (call deadlines, the idle check)
+    // keep epoll_wait, whose rounding costs them nothing that matters.
     const MonoDelta due = std::min(next_idle_check_, timers_.NextDeadline()) - now;
     const bool precise = kHavePreciseWait && timeout > 0 && due > MonoDelta() &&
-                         due < MonoDelta::FromMilliseconds(timeout);
+                         due < kPreciseWaitBelow && due < MonoDelta::FromMilliseconds(timeout);
     bool shutdown = false;
     sleeping_.store(true);
     {
