@@ -1,8 +1,22 @@
 // Serves and calls EchoService in one process; exits 0 when the echo
 // matches and the service's authorization hook ran.
 #include <cstdio>
+#include <string_view>
+
+// A user's own thread-safety macros (as Abseil's or Kudu's gutil's name
+// theirs), defined before Osprey's headers: Osprey's installed headers
+// define only OSPREY_-prefixed ones, so the user's stay the user's.
+#define GUARDED_BY(x) users_own(x)
+#define REQUIRES(...) users_own(__VA_ARGS__)
 
 #include "echo.osprey.h"
+
+#define CONSUMER_TEXT(x) #x
+#define CONSUMER_EXPANDED(x) CONSUMER_TEXT(x)
+static_assert(std::string_view(CONSUMER_EXPANDED(GUARDED_BY(m))) == "users_own(m)",
+              "an Osprey header redefined GUARDED_BY");
+static_assert(std::string_view(CONSUMER_EXPANDED(REQUIRES(m))) == "users_own(m)",
+              "an Osprey header redefined REQUIRES");
 
 class Echo : public consumer::EchoServiceIf {
  public:

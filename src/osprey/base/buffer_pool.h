@@ -69,9 +69,9 @@ class BufferPool {
 
   // A buffer of at least `n` bytes: a kept one no more than twice as large
   // if there is one, else a new one.
-  Buffer Take(size_t n) EXCLUDES(mu_);
+  Buffer Take(size_t n) OSPREY_EXCLUDES(mu_);
   // As Take, for bytes that several owners share; *capacity is its size.
-  std::shared_ptr<uint8_t[]> TakeShared(size_t n, size_t* capacity) EXCLUDES(mu_);
+  std::shared_ptr<uint8_t[]> TakeShared(size_t n, size_t* capacity) OSPREY_EXCLUDES(mu_);
 
   size_t kept_bytes() const { return kept_bytes_.load(std::memory_order_relaxed); }
   size_t kept_buffers() const { return kept_buffers_.load(std::memory_order_relaxed); }
@@ -81,8 +81,8 @@ class BufferPool {
   const Options& options() const { return options_; }
 
  private:
-  uint8_t* Allocate(size_t n, size_t* capacity) EXCLUDES(mu_);
-  void Give(uint8_t* data, size_t capacity) EXCLUDES(mu_);
+  uint8_t* Allocate(size_t n, size_t* capacity) OSPREY_EXCLUDES(mu_);
+  void Give(uint8_t* data, size_t capacity) OSPREY_EXCLUDES(mu_);
 
   struct Kept {
     size_t capacity;
@@ -91,7 +91,7 @@ class BufferPool {
 
   const Options options_;
   Mutex mu_;
-  std::vector<Kept> kept_ GUARDED_BY(mu_);  // ascending capacity
+  std::vector<Kept> kept_ OSPREY_GUARDED_BY(mu_);  // ascending capacity
   // Written under mu_, read without it by gauges.
   std::atomic<size_t> kept_bytes_{0};
   std::atomic<size_t> kept_buffers_{0};

@@ -34,7 +34,7 @@ constinit thread_local ThreadBlocks tls_blocks{nullptr, 0, ThreadBlocks::kUnused
 // may exit after static destructors ran.
 struct Registry {
   Mutex mu;
-  std::vector<ThreadBlocks*> threads GUARDED_BY(mu);
+  std::vector<ThreadBlocks*> threads OSPREY_GUARDED_BY(mu);
 };
 
 Registry* GetRegistry() {

@@ -24,7 +24,7 @@ class CountDownLatch {
 
  private:
   mutable Mutex mu_;
-  int64_t count_ GUARDED_BY(mu_);
+  int64_t count_ OSPREY_GUARDED_BY(mu_);
   CondVar cond_;
 };
 

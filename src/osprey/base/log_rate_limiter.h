@@ -21,7 +21,7 @@ class LogRateLimiter {
 
   // True: log this message, followed by *suffix (empty, or how many were
   // held back since the last one logged). False: counted, not logged.
-  bool Allow(MonoTime now, std::string* suffix) EXCLUDES(mu_);
+  bool Allow(MonoTime now, std::string* suffix) OSPREY_EXCLUDES(mu_);
 
   // The one for bad peers, shared by every messenger of the process: 20
   // lines in each 10 s.
@@ -31,9 +31,9 @@ class LogRateLimiter {
   const int64_t per_interval_;
   const MonoDelta interval_;
   Mutex mu_;
-  MonoTime interval_start_ GUARDED_BY(mu_) = MonoTime::Min();
-  int64_t logged_ GUARDED_BY(mu_) = 0;
-  int64_t held_back_ GUARDED_BY(mu_) = 0;
+  MonoTime interval_start_ OSPREY_GUARDED_BY(mu_) = MonoTime::Min();
+  int64_t logged_ OSPREY_GUARDED_BY(mu_) = 0;
+  int64_t held_back_ OSPREY_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace osprey

@@ -178,22 +178,22 @@ class MetricRegistry {
   // registered before as another type, or an invalid name, is a programming
   // error: InvalidArgument, and null.
   Status GetCounter(const std::string& name, const std::string& help, MetricLabels labels,
-                    Counter** out) EXCLUDES(mu_);
+                    Counter** out) OSPREY_EXCLUDES(mu_);
   Status GetHistogram(const std::string& name, const std::string& help, MetricLabels labels,
-                      LatencyHistogram** out) EXCLUDES(mu_);
+                      LatencyHistogram** out) OSPREY_EXCLUDES(mu_);
   // A value read when the registry is read: `read` runs on the reader's
   // thread (a reactor, serving /metrics), so it must be quick and must not
   // block. Replaces an earlier gauge with the same name and labels.
   Status AddGauge(const std::string& name, const std::string& help, MetricLabels labels,
-                  std::function<double()> read) EXCLUDES(mu_);
+                  std::function<double()> read) OSPREY_EXCLUDES(mu_);
   // As AddGauge, for a count kept elsewhere that only goes up (exposed as a
   // counter: seconds of busy time kept as nanoseconds, say).
   Status AddCounterFunction(const std::string& name, const std::string& help, MetricLabels labels,
-                            std::function<double()> read) EXCLUDES(mu_);
+                            std::function<double()> read) OSPREY_EXCLUDES(mu_);
 
   // Every metric, families in name order, each family's metrics in label
   // order.
-  std::vector<MetricValue> Snapshot() const EXCLUDES(mu_);
+  std::vector<MetricValue> Snapshot() const OSPREY_EXCLUDES(mu_);
 
  private:
   struct Family {
@@ -204,10 +204,10 @@ class MetricRegistry {
     std::map<MetricLabels, std::function<double()>> functions;  // gauges, counter functions
   };
   Status FamilyFor(const std::string& name, const std::string& help, MetricValue::Type type,
-                   const MetricLabels& labels, Family** out) REQUIRES(mu_);
+                   const MetricLabels& labels, Family** out) OSPREY_REQUIRES(mu_);
 
   mutable Mutex mu_;
-  std::map<std::string, Family> families_ GUARDED_BY(mu_);
+  std::map<std::string, Family> families_ OSPREY_GUARDED_BY(mu_);
 };
 
 // Whether `name` is a valid Prometheus metric (or label) name.

@@ -11,15 +11,15 @@
 
 namespace osprey {
 
-class CAPABILITY("mutex") Mutex {
+class OSPREY_CAPABILITY("mutex") Mutex {
  public:
   Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  void Lock() ACQUIRE() { mu_.lock(); }
-  void Unlock() RELEASE() { mu_.unlock(); }
-  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  void Lock() OSPREY_ACQUIRE() { mu_.lock(); }
+  void Unlock() OSPREY_RELEASE() { mu_.unlock(); }
+  bool TryLock() OSPREY_TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // For the analysis only: tells it the caller holds the lock.
   void AssertHeld() const OSPREY_TSA(assert_capability(this)) {}
 
@@ -28,10 +28,10 @@ class CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
-class SCOPED_CAPABILITY MutexLock {
+class OSPREY_SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.Lock(); }
-  ~MutexLock() RELEASE() { mu_.Unlock(); }
+  explicit MutexLock(Mutex& mu) OSPREY_ACQUIRE(mu) : mu_(mu) { mu_.Lock(); }
+  ~MutexLock() OSPREY_RELEASE() { mu_.Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
@@ -48,13 +48,13 @@ class CondVar {
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
 
-  void Wait(Mutex* mu) REQUIRES(mu) {
+  void Wait(Mutex* mu) OSPREY_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
   // Returns false if the deadline passed before a signal.
-  bool WaitUntil(Mutex* mu, MonoTime deadline) REQUIRES(mu) {
+  bool WaitUntil(Mutex* mu, MonoTime deadline) OSPREY_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool signalled = cv_.wait_until(lock, deadline.time_point()) == std::cv_status::no_timeout;
     lock.release();

@@ -24,13 +24,13 @@ class ClientThrottle {
   ClientThrottle(double k, MonoDelta window) : k_(k), counts_(window) {}
 
   // The probability that a request made at `now` is refused locally.
-  double RejectProbability(MonoTime now) EXCLUDES(mu_) {
+  double RejectProbability(MonoTime now) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return ProbabilityLocked(now);
   }
   // A request at `now`: counts it, and says whether to refuse it locally;
   // `uniform` is a draw from [0, 1).
-  bool ShouldRefuse(MonoTime now, double uniform) EXCLUDES(mu_) {
+  bool ShouldRefuse(MonoTime now, double uniform) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     const double p = ProbabilityLocked(now);
     counts_.Add(now, kRequests);
@@ -38,13 +38,13 @@ class ClientThrottle {
   }
   // The server accepted a request (answered it, successfully or not, other
   // than refusing it).
-  void RecordAccepted(MonoTime now) EXCLUDES(mu_) {
+  void RecordAccepted(MonoTime now) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     counts_.Add(now, kAccepts);
   }
 
  private:
-  double ProbabilityLocked(MonoTime now) REQUIRES(mu_) {
+  double ProbabilityLocked(MonoTime now) OSPREY_REQUIRES(mu_) {
     const double requests = static_cast<double>(counts_.Sum(now, kRequests));
     const double accepts = static_cast<double>(counts_.Sum(now, kAccepts));
     return std::max(0.0, (requests - k_ * accepts) / (requests + 1));
@@ -52,7 +52,7 @@ class ClientThrottle {
   enum { kRequests, kAccepts };
   const double k_;
   Mutex mu_;
-  SlidingWindowCounts<2> counts_ GUARDED_BY(mu_);
+  SlidingWindowCounts<2> counts_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

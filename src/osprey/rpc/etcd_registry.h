@@ -94,16 +94,16 @@ class EtcdRegistration {
   EtcdRegistration(const EtcdRegistration&) = delete;
   EtcdRegistration& operator=(const EtcdRegistration&) = delete;
 
-  void Start() EXCLUDES(mu_);
+  void Start() OSPREY_EXCLUDES(mu_);
   // Whether the keys are in etcd, waiting for that at most `timeout`.
-  bool WaitRegistered(MonoDelta timeout) EXCLUDES(mu_);
+  bool WaitRegistered(MonoDelta timeout) OSPREY_EXCLUDES(mu_);
   // Stops keeping the lease alive and revokes it, which deletes the keys at
   // once (the watchers see them go). Idempotent.
-  void Withdraw() EXCLUDES(mu_);
-  int64_t lease() const EXCLUDES(mu_);
+  void Withdraw() OSPREY_EXCLUDES(mu_);
+  int64_t lease() const OSPREY_EXCLUDES(mu_);
 
  private:
-  void Run() EXCLUDES(mu_);
+  void Run() OSPREY_EXCLUDES(mu_);
   // One step: grant a lease, put the keys, or keep the lease alive.
   Status Step(int64_t* lease, bool* put_done, int64_t* granted_ttl);
 
@@ -114,11 +114,11 @@ class EtcdRegistration {
   std::thread thread_;
   mutable Mutex mu_;
   CondVar cv_;
-  bool started_ GUARDED_BY(mu_) = false;
-  bool stop_ GUARDED_BY(mu_) = false;
-  bool withdrawn_ GUARDED_BY(mu_) = false;
-  bool registered_ GUARDED_BY(mu_) = false;
-  int64_t lease_ GUARDED_BY(mu_) = 0;
+  bool started_ OSPREY_GUARDED_BY(mu_) = false;
+  bool stop_ OSPREY_GUARDED_BY(mu_) = false;
+  bool withdrawn_ OSPREY_GUARDED_BY(mu_) = false;
+  bool registered_ OSPREY_GUARDED_BY(mu_) = false;
+  int64_t lease_ OSPREY_GUARDED_BY(mu_) = 0;
 };
 
 // A client's view of the servers under a prefix: read once (Load), then
@@ -139,25 +139,25 @@ class EtcdWatcher {
   EtcdWatcher& operator=(const EtcdWatcher&) = delete;
 
   // Reads the prefix (each request at most `timeout`) and calls on_change.
-  Status Load(MonoDelta timeout) EXCLUDES(mu_);
-  void Start() EXCLUDES(mu_);
+  Status Load(MonoDelta timeout) OSPREY_EXCLUDES(mu_);
+  void Start() OSPREY_EXCLUDES(mu_);
   // Ends the watch and joins the thread; on_change is not called after.
-  void Stop() EXCLUDES(mu_);
+  void Stop() OSPREY_EXCLUDES(mu_);
   // Whether the watch is established now (false before the first, and
   // while etcd is unreachable).
   bool connected() const { return connected_.load(std::memory_order_acquire); }
   // Times the watch broke and was made again.
   int64_t reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
-  int64_t revision() const EXCLUDES(mu_);
+  int64_t revision() const OSPREY_EXCLUDES(mu_);
   const EtcdTarget& target() const { return target_; }
 
  private:
-  void Run() EXCLUDES(mu_);
+  void Run() OSPREY_EXCLUDES(mu_);
   // One watch stream from revision_ + 1, until it ends.
-  Status Watch() EXCLUDES(mu_);
+  Status Watch() OSPREY_EXCLUDES(mu_);
   // A line of the watch stream; false to end the stream.
-  bool OnWatchMessage(const std::string& line) EXCLUDES(mu_);
-  void Publish() EXCLUDES(mu_);
+  bool OnWatchMessage(const std::string& line) OSPREY_EXCLUDES(mu_);
+  void Publish() OSPREY_EXCLUDES(mu_);
 
   const EtcdTarget target_;
   const OnChange on_change_;
@@ -167,10 +167,10 @@ class EtcdWatcher {
   std::atomic<int64_t> reconnects_{0};
   mutable Mutex mu_;
   CondVar cv_;
-  bool stop_ GUARDED_BY(mu_) = false;
-  bool need_load_ GUARDED_BY(mu_) = true;
-  int64_t revision_ GUARDED_BY(mu_) = 0;                        // the last revision seen in full
-  std::map<std::string, std::string> servers_ GUARDED_BY(mu_);  // key -> address
+  bool stop_ OSPREY_GUARDED_BY(mu_) = false;
+  bool need_load_ OSPREY_GUARDED_BY(mu_) = true;
+  int64_t revision_ OSPREY_GUARDED_BY(mu_) = 0;  // the last revision seen in full
+  std::map<std::string, std::string> servers_ OSPREY_GUARDED_BY(mu_);  // key -> address
   std::string pending_;  // the thread's: a watch message not yet whole
 };
 

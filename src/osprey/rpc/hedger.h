@@ -72,17 +72,17 @@ class LatencyWindow {
   // Fewer answers than this: no p95 yet (zero).
   static constexpr int kMinSamples = 32;
 
-  void Record(MonoDelta took) EXCLUDES(mu_);
+  void Record(MonoDelta took) OSPREY_EXCLUDES(mu_);
   MonoDelta p95() const {
     return MonoDelta::FromNanoseconds(p95_ns_.load(std::memory_order_relaxed));
   }
 
  private:
   Mutex mu_;
-  std::array<int64_t, kSize> ring_ GUARDED_BY(mu_){};
-  int count_ GUARDED_BY(mu_) = 0;  // samples held, up to kSize
-  int next_ GUARDED_BY(mu_) = 0;   // where the next goes
-  int since_ GUARDED_BY(mu_) = 0;  // samples since the last recompute
+  std::array<int64_t, kSize> ring_ OSPREY_GUARDED_BY(mu_){};
+  int count_ OSPREY_GUARDED_BY(mu_) = 0;  // samples held, up to kSize
+  int next_ OSPREY_GUARDED_BY(mu_) = 0;   // where the next goes
+  int since_ OSPREY_GUARDED_BY(mu_) = 0;  // samples since the last recompute
   std::atomic<int64_t> p95_ns_{0};
 };
 
@@ -155,8 +155,8 @@ class HedgeGroup {
 
   // The attempts in flight: the first (or its retry) and the hedge, for
   // the winner to cancel the other.
-  void SetAttempt(bool hedge, const std::shared_ptr<OutboundCall>& call) EXCLUDES(mu_);
-  std::shared_ptr<OutboundCall> Other(bool hedge) const EXCLUDES(mu_);
+  void SetAttempt(bool hedge, const std::shared_ptr<OutboundCall>& call) OSPREY_EXCLUDES(mu_);
+  std::shared_ptr<OutboundCall> Other(bool hedge) const OSPREY_EXCLUDES(mu_);
 
   // Set once the hedge was handed to a connection (may reach its server):
   // the call's attempts_sent() counts it.
@@ -167,8 +167,8 @@ class HedgeGroup {
   std::atomic<int> alive_{2};
   std::function<void()> callback_;  // taken by the claimer alone
   mutable Mutex mu_;
-  std::weak_ptr<OutboundCall> first_ GUARDED_BY(mu_);
-  std::weak_ptr<OutboundCall> hedge_ GUARDED_BY(mu_);
+  std::weak_ptr<OutboundCall> first_ OSPREY_GUARDED_BY(mu_);
+  std::weak_ptr<OutboundCall> hedge_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -82,8 +82,8 @@ void Gather(const std::vector<std::shared_ptr<transport::Reactor>>& reactors,
             std::function<void(Gathered)> done) {
   struct State {
     Mutex mu;
-    size_t left GUARDED_BY(mu);
-    Gathered got GUARDED_BY(mu);
+    size_t left OSPREY_GUARDED_BY(mu);
+    Gathered got OSPREY_GUARDED_BY(mu);
     std::function<void(Gathered)> done;
   };
   auto st = std::make_shared<State>();

@@ -29,17 +29,17 @@ class KuduTokenVerifier : public TokenVerifier {
   // Adds the public half of token-signing key `seq_num`. InvalidArgument
   // for DER that is not an RSA public key, or a key already expired.
   Status AddPublicKey(int64_t seq_num, const std::string& rsa_public_key_der,
-                      int64_t expire_unix_epoch_seconds) EXCLUDES(mu_);
+                      int64_t expire_unix_epoch_seconds) OSPREY_EXCLUDES(mu_);
   // Keys held, expired ones included until the next AddPublicKey.
-  size_t num_keys() const EXCLUDES(mu_);
+  size_t num_keys() const OSPREY_EXCLUDES(mu_);
 
-  Status Verify(const std::string& token, std::string* user) const override EXCLUDES(mu_);
+  Status Verify(const std::string& token, std::string* user) const override OSPREY_EXCLUDES(mu_);
 
  private:
   struct Key;
   const std::function<int64_t()> now_;
   mutable Mutex mu_;
-  std::map<int64_t, std::shared_ptr<const Key>> keys_ GUARDED_BY(mu_);
+  std::map<int64_t, std::shared_ptr<const Key>> keys_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

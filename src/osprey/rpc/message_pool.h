@@ -45,23 +45,23 @@ class MessagePool {
   // if the request is large and one is kept, else a new one. *reused
   // (if given) says which.
   std::unique_ptr<google::protobuf::Message> TakeFor(size_t wire_bytes, bool* reused = nullptr)
-      EXCLUDES(mu_);
+      OSPREY_EXCLUDES(mu_);
   // A cleared message for a response: a kept one if any (the method's
   // last responses were large), else a new one.
-  std::unique_ptr<google::protobuf::Message> Take(bool* reused = nullptr) EXCLUDES(mu_);
+  std::unique_ptr<google::protobuf::Message> Take(bool* reused = nullptr) OSPREY_EXCLUDES(mu_);
   // `m` is done with; it was `wire_bytes` on the wire (0: unknown).
   // Kept if there is room and it was large or `reused` (taken from this
   // pool), else freed.
   void Give(std::unique_ptr<google::protobuf::Message> m, size_t wire_bytes, bool reused = false)
-      EXCLUDES(mu_);
+      OSPREY_EXCLUDES(mu_);
 
   size_t kept() const { return kept_count_.load(std::memory_order_relaxed); }
-  size_t kept_bytes() const EXCLUDES(mu_);
+  size_t kept_bytes() const OSPREY_EXCLUDES(mu_);
   // Over every pool in the process.
   static size_t total_kept_bytes();
 
  private:
-  std::unique_ptr<google::protobuf::Message> TakeKept() EXCLUDES(mu_);
+  std::unique_ptr<google::protobuf::Message> TakeKept() OSPREY_EXCLUDES(mu_);
 
   struct Kept {
     std::unique_ptr<google::protobuf::Message> message;
@@ -70,8 +70,8 @@ class MessagePool {
 
   const google::protobuf::Message* const prototype_;
   mutable Mutex mu_;
-  std::vector<Kept> kept_ GUARDED_BY(mu_);
-  size_t kept_bytes_ GUARDED_BY(mu_) = 0;
+  std::vector<Kept> kept_ OSPREY_GUARDED_BY(mu_);
+  size_t kept_bytes_ OSPREY_GUARDED_BY(mu_) = 0;
   // kept_.size(), read without the lock so that small calls skip it.
   std::atomic<size_t> kept_count_{0};
 };

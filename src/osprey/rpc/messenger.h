@@ -460,15 +460,15 @@ class Messenger {
   // Binds `addr` and accepts there on reactor 0: RPC (which may turn out
   // to be HTTP), or `http_only`. Waits for reactor 0, which takes mu_ for
   // every call it hands to a service: so never under mu_.
-  Status AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bound) EXCLUDES(mu_);
+  Status AddListener(const Sockaddr& addr, bool http_only, Sockaddr* bound) OSPREY_EXCLUDES(mu_);
   // Registers `bound` as set_registry says (after Listen).
-  void Register(const Sockaddr& bound) EXCLUDES(mu_);
+  void Register(const Sockaddr& bound) OSPREY_EXCLUDES(mu_);
   // Revokes the registration, if any: its key goes at once. Waits for etcd
   // (a second at most): not on a reactor thread.
-  void WithdrawRegistration() EXCLUDES(mu_);
+  void WithdrawRegistration() OSPREY_EXCLUDES(mu_);
   // Stops them on reactor 0 and waits (also never under mu_).
   void StopAcceptors(const std::vector<std::shared_ptr<transport::Acceptor>>& acceptors)
-      EXCLUDES(mu_);
+      OSPREY_EXCLUDES(mu_);
 
   const std::string name_;
   // Unique among messengers ever made: the client-metrics cache's key.
@@ -488,8 +488,9 @@ class Messenger {
   // Per server; at most kMaxGuardedServers, past which servers share one.
   static constexpr size_t kMaxGuardedServers = 4096;
   Mutex guards_mu_;
-  std::unordered_map<std::string, std::shared_ptr<ServerGuards>> guards_ GUARDED_BY(guards_mu_);
-  std::shared_ptr<ServerGuards> overflow_guards_ GUARDED_BY(guards_mu_);
+  std::unordered_map<std::string, std::shared_ptr<ServerGuards>> guards_
+      OSPREY_GUARDED_BY(guards_mu_);
+  std::shared_ptr<ServerGuards> overflow_guards_ OSPREY_GUARDED_BY(guards_mu_);
   std::unique_ptr<HttpEndpoints> http_;
   std::vector<std::shared_ptr<transport::Reactor>> reactors_;
   std::atomic<uint32_t> next_server_reactor_{0};
@@ -502,11 +503,11 @@ class Messenger {
 
   Mutex mu_;
   // The RPC listener (Listen(), once) and the HTTP-only ones.
-  std::vector<std::shared_ptr<transport::Acceptor>> acceptors_ GUARDED_BY(mu_);
-  bool listen_started_ GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<transport::Acceptor>> acceptors_ OSPREY_GUARDED_BY(mu_);
+  bool listen_started_ OSPREY_GUARDED_BY(mu_) = false;
   // The server's registration in etcd (set_registry), from Listen until a
   // drain or shutdown withdraws it.
-  std::unique_ptr<EtcdRegistration> registration_ GUARDED_BY(mu_);
+  std::unique_ptr<EtcdRegistration> registration_ OSPREY_GUARDED_BY(mu_);
   // Transparent hashing: looking a service up by the request's name (a
   // view into the frame) allocates nothing.
   struct NameHash {
@@ -515,12 +516,12 @@ class Messenger {
   };
   using ServiceMap =
       std::unordered_map<std::string, std::shared_ptr<ServicePool>, NameHash, std::equal_to<>>;
-  ServiceMap services_ GUARDED_BY(mu_);
+  ServiceMap services_ OSPREY_GUARDED_BY(mu_);
   // The waiting half of Shutdown(): stops pools and reactors.
   void FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>> acceptors,
                       ServiceMap services, MonoTime handler_deadline);
-  bool shut_down_ GUARDED_BY(mu_) = false;  // Shutdown() began
-  bool shutdown_done_ GUARDED_BY(mu_) = false;
+  bool shut_down_ OSPREY_GUARDED_BY(mu_) = false;  // Shutdown() began
+  bool shutdown_done_ OSPREY_GUARDED_BY(mu_) = false;
   CondVar shutdown_done_cv_;
   // The owning reference that MessengerBuilder::Build made; what users hold
   // are references whose deleter releases it.

@@ -35,16 +35,18 @@ class MessengerMetrics {
 
   // The metrics of a method ("<service>.<method>"), made on first use and
   // kept as long as this is; null when not counting.
-  ServerMethodMetrics* ServerMethod(const std::string& method) EXCLUDES(mu_);
-  ClientMethodMetrics* ClientMethod(const std::string& method) EXCLUDES(mu_);
+  ServerMethodMetrics* ServerMethod(const std::string& method) OSPREY_EXCLUDES(mu_);
+  ClientMethodMetrics* ClientMethod(const std::string& method) OSPREY_EXCLUDES(mu_);
 
  private:
   MetricRegistry registry_;
   std::shared_ptr<transport::TransportMetrics> transport_;
   std::unique_ptr<SlowCallLog> slow_calls_;
   Mutex mu_;
-  std::unordered_map<std::string, std::unique_ptr<ServerMethodMetrics>> server_ GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::unique_ptr<ClientMethodMetrics>> client_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<ServerMethodMetrics>> server_
+      OSPREY_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<ClientMethodMetrics>> client_
+      OSPREY_GUARDED_BY(mu_);
 };
 
 class ResultTracker;

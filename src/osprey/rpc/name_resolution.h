@@ -27,17 +27,17 @@ class NameResolution {
   // The addresses to try, in order: the last resolution's, or a new one if
   // there is none yet or a failure made it stale. A name that does not
   // resolve is NetworkError (and is tried again next time).
-  Status Addresses(std::shared_ptr<const std::vector<Sockaddr>>* out) EXCLUDES(mu_);
+  Status Addresses(std::shared_ptr<const std::vector<Sockaddr>>* out) OSPREY_EXCLUDES(mu_);
   // A call failed with a network error: resolve again before the next.
   void MarkStale() { stale_.store(true, std::memory_order_relaxed); }
   // The last resolution's first address; 0.0.0.0:0 before any.
-  Sockaddr first() const EXCLUDES(mu_);
+  Sockaddr first() const OSPREY_EXCLUDES(mu_);
 
  private:
   const std::string host_port_;
   std::atomic<bool> stale_{true};
   mutable Mutex mu_;
-  std::shared_ptr<const std::vector<Sockaddr>> addresses_ GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<Sockaddr>> addresses_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -84,12 +84,12 @@ class Proxy {
                      google::protobuf::Message* response, RpcController* controller) const;
 
   // Authenticate as `user` instead of the OS user (a separate connection).
-  void set_user(std::string user) EXCLUDES(settings_mu_);
+  void set_user(std::string user) OSPREY_EXCLUDES(settings_mu_);
   // Retries for calls whose controller sets none (RetryPolicy: none by
   // default).
   // InvalidArgument, and nothing changes, if the policy is not valid
   // (RetryPolicy::Validate).
-  Status set_retry_policy(const RetryPolicy& policy) EXCLUDES(settings_mu_);
+  Status set_retry_policy(const RetryPolicy& policy) OSPREY_EXCLUDES(settings_mu_);
   // A set of servers only: how each call picks one, and whether servers
   // that fail are ejected (on by default). No effect on one address.
   void set_load_balancing(LoadBalancing lb);
@@ -101,7 +101,7 @@ class Proxy {
   // second attempt to another server if no answer came within the delay;
   // the first answer wins. InvalidArgument, and nothing changes, if the
   // policy is not valid. No effect on one address.
-  Status set_hedging(const HedgingPolicy& policy) EXCLUDES(settings_mu_);
+  Status set_hedging(const HedgingPolicy& policy) OSPREY_EXCLUDES(settings_mu_);
   // What hedging did through this proxy (zeros for one address).
   HedgeStats hedging_stats() const;
   // A set of servers only: each server's address, with the attempts sent
@@ -135,10 +135,10 @@ class Proxy {
   Status servers_status_;
   std::string service_name_;
   mutable Mutex settings_mu_;
-  std::string user_ GUARDED_BY(settings_mu_);
-  RetryPolicy retry_policy_ GUARDED_BY(settings_mu_);
+  std::string user_ OSPREY_GUARDED_BY(settings_mu_);
+  RetryPolicy retry_policy_ OSPREY_GUARDED_BY(settings_mu_);
   // A set's hedging: null while off (calls then pay nothing for it).
-  std::shared_ptr<Hedger> hedger_ GUARDED_BY(settings_mu_);
+  std::shared_ptr<Hedger> hedger_ OSPREY_GUARDED_BY(settings_mu_);
   std::shared_ptr<HedgeCounters> hedge_counters_;  // a set's; kept across set_hedging
   std::shared_ptr<Hedger> MakeHedger(const HedgingPolicy& policy) const;
 

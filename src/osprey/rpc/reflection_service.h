@@ -24,20 +24,21 @@ namespace osprey {
 // calls read.
 class ServiceDirectory {
  public:
-  void Add(const ServiceIf& service) EXCLUDES(mu_);
-  reflection::ListServicesResponsePB List() const EXCLUDES(mu_);
+  void Add(const ServiceIf& service) OSPREY_EXCLUDES(mu_);
+  reflection::ListServicesResponsePB List() const OSPREY_EXCLUDES(mu_);
   // NotFound if no described file defines `symbol`.
   Status FilesContaining(const std::string& symbol,
-                         reflection::FileContainingSymbolResponsePB* out) const EXCLUDES(mu_);
+                         reflection::FileContainingSymbolResponsePB* out) const
+      OSPREY_EXCLUDES(mu_);
 
  private:
-  void AddFile(const google::protobuf::FileDescriptor* file) REQUIRES(mu_);
+  void AddFile(const google::protobuf::FileDescriptor* file) OSPREY_REQUIRES(mu_);
 
   mutable Mutex mu_;
-  reflection::ListServicesResponsePB services_ GUARDED_BY(mu_);
-  std::unordered_set<const google::protobuf::FileDescriptor*> files_ GUARDED_BY(mu_);
+  reflection::ListServicesResponsePB services_ OSPREY_GUARDED_BY(mu_);
+  std::unordered_set<const google::protobuf::FileDescriptor*> files_ OSPREY_GUARDED_BY(mu_);
   // The pools those files are in (the generated pool, nearly always).
-  std::vector<const google::protobuf::DescriptorPool*> pools_ GUARDED_BY(mu_);
+  std::vector<const google::protobuf::DescriptorPool*> pools_ OSPREY_GUARDED_BY(mu_);
 };
 
 // The built-in osprey.reflection.ServerReflection service. Its handlers

@@ -20,17 +20,17 @@ class RequestTracker {
 
   const std::string& client_id() const { return client_id_; }
   // A new sequence number, in flight until End.
-  int64_t Begin() EXCLUDES(mu_);
+  int64_t Begin() OSPREY_EXCLUDES(mu_);
   // The lowest sequence number in flight; with none, the next one.
-  int64_t FirstIncomplete() const EXCLUDES(mu_);
+  int64_t FirstIncomplete() const OSPREY_EXCLUDES(mu_);
   // The call with `seq` is over, whatever its outcome: no retry of it follows.
-  void End(int64_t seq) EXCLUDES(mu_);
+  void End(int64_t seq) OSPREY_EXCLUDES(mu_);
 
  private:
   const std::string client_id_;
   mutable Mutex mu_;
-  int64_t next_ GUARDED_BY(mu_) = 1;
-  std::set<int64_t> in_flight_ GUARDED_BY(mu_);
+  int64_t next_ OSPREY_GUARDED_BY(mu_) = 1;
+  std::set<int64_t> in_flight_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

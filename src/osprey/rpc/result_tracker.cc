@@ -80,7 +80,7 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const std:
     struct Unpin {
       ResultTracker* t;
       User* u;
-      ~Unpin() NO_THREAD_SAFETY_ANALYSIS {
+      ~Unpin() OSPREY_NO_THREAD_SAFETY_ANALYSIS {
         t->pinned_ = nullptr;
         if (u->clients == 0) {
           DCHECK_EQ(u->bytes, 0u);

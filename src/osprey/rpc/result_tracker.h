@@ -147,31 +147,31 @@ class ResultTracker {
   // (*call is then null); answers it for every decision but kRun. `id` may
   // be the call's own: it is not read once the call is handed over.
   Decision Track(const std::string& user, const std::string& share, const wire::RequestIdPB& id,
-                 std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_);
+                 std::unique_ptr<TrackedCall>* call) OSPREY_EXCLUDES(mu_);
   // The same, with the user's own share: for authenticated users.
   Decision Track(const std::string& user, const wire::RequestIdPB& id,
-                 std::unique_ptr<TrackedCall>* call) EXCLUDES(mu_) {
+                 std::unique_ptr<TrackedCall>* call) OSPREY_EXCLUDES(mu_) {
     return Track(user, user, id, call);
   }
 
   // The first attempt of `key` answered. `store`: its handler ran and
   // succeeded, so the answer is kept; otherwise the request is forgotten
   // and a retry runs. Answers the waiting duplicates either way.
-  void Record(const Key& key, const Answer& answer, bool store) EXCLUDES(mu_);
+  void Record(const Key& key, const Answer& answer, bool store) OSPREY_EXCLUDES(mu_);
 
   // Forgets what has expired by now. Calls do it too as they arrive.
-  void Sweep() EXCLUDES(mu_);
+  void Sweep() OSPREY_EXCLUDES(mu_);
 
   // For tests and /metrics.
-  size_t stored_answers() const EXCLUDES(mu_);
+  size_t stored_answers() const OSPREY_EXCLUDES(mu_);
   // Every byte counted against max_bytes.
-  size_t memory_bytes() const EXCLUDES(mu_);
-  size_t clients() const EXCLUDES(mu_);
+  size_t memory_bytes() const OSPREY_EXCLUDES(mu_);
+  size_t clients() const OSPREY_EXCLUDES(mu_);
   // What `share` (a user, or a PLAIN peer's address) holds.
-  size_t user_bytes(const std::string& share) const EXCLUDES(mu_);
+  size_t user_bytes(const std::string& share) const OSPREY_EXCLUDES(mu_);
   // Requests whose answers were evicted, kept so that their retries are
   // refused.
-  size_t evicted_records() const EXCLUDES(mu_);
+  size_t evicted_records() const OSPREY_EXCLUDES(mu_);
   // What became of the attempts that were not first, since the start.
   struct DuplicateCounts {
     uint64_t after_waiting = 0;  // answered when the first attempt finished
@@ -179,7 +179,7 @@ class ResultTracker {
     uint64_t stale = 0;
     uint64_t refused = 0;  // the memory bound, or too many waiting
   };
-  DuplicateCounts duplicate_counts() const EXCLUDES(mu_);
+  DuplicateCounts duplicate_counts() const OSPREY_EXCLUDES(mu_);
 
  private:
   struct Client;
@@ -230,45 +230,45 @@ class ResultTracker {
   MonoTime Now() const;
   static std::string ClientKey(const std::string& user, const std::string& client_id);
   // Entries below the client's first_incomplete, answered or evicted.
-  void ForgetAcknowledged(Client* client) REQUIRES(mu_);
-  void Erase(Client* client, std::map<int64_t, Entry>::iterator it) REQUIRES(mu_);
+  void ForgetAcknowledged(Client* client) OSPREY_REQUIRES(mu_);
+  void Erase(Client* client, std::map<int64_t, Entry>::iterator it) OSPREY_REQUIRES(mu_);
   // Expired answers, records and clients.
-  void SweepLocked(MonoTime now) REQUIRES(mu_);
+  void SweepLocked(MonoTime now) OSPREY_REQUIRES(mu_);
   // Makes room for `need` more bytes of `user`: within its share, by
   // evicting its own answers, oldest first, then its clients with nothing
   // remembered, least recently heard first; within max_bytes, by evicting
   // so from the user holding the most. False if they cannot: only `user`
   // is then refused. `keep` (may be null) is not evicted.
-  bool MakeRoom(User* user, size_t need, const Client* keep = nullptr) REQUIRES(mu_);
+  bool MakeRoom(User* user, size_t need, const Client* keep = nullptr) OSPREY_REQUIRES(mu_);
   // One eviction from `user`, as above. False if it has nothing to give.
-  bool EvictOne(User* user, const Client* keep) REQUIRES(mu_);
+  bool EvictOne(User* user, const Client* keep) OSPREY_REQUIRES(mu_);
   static bool CanEvict(const User& user, const Client* keep);
   // Every byte the tracker keeps is added and taken here, to its user's
   // count and the total.
-  void Charge(User* user, size_t bytes) REQUIRES(mu_);
-  void Uncharge(User* user, size_t bytes) REQUIRES(mu_);
+  void Charge(User* user, size_t bytes) OSPREY_REQUIRES(mu_);
+  void Uncharge(User* user, size_t bytes) OSPREY_REQUIRES(mu_);
   // Keeps evictable_ true of `user` after its bytes or what it could evict
   // changed.
-  void Reindex(User* user) REQUIRES(mu_);
-  void EraseClient(Client* client) REQUIRES(mu_);
+  void Reindex(User* user) OSPREY_REQUIRES(mu_);
+  void EraseClient(Client* client) OSPREY_REQUIRES(mu_);
   // Keeps empty_clients_ true of `client` after its entries changed.
-  void UpdateEmpty(Client* client) REQUIRES(mu_);
+  void UpdateEmpty(Client* client) OSPREY_REQUIRES(mu_);
 
   const Options options_;
   const size_t max_bytes_per_user_;
   mutable Mutex mu_;
-  std::unordered_map<std::string, Client> clients_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, Client> clients_ OSPREY_GUARDED_BY(mu_);
   // Node-based: Client::user points into it. A user goes with its last
   // client, unless it is `pinned_` (the user a Track serves).
-  std::unordered_map<std::string, User> users_ GUARDED_BY(mu_);
-  User* pinned_ GUARDED_BY(mu_) = nullptr;
+  std::unordered_map<std::string, User> users_ OSPREY_GUARDED_BY(mu_);
+  User* pinned_ OSPREY_GUARDED_BY(mu_) = nullptr;
   // The users with something to evict, by what they hold.
-  std::set<std::pair<size_t, User*>> evictable_ GUARDED_BY(mu_);
-  ClientList clients_by_time_ GUARDED_BY(mu_);  // least recently heard first
-  OrderList done_ GUARDED_BY(mu_);              // stored answers
-  OrderList evicted_ GUARDED_BY(mu_);           // records of evicted answers
-  size_t bytes_ GUARDED_BY(mu_) = 0;
-  DuplicateCounts counts_ GUARDED_BY(mu_);
+  std::set<std::pair<size_t, User*>> evictable_ OSPREY_GUARDED_BY(mu_);
+  ClientList clients_by_time_ OSPREY_GUARDED_BY(mu_);  // least recently heard first
+  OrderList done_ OSPREY_GUARDED_BY(mu_);              // stored answers
+  OrderList evicted_ OSPREY_GUARDED_BY(mu_);           // records of evicted answers
+  size_t bytes_ OSPREY_GUARDED_BY(mu_) = 0;
+  DuplicateCounts counts_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -22,19 +22,19 @@ class RetryBudget {
       : ratio_(ratio), floor_(min_per_second * window.ToSeconds()), counts_(window) {}
 
   // A call's first attempt started at `now`.
-  void RecordCall(MonoTime now) EXCLUDES(mu_) {
+  void RecordCall(MonoTime now) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     counts_.Add(now, kCalls);
   }
   // Whether a retry may be sent at `now`; if so, it is counted.
-  bool TryRetry(MonoTime now) EXCLUDES(mu_) {
+  bool TryRetry(MonoTime now) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     const double allowed = floor_ + ratio_ * static_cast<double>(counts_.Sum(now, kCalls));
     if (static_cast<double>(counts_.Sum(now, kRetries)) + 1 > allowed) return false;
     counts_.Add(now, kRetries);
     return true;
   }
-  uint64_t retries_in_window(MonoTime now) EXCLUDES(mu_) {
+  uint64_t retries_in_window(MonoTime now) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return counts_.Sum(now, kRetries);
   }
@@ -44,7 +44,7 @@ class RetryBudget {
   const double ratio_;
   const double floor_;  // retries any window allows, calls or not
   Mutex mu_;
-  SlidingWindowCounts<2> counts_ GUARDED_BY(mu_);
+  SlidingWindowCounts<2> counts_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

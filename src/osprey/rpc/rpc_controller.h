@@ -126,25 +126,25 @@ class RpcController {
               int attempts, int attempts_sent, const Sockaddr& server, Hedge hedge);
 
   mutable Mutex mu_;
-  MonoDelta timeout_ GUARDED_BY(mu_);
-  MonoTime deadline_ GUARDED_BY(mu_) = MonoTime::Max();
-  std::vector<std::string> outbound_sidecars_ GUARDED_BY(mu_);
-  std::vector<uint32_t> required_server_features_ GUARDED_BY(mu_);
-  std::optional<RetryPolicy> retry_policy_ GUARDED_BY(mu_);
-  bool idempotent_ GUARDED_BY(mu_) = false;
-  uint64_t hash_key_ GUARDED_BY(mu_) = 0;
-  Sockaddr server_ GUARDED_BY(mu_);
-  int attempts_ GUARDED_BY(mu_) = 0;
-  int attempts_sent_ GUARDED_BY(mu_) = 0;
-  std::shared_ptr<OutboundCall> call_ GUARDED_BY(mu_);
-  std::shared_ptr<OutboundCall> hedge_call_ GUARDED_BY(mu_);  // a hedge in flight
-  Hedge hedge_ GUARDED_BY(mu_) = Hedge::kNone;
-  bool finished_ GUARDED_BY(mu_) = false;
-  bool cancelled_ GUARDED_BY(mu_) = false;  // Cancel() during the call in flight
-  Status status_ GUARDED_BY(mu_);
-  std::unique_ptr<wire::ErrorStatusPB> error_ GUARDED_BY(mu_);
-  std::shared_ptr<const uint8_t[]> sidecar_storage_ GUARDED_BY(mu_);
-  std::vector<Slice> inbound_sidecars_ GUARDED_BY(mu_);
+  MonoDelta timeout_ OSPREY_GUARDED_BY(mu_);
+  MonoTime deadline_ OSPREY_GUARDED_BY(mu_) = MonoTime::Max();
+  std::vector<std::string> outbound_sidecars_ OSPREY_GUARDED_BY(mu_);
+  std::vector<uint32_t> required_server_features_ OSPREY_GUARDED_BY(mu_);
+  std::optional<RetryPolicy> retry_policy_ OSPREY_GUARDED_BY(mu_);
+  bool idempotent_ OSPREY_GUARDED_BY(mu_) = false;
+  uint64_t hash_key_ OSPREY_GUARDED_BY(mu_) = 0;
+  Sockaddr server_ OSPREY_GUARDED_BY(mu_);
+  int attempts_ OSPREY_GUARDED_BY(mu_) = 0;
+  int attempts_sent_ OSPREY_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<OutboundCall> call_ OSPREY_GUARDED_BY(mu_);
+  std::shared_ptr<OutboundCall> hedge_call_ OSPREY_GUARDED_BY(mu_);  // a hedge in flight
+  Hedge hedge_ OSPREY_GUARDED_BY(mu_) = Hedge::kNone;
+  bool finished_ OSPREY_GUARDED_BY(mu_) = false;
+  bool cancelled_ OSPREY_GUARDED_BY(mu_) = false;  // Cancel() during the call in flight
+  Status status_ OSPREY_GUARDED_BY(mu_);
+  std::unique_ptr<wire::ErrorStatusPB> error_ OSPREY_GUARDED_BY(mu_);
+  std::shared_ptr<const uint8_t[]> sidecar_storage_ OSPREY_GUARDED_BY(mu_);
+  std::vector<Slice> inbound_sidecars_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -109,15 +109,16 @@ class ServerSet {
   // be (the one that just refused the call); may be null. `may_resolve`:
   // false on a reactor thread, which must not block in getaddrinfo. Null
   // when the set is empty (an etcd prefix with no server registered).
-  EntryPtr Pick(uint64_t key, const Entry* exclude, bool may_resolve) EXCLUDES(mu_);
+  EntryPtr Pick(uint64_t key, const Entry* exclude, bool may_resolve) OSPREY_EXCLUDES(mu_);
   // For a hedge: a server other than `other`, counted as Pick counts it;
   // null if none but `other` is eligible (nothing to hedge to).
-  EntryPtr PickOther(uint64_t key, const EntryPtr& other) EXCLUDES(mu_);
+  EntryPtr PickOther(uint64_t key, const EntryPtr& other) OSPREY_EXCLUDES(mu_);
   // The same server again, counted as Pick counts it: for a retry that
   // must stay where the call may have run.
-  EntryPtr Keep(const EntryPtr& server) EXCLUDES(mu_);
+  EntryPtr Keep(const EntryPtr& server) OSPREY_EXCLUDES(mu_);
   // The attempt sent to `server` by Pick or Keep ended so, after `took`.
-  void Ended(const EntryPtr& server, Outcome outcome, MonoDelta took = MonoDelta()) EXCLUDES(mu_);
+  void Ended(const EntryPtr& server, Outcome outcome, MonoDelta took = MonoDelta())
+      OSPREY_EXCLUDES(mu_);
 
   // Switches, for measuring and bisecting (Proxy::set_load_balancing,
   // set_outlier_detection); any thread, for the calls that start after.
@@ -130,7 +131,7 @@ class ServerSet {
   // out of the set. Entries that do not parse are skipped, with a warning.
   // For a registry's watcher; any thread but a reactor's (a name may
   // block in getaddrinfo).
-  void ReplaceServers(const std::vector<std::string>& host_ports) EXCLUDES(mu_);
+  void ReplaceServers(const std::vector<std::string>& host_ports) OSPREY_EXCLUDES(mu_);
   // An etcd target's: whether its watch is established now (false while
   // etcd is unreachable, the set then being the last known), and how often
   // it had to be made again. Other sets: true and 0.
@@ -138,10 +139,10 @@ class ServerSet {
   int64_t registry_reconnects() const;
 
   // The first server's address; 0.0.0.0:0 when the set is empty.
-  Sockaddr first() const EXCLUDES(mu_);
-  size_t size() const EXCLUDES(mu_);
+  Sockaddr first() const OSPREY_EXCLUDES(mu_);
+  size_t size() const OSPREY_EXCLUDES(mu_);
   // For tests, reports and /metrics: each server's address and its calls.
-  std::vector<ServerReport> Report() const EXCLUDES(mu_);
+  std::vector<ServerReport> Report() const OSPREY_EXCLUDES(mu_);
 
   ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, Options options);
   ~ServerSet();
@@ -149,20 +150,20 @@ class ServerSet {
  private:
   MonoTime Now() const;
   uint64_t Draw() const;
-  bool EligibleLocked(const Entry& e, MonoTime now) const REQUIRES(mu_);
+  bool EligibleLocked(const Entry& e, MonoTime now) const OSPREY_REQUIRES(mu_);
   static double DecayedLatency(const Entry& e, MonoTime now);
-  void EjectLocked(Entry* e, MonoTime now) REQUIRES(mu_);
-  void MaybeResolveLocked(MonoTime now) REQUIRES(mu_);
+  void EjectLocked(Entry* e, MonoTime now) OSPREY_REQUIRES(mu_);
+  void MaybeResolveLocked(MonoTime now) OSPREY_REQUIRES(mu_);
 
   const Options options_;
   std::atomic<LoadBalancing> lb_;
   std::atomic<bool> ejection_;
   const std::string dns_host_port_;  // "NAME:PORT" of a dns: target; else empty
   mutable Mutex mu_;
-  std::vector<EntryPtr> servers_ GUARDED_BY(mu_);
-  uint64_t round_robin_next_ GUARDED_BY(mu_) = 0;
-  MonoTime resolved_at_ GUARDED_BY(mu_);
-  bool resolve_now_ GUARDED_BY(mu_) = false;
+  std::vector<EntryPtr> servers_ OSPREY_GUARDED_BY(mu_);
+  uint64_t round_robin_next_ OSPREY_GUARDED_BY(mu_) = 0;
+  MonoTime resolved_at_ OSPREY_GUARDED_BY(mu_);
+  bool resolve_now_ OSPREY_GUARDED_BY(mu_) = false;
   // An etcd target's watcher; set by Make before the set is shared, then
   // only read (its own accessors are thread-safe). Its callback holds
   // `this`: the destructor stops it first.

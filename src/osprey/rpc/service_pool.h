@@ -100,13 +100,13 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   const ServicePoolOptions options_;
   Queue queue_;
   Mutex shutdown_mu_;  // one Shutdown() joins the workers; the next waits
-  std::vector<std::thread> workers_ GUARDED_BY(shutdown_mu_);
+  std::vector<std::thread> workers_ OSPREY_GUARDED_BY(shutdown_mu_);
   // Workers that have not returned yet, and the reference that keeps an
   // abandoned pool alive until the last of them does.
   Mutex live_mu_;
-  int live_workers_ GUARDED_BY(live_mu_) = 0;
+  int live_workers_ OSPREY_GUARDED_BY(live_mu_) = 0;
   CondVar all_returned_;
-  std::shared_ptr<ServicePool> keep_alive_ GUARDED_BY(live_mu_);
+  std::shared_ptr<ServicePool> keep_alive_ OSPREY_GUARDED_BY(live_mu_);
   std::atomic<uint64_t> dropped_calls_of_closed_connections_{0};
   // Made in the constructor, read-only after.
   const std::shared_ptr<MessengerMetrics> messenger_metrics_;

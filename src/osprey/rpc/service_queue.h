@@ -101,7 +101,8 @@ class ServiceQueue {
   // caller must refuse it. Calls already queued that this one pushes out
   // are appended to *pushed_out, for the caller to answer; with no list
   // (null) none is pushed out and a full queue refuses the newcomer.
-  PutResult Put(std::unique_ptr<Call>* call, RefusedList* pushed_out = nullptr) EXCLUDES(mu_) {
+  PutResult Put(std::unique_ptr<Call>* call, RefusedList* pushed_out = nullptr)
+      OSPREY_EXCLUDES(mu_) {
     bool wake = false;
     PutResult result;
     {
@@ -117,7 +118,7 @@ class ServiceQueue {
   // the caller's to refuse, for the reason in the same place of *results
   // (kQueued where taken).
   void PutAll(std::vector<std::unique_ptr<Call>>* calls, std::vector<PutResult>* results,
-              RefusedList* pushed_out = nullptr) EXCLUDES(mu_) {
+              RefusedList* pushed_out = nullptr) OSPREY_EXCLUDES(mu_) {
     results->assign(calls->size(), PutResult::kQueued);
     int wakes = 0;
     {
@@ -134,7 +135,7 @@ class ServiceQueue {
   // Takes out every queued call for which `pred` holds (the calls of a
   // connection that closed), appending them to *out. Returns how many.
   template <class Pred>
-  size_t RemoveIf(Pred pred, std::vector<std::unique_ptr<Call>>* out) EXCLUDES(mu_) {
+  size_t RemoveIf(Pred pred, std::vector<std::unique_ptr<Call>>* out) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     size_t n = 0;
     for (auto it = queue_.begin(); it != queue_.end();) {
@@ -157,7 +158,7 @@ class ServiceQueue {
   // is shutting down: the worker goes to Take() instead.
   // `last_run_ns` as for Take(), which then gets -1: a polling worker is
   // not running a call.
-  bool BeginPoll(EventFdRef wake_fd, int64_t last_run_ns) EXCLUDES(mu_) {
+  bool BeginPoll(EventFdRef wake_fd, int64_t last_run_ns) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     if (shutting_down_ || !wakeups_.MayPoll(queue_.size())) return false;
     ReportRun(last_run_ns);
@@ -167,7 +168,7 @@ class ServiceQueue {
   // The polling worker woke (its socket, or `wake_fd` written): it no
   // longer polls, and comes to Take() with `from_poll` set. A call queued
   // meanwhile, the one it is about to read included, is left to it.
-  void EndPoll(EventFdRef wake_fd) EXCLUDES(mu_) {
+  void EndPoll(EventFdRef wake_fd) OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     wakeups_.EndPoll(wake_fd);
   }
@@ -180,7 +181,7 @@ class ServiceQueue {
   // *out null when they were all there was (the worker then reports no
   // run, -1, at its next Take).
   bool Take(std::unique_ptr<Call>* out, int64_t last_run_ns, bool from_poll = false,
-            RefusedList* shed = nullptr) EXCLUDES(mu_) {
+            RefusedList* shed = nullptr) OSPREY_EXCLUDES(mu_) {
     bool wake;
     // Read before the lock, not under it: workers and readers contend for
     // it at hundreds of thousands of calls a second.
@@ -198,7 +199,7 @@ class ServiceQueue {
 
   // Refuses new calls, wakes every worker so it exits, and returns the
   // calls still queued for the caller to answer. Idempotent.
-  std::deque<std::unique_ptr<Call>> Shutdown() EXCLUDES(mu_) {
+  std::deque<std::unique_ptr<Call>> Shutdown() OSPREY_EXCLUDES(mu_) {
     std::deque<std::unique_ptr<Call>> left;
     {
       MutexLock l(mu_);
@@ -210,27 +211,27 @@ class ServiceQueue {
     return left;
   }
 
-  size_t size() const EXCLUDES(mu_) {
+  size_t size() const OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return queue_.size();
   }
   size_t capacity() const { return capacity_; }
   // Whether QueueDelayControl says overloaded, and how many times it has.
-  bool overloaded() const EXCLUDES(mu_) {
+  bool overloaded() const OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return control_.overloaded();
   }
-  uint64_t overload_episodes() const EXCLUDES(mu_) {
+  uint64_t overload_episodes() const OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return control_.episodes();
   }
 
   // Workers blocked in Take(), and workers running a call they took.
-  int sleeping_workers() const EXCLUDES(mu_) {
+  int sleeping_workers() const OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return wakeups_.sleeping();
   }
-  int running_workers() const EXCLUDES(mu_) {
+  int running_workers() const OSPREY_EXCLUDES(mu_) {
     MutexLock l(mu_);
     return wakeups_.running();
   }
@@ -254,7 +255,7 @@ class ServiceQueue {
   }
 
   PutResult PutLocked(std::unique_ptr<Call>* call, RefusedList* pushed_out, bool* wake)
-      REQUIRES(mu_) {
+      OSPREY_REQUIRES(mu_) {
     if (shutting_down_) return PutResult::kShuttingDown;
     const Call& c = **call;
     const bool overloaded = options_.overload_control && control_.overloaded();
@@ -293,13 +294,13 @@ class ServiceQueue {
   }
 
   // How long `c` may wait once calls wait past the target (AdmissionRule).
-  MonoDelta Patience(const Call& c) const REQUIRES(mu_) {
+  MonoDelta Patience(const Call& c) const OSPREY_REQUIRES(mu_) {
     return AdmissionRule::Patience(control_.target(), {c.received_at(), c.deadline()});
   }
 
   // Pushes out, from the front, the calls whose deadline passed by `now`,
   // and with `waited_too_long` those that waited past their patience.
-  void ShedStale(MonoTime now, bool waited_too_long, RefusedList* out) REQUIRES(mu_) {
+  void ShedStale(MonoTime now, bool waited_too_long, RefusedList* out) OSPREY_REQUIRES(mu_) {
     // In arrival order the front is the oldest; in deadline order a call
     // with a later deadline may be older, and waits for a later pass.
     while (!queue_.empty()) {
@@ -321,7 +322,7 @@ class ServiceQueue {
   // `now`: the clock read just before the lock; if this worker then waits
   // for a call, the call that wakes it has waited no longer than the wake-up.
   bool TakeLocked(std::unique_ptr<Call>* out, int64_t last_run_ns, MonoTime now, RefusedList* shed,
-                  bool* wake) REQUIRES(mu_) {
+                  bool* wake) OSPREY_REQUIRES(mu_) {
     *wake = false;
     ReportRun(last_run_ns);
     bool watchdog = false;  // this worker is the queue's watchdog (WorkerWakeups::Woke)
@@ -372,7 +373,7 @@ class ServiceQueue {
   }
 
   // A worker's call ended after `last_run_ns` (-1: it ran none).
-  void ReportRun(int64_t last_run_ns) REQUIRES(mu_) {
+  void ReportRun(int64_t last_run_ns) OSPREY_REQUIRES(mu_) {
     if (last_run_ns < 0) return;
     wakeups_.RunEnded();
     run_time_.Add(last_run_ns);
@@ -386,12 +387,12 @@ class ServiceQueue {
   const size_t capacity_;
   const AdmissionRule rule_;  // pure, fixed: read without the lock
   mutable Mutex mu_;
-  QueueDelayControl control_ GUARDED_BY(mu_);
+  QueueDelayControl control_ OSPREY_GUARDED_BY(mu_);
   CondVar not_empty_;
-  std::deque<std::unique_ptr<Call>> queue_ GUARDED_BY(mu_);
-  bool shutting_down_ GUARDED_BY(mu_) = false;
-  RunTimeAverage run_time_ GUARDED_BY(mu_);
-  WorkerWakeups wakeups_ GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Call>> queue_ OSPREY_GUARDED_BY(mu_);
+  bool shutting_down_ OSPREY_GUARDED_BY(mu_) = false;
+  RunTimeAverage run_time_ OSPREY_GUARDED_BY(mu_);
+  WorkerWakeups wakeups_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -36,20 +36,21 @@ class SlowCallLog {
   MonoDelta threshold() const { return threshold_; }
   void MaybeRecord(bool inbound, const std::string& method, const Sockaddr& remote,
                    const std::string& user, MonoDelta took, const std::string& outcome)
-      EXCLUDES(mu_) {
+      OSPREY_EXCLUDES(mu_) {
     if (took < threshold_) return;
     Record(inbound, method, remote, user, took, outcome);
   }
   // Newest first, by direction then method.
-  std::vector<SlowCall> Snapshot() const EXCLUDES(mu_);
+  std::vector<SlowCall> Snapshot() const OSPREY_EXCLUDES(mu_);
 
  private:
   void Record(bool inbound, const std::string& method, const Sockaddr& remote,
-              const std::string& user, MonoDelta took, const std::string& outcome) EXCLUDES(mu_);
+              const std::string& user, MonoDelta took, const std::string& outcome)
+      OSPREY_EXCLUDES(mu_);
 
   const MonoDelta threshold_;
   mutable Mutex mu_;
-  std::map<std::pair<bool, std::string>, std::deque<SlowCall>> calls_ GUARDED_BY(mu_);
+  std::map<std::pair<bool, std::string>, std::deque<SlowCall>> calls_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -40,8 +40,8 @@ class BlockingWorker {
     const size_t max_queued;
     Mutex mu;
     CondVar cv;
-    std::deque<Task> queue GUARDED_BY(mu);
-    bool stopping GUARDED_BY(mu) = false;
+    std::deque<Task> queue OSPREY_GUARDED_BY(mu);
+    bool stopping OSPREY_GUARDED_BY(mu) = false;
   };
   static void Run(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;

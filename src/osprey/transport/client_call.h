@@ -126,7 +126,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // the call's reactor, and tells the analysis so: the transport fields
   // below are that lock's. Before a reactor took the call there is none
   // to check, and those fields are still as constructed.
-  void AssertOnReactor() const ASSERT_CAPABILITY(reactor_->loop_mu_) {
+  void AssertOnReactor() const OSPREY_ASSERT_CAPABILITY(reactor_->loop_mu_) {
     if (reactor_ != nullptr) reactor_->AssertCurrentThread();
   }
   // Reactor thread: makes the next fallback address, if any is left, the
@@ -150,11 +150,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // Written by that reactor and its connection (friends), under its loop
   // lock, which the analysis checks: AssertOnReactor() where the lock
   // held is not provably the call's reactor's.
-  Connection* conn_ GUARDED_BY(reactor_->loop_mu_) = nullptr;  // the connection it waits on
-  int32_t call_id_ GUARDED_BY(reactor_->loop_mu_) = -1;
-  TimerId timer_id_ GUARDED_BY(reactor_->loop_mu_);
-  TimerId call_timer_ GUARDED_BY(reactor_->loop_mu_);  // ArmCallTimer's
-  MonoDelta timeout_ GUARDED_BY(reactor_->loop_mu_);
+  Connection* conn_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = nullptr;  // the connection it waits on
+  int32_t call_id_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = -1;
+  TimerId timer_id_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  TimerId call_timer_ OSPREY_GUARDED_BY(reactor_->loop_mu_);  // ArmCallTimer's
+  MonoDelta timeout_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<const std::vector<Sockaddr>> fallbacks_;
   size_t next_fallback_ = 0;
 };

@@ -70,7 +70,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // thread once fixed: a worker reads it for a call of this connection,
   // whose hand-off orders the read after the write; before that, only the
   // reactor's thread or its borrower. Both checked in assertion builds.
-  const AuthenticatedIdentity& identity() const NO_THREAD_SAFETY_ANALYSIS {
+  const AuthenticatedIdentity& identity() const OSPREY_NO_THREAD_SAFETY_ANALYSIS {
     DCHECK(identity_fixed_.load(std::memory_order_acquire) || reactor_->IsCurrentThread())
         << "a connection's identity read off its reactor before negotiation fixed it";
     return identity_;
@@ -201,98 +201,101 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     kClosed,
   };
 
-  void OnConnected() REQUIRES(reactor_->loop_mu_);
+  void OnConnected() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Whether the bytes read in place of the connection header begin an HTTP
   // request line.
-  bool LooksLikeHttp() const REQUIRES(reactor_->loop_mu_);
+  bool LooksLikeHttp() const OSPREY_REQUIRES(reactor_->loop_mu_);
   // Hands the socket to an HttpConnection on this reactor.
-  void BecomeHttp() REQUIRES(reactor_->loop_mu_);
+  void BecomeHttp() OSPREY_REQUIRES(reactor_->loop_mu_);
   // The identity negotiation settled on, from now on read-only: set once,
   // when negotiation ends and before the first call is read.
-  void FixIdentity(AuthenticatedIdentity identity) REQUIRES(reactor_->loop_mu_);
+  void FixIdentity(AuthenticatedIdentity identity) OSPREY_REQUIRES(reactor_->loop_mu_);
   // Tells the messenger's metrics how many bytes wait for this peer.
-  void PublishQueuedBytes() REQUIRES(reactor_->loop_mu_);
-  void ReadAvailable() REQUIRES(reactor_->loop_mu_);
+  void PublishQueuedBytes() OSPREY_REQUIRES(reactor_->loop_mu_);
+  void ReadAvailable() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Once open: frames may be max_frame_size long, no longer only
   // max_negotiation_frame_size.
-  void RaiseFrameLimit() REQUIRES(reactor_->loop_mu_);
+  void RaiseFrameLimit() OSPREY_REQUIRES(reactor_->loop_mu_);
   // The one way into kOpen, for both roles: the negotiation timer goes,
   // frames may be max_frame_size long and the metrics count the
   // negotiation and its authentication.
-  void EnterOpen() REQUIRES(reactor_->loop_mu_);
+  void EnterOpen() OSPREY_REQUIRES(reactor_->loop_mu_);
   // A negotiation began (a peer that connects and says nothing has not
   // begun one) and has not ended: what a failure of it is counted by.
-  bool IsNegotiating() const REQUIRES(reactor_->loop_mu_);
+  bool IsNegotiating() const OSPREY_REQUIRES(reactor_->loop_mu_);
   // Decodes and handles the frames `n` new bytes in the decoder complete.
-  void DecodeFrames(size_t n) REQUIRES(reactor_->loop_mu_);
+  void DecodeFrames(size_t n) OSPREY_REQUIRES(reactor_->loop_mu_);
   // Server, not yet open: charges what the decoder now buffers against the
   // budget of connections not yet negotiated. False: over it, the
   // connection was closed.
-  bool ChargePreAuthBytes() REQUIRES(reactor_->loop_mu_);
+  bool ChargePreAuthBytes() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Decrypts TLS records and decodes the frames they complete.
-  void DecryptAndDecode(Slice records) REQUIRES(reactor_->loop_mu_);
-  Status ReadConnectionHeader() REQUIRES(reactor_->loop_mu_);
-  Status HandleResponseFrame(wire::InboundResponse frame) REQUIRES(reactor_->loop_mu_);
-  Status HandleRequestFrame(wire::InboundRequest frame) REQUIRES(reactor_->loop_mu_);
-  Status HandleClientNegotiation(const wire::InboundResponse& frame) REQUIRES(reactor_->loop_mu_);
-  Status HandleServerNegotiation(const wire::InboundRequest& frame) REQUIRES(reactor_->loop_mu_);
+  void DecryptAndDecode(Slice records) OSPREY_REQUIRES(reactor_->loop_mu_);
+  Status ReadConnectionHeader() OSPREY_REQUIRES(reactor_->loop_mu_);
+  Status HandleResponseFrame(wire::InboundResponse frame) OSPREY_REQUIRES(reactor_->loop_mu_);
+  Status HandleRequestFrame(wire::InboundRequest frame) OSPREY_REQUIRES(reactor_->loop_mu_);
+  Status HandleClientNegotiation(const wire::InboundResponse& frame)
+      OSPREY_REQUIRES(reactor_->loop_mu_);
+  Status HandleServerNegotiation(const wire::InboundRequest& frame)
+      OSPREY_REQUIRES(reactor_->loop_mu_);
   TlsFeatures ClientTlsOffer() const;
   // Sends what a negotiator asked for, switching to TLS records where it
   // said; `session` is the negotiator's once its handshake is done.
   void ApplyNegotiationSteps(const NegotiationSteps& steps, const TlsFeatures& agreed,
-                             std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
+                             std::unique_ptr<TlsSession> session)
+      OSPREY_REQUIRES(reactor_->loop_mu_);
   // From here on, bytes queued go out as TLS records of `session`.
-  void StartTlsRecords(std::unique_ptr<TlsSession> session) REQUIRES(reactor_->loop_mu_);
+  void StartTlsRecords(std::unique_ptr<TlsSession> session) OSPREY_REQUIRES(reactor_->loop_mu_);
   // A client that switched to records got clear bytes instead: reads one
   // clear frame from them, and no more (ClientClearFrameAfterTls).
-  void DecodeClearErrorFrame(const std::string& raw) REQUIRES(reactor_->loop_mu_);
+  void DecodeClearErrorFrame(const std::string& raw) OSPREY_REQUIRES(reactor_->loop_mu_);
 
-  void SendNegotiation(const wire::NegotiatePB& message) REQUIRES(reactor_->loop_mu_);
-  void SendPendingCalls() REQUIRES(reactor_->loop_mu_);
+  void SendNegotiation(const wire::NegotiatePB& message) OSPREY_REQUIRES(reactor_->loop_mu_);
+  void SendPendingCalls() OSPREY_REQUIRES(reactor_->loop_mu_);
   // After a fatal error was sent (a frame, or a TLS alert): counts a failed
   // negotiation, and closes once the peer had a second to read it.
-  void CloseAfterFatalError(const Status& why) REQUIRES(reactor_->loop_mu_);
-  void SendCall(std::shared_ptr<ClientCall> call) REQUIRES(reactor_->loop_mu_);
+  void CloseAfterFatalError(const Status& why) OSPREY_REQUIRES(reactor_->loop_mu_);
+  void SendCall(std::shared_ptr<ClientCall> call) OSPREY_REQUIRES(reactor_->loop_mu_);
   // A negotiation message, the context or a fatal error: over TLS it ends
   // its record.
   template <class Header>
   void QueueMessage(Header* header, const google::protobuf::MessageLite& body)
-      REQUIRES(reactor_->loop_mu_);
-  void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) REQUIRES(reactor_->loop_mu_);
+      OSPREY_REQUIRES(reactor_->loop_mu_);
+  void QueueFrame(std::unique_ptr<wire::OutboundFrame> frame) OSPREY_REQUIRES(reactor_->loop_mu_);
   // Flush() through the TLS record layer; false once the connection is
   // shut down.
-  bool FlushRecords() REQUIRES(reactor_->loop_mu_);
+  bool FlushRecords() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Reads what the peer sent before the write failed, then closes with `s`.
-  void ShutdownAfterWriteError(const Status& s) REQUIRES(reactor_->loop_mu_);
-  bool HasUnsentBytes() const REQUIRES(reactor_->loop_mu_) {
+  void ShutdownAfterWriteError(const Status& s) OSPREY_REQUIRES(reactor_->loop_mu_);
+  bool HasUnsentBytes() const OSPREY_REQUIRES(reactor_->loop_mu_) {
     return !outbound_.empty() || (tls_ != nullptr && tls_->unsent_bytes() > 0);
   }
   // Server: answers with a fatal error, then closes once it is sent.
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
-      REQUIRES(reactor_->loop_mu_);
-  void UpdateEpollInterest() REQUIRES(reactor_->loop_mu_);
+      OSPREY_REQUIRES(reactor_->loop_mu_);
+  void UpdateEpollInterest() OSPREY_REQUIRES(reactor_->loop_mu_);
   // route_.Apply(event), checking (in assertion builds) that the table
   // allows it here.
   WakeRoute::Actions MoveRoute(WakeRoute::Event event, bool calls_awaited = true)
-      REQUIRES(reactor_->loop_mu_);
+      OSPREY_REQUIRES(reactor_->loop_mu_);
   // What the reactor's epoll set should watch on the socket now.
-  uint32_t EpollEvents() const REQUIRES(reactor_->loop_mu_);
+  uint32_t EpollEvents() const OSPREY_REQUIRES(reactor_->loop_mu_);
   // Gives epoll EpollEvents() if it has something else.
-  Status SyncEpollEvents() REQUIRES(reactor_->loop_mu_);
+  Status SyncEpollEvents() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Makes the worker's set (ParkForWorker) and puts the reactor's
   // registration behind it. Without descriptors for it, logs and makes
   // none; an error only if the socket could not be registered again.
-  Status MakeWorkerSet() REQUIRES(reactor_->loop_mu_);
+  Status MakeWorkerSet() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Once closed, when no worker waits on it.
-  void CloseWorkerSet() REQUIRES(reactor_->loop_mu_);
-  void OnNegotiationTimeout() REQUIRES(reactor_->loop_mu_);
+  void CloseWorkerSet() OSPREY_REQUIRES(reactor_->loop_mu_);
+  void OnNegotiationTimeout() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Client: runs the negotiator's Kerberos start on the messenger's
   // BlockingWorker, then KerberosStarted back on this reactor.
-  void StartKerberos() REQUIRES(reactor_->loop_mu_);
+  void StartKerberos() OSPREY_REQUIRES(reactor_->loop_mu_);
   void KerberosStarted(std::shared_ptr<GssapiSaslClient> gssapi, const Status& started,
-                       std::string token) REQUIRES(reactor_->loop_mu_);
+                       std::string token) OSPREY_REQUIRES(reactor_->loop_mu_);
   // What HandleClientNegotiation does with the negotiator's steps.
-  Status ApplyClientSteps(const NegotiationSteps& steps) REQUIRES(reactor_->loop_mu_);
+  Status ApplyClientSteps(const NegotiationSteps& steps) OSPREY_REQUIRES(reactor_->loop_mu_);
   std::string ToString() const;
 
   Reactor* const reactor_;
@@ -306,72 +309,72 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   const std::string host_;
   // Written on the loop only, until FixIdentity(); read-only from then on,
   // when identity() lets any thread read it.
-  AuthenticatedIdentity identity_ GUARDED_BY(reactor_->loop_mu_);
+  AuthenticatedIdentity identity_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> identity_fixed_{false};
-  State state_ GUARDED_BY(reactor_->loop_mu_);
+  State state_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   std::atomic<bool> closed_{false};
-  bool retired_ GUARDED_BY(reactor_->loop_mu_) = false;
-  Status close_reason_ GUARDED_BY(reactor_->loop_mu_);
+  bool retired_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  Status close_reason_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
 
   // Inbound side.
-  uint8_t conn_header_[7] GUARDED_BY(reactor_->loop_mu_);
-  size_t conn_header_got_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  std::unique_ptr<wire::RequestDecoder> request_decoder_ GUARDED_BY(reactor_->loop_mu_);
-  std::unique_ptr<wire::ResponseDecoder> response_decoder_ GUARDED_BY(reactor_->loop_mu_);
-  std::vector<wire::InboundRequest> request_frames_ GUARDED_BY(reactor_->loop_mu_);
-  std::vector<wire::InboundResponse> response_frames_ GUARDED_BY(reactor_->loop_mu_);
+  uint8_t conn_header_[7] OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  size_t conn_header_got_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
+  std::unique_ptr<wire::RequestDecoder> request_decoder_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<wire::ResponseDecoder> response_decoder_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::vector<wire::InboundRequest> request_frames_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::vector<wire::InboundResponse> response_frames_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
 
   // Outbound side.
-  std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_ GUARDED_BY(reactor_->loop_mu_);
-  size_t outbound_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  bool flush_requested_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
+  std::deque<std::unique_ptr<wire::OutboundFrame>> outbound_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  size_t outbound_bytes_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
+  bool flush_requested_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool epollout_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
   // Who reads the socket: the reactor, or a parked waiter (see Park()), or
   // no one while dormant (see RestoreReadInterest()).
-  WakeRoute route_ GUARDED_BY(reactor_->loop_mu_);
+  WakeRoute route_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   // What epoll has for the socket, so that only changes make a system call.
-  uint32_t registered_events_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  uint32_t registered_events_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
   // The parked waiter's eventfd (Park), empty whenever the route is not
   // parked: Shutdown writes it only while the waiter still holds it.
-  EventFdRef parked_wake_fd_ GUARDED_BY(reactor_->loop_mu_);
+  EventFdRef parked_wake_fd_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   // See ParkForWorker(); -1 and empty before the connection opens and
   // once closed.
-  int worker_set_fd_ GUARDED_BY(reactor_->loop_mu_) = -1;
-  EventFd worker_wake_fd_ GUARDED_BY(reactor_->loop_mu_);
-  std::vector<iovec> iov_scratch_ GUARDED_BY(reactor_->loop_mu_);
+  int worker_set_fd_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = -1;
+  EventFd worker_wake_fd_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::vector<iovec> iov_scratch_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
 
   // The calls in flight, by role.
-  ClientCallTable client_calls_ GUARDED_BY(reactor_->loop_mu_);
+  ClientCallTable client_calls_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   // server_calls_.size(), readable from workers: a response written by
   // its worker (Reactor::TryRunHere) pays off only when no other call of
   // the connection could share its writev.
   std::atomic<size_t> server_calls_in_flight_{0};
-  ServerCallTable server_calls_ GUARDED_BY(reactor_->loop_mu_){&server_calls_in_flight_};
+  ServerCallTable server_calls_ OSPREY_GUARDED_BY(reactor_->loop_mu_){&server_calls_in_flight_};
 
   // One of these runs the negotiation, by role.
-  std::unique_ptr<ClientNegotiator> client_negotiator_ GUARDED_BY(reactor_->loop_mu_);
-  std::unique_ptr<ServerNegotiator> server_negotiator_ GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<ClientNegotiator> client_negotiator_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::unique_ptr<ServerNegotiator> server_negotiator_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   // What the handshake agreed, for Info().
-  ConnectionSecurity security_ GUARDED_BY(reactor_->loop_mu_) = ConnectionSecurity::kClear;
+  ConnectionSecurity security_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = ConnectionSecurity::kClear;
   // Set once outbound bytes are TLS records.
-  std::unique_ptr<TlsRecordLayer> tls_ GUARDED_BY(reactor_->loop_mu_);
-  bool tls_reading_ GUARDED_BY(reactor_->loop_mu_) = false;  // inbound bytes are records
+  std::unique_ptr<TlsRecordLayer> tls_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  bool tls_reading_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;  // inbound bytes are records
   // Client: the server's first bytes were read (and were not HTTP).
-  bool heard_from_server_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool heard_from_server_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
   // The handshake ended while frames were being decoded: the rest of the
   // decoder's buffer is records.
-  bool tls_switch_pending_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool tls_switch_pending_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
   // A client that switched to records and then got clear bytes: it reads
   // one frame of them, and closes.
-  bool clear_after_tls_ GUARDED_BY(reactor_->loop_mu_) = false;
+  bool clear_after_tls_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
 
-  TimerId negotiation_timer_ GUARDED_BY(reactor_->loop_mu_);
+  TimerId negotiation_timer_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   // Held from the acceptor until the connection opens or closes; its
   // charge follows the bytes request_decoder_ buffers (ChargePreAuthBytes).
-  PreAuthLimits::Ticket pre_auth_ GUARDED_BY(reactor_->loop_mu_);
+  PreAuthLimits::Ticket pre_auth_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   std::shared_ptr<std::atomic<int64_t>> open_counter_;
-  MonoTime last_activity_ GUARDED_BY(reactor_->loop_mu_);
-  int64_t published_queued_bytes_ GUARDED_BY(reactor_->loop_mu_) = 0;
+  MonoTime last_activity_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  int64_t published_queued_bytes_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
 };
 
 }  // namespace osprey::transport

@@ -84,21 +84,21 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   void Close(const std::string& why);
 
  private:
-  void Parse() REQUIRES(reactor_->loop_mu_);
-  void Dispatch() REQUIRES(reactor_->loop_mu_);
-  void Send(HttpResponse response) REQUIRES(reactor_->loop_mu_);
-  void SendError(int status, const std::string& text) REQUIRES(reactor_->loop_mu_);
-  void Flush() REQUIRES(reactor_->loop_mu_);
+  void Parse() OSPREY_REQUIRES(reactor_->loop_mu_);
+  void Dispatch() OSPREY_REQUIRES(reactor_->loop_mu_);
+  void Send(HttpResponse response) OSPREY_REQUIRES(reactor_->loop_mu_);
+  void SendError(int status, const std::string& text) OSPREY_REQUIRES(reactor_->loop_mu_);
+  void Flush() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Sets the timer for what the connection waits for now.
-  void UpdateTimer() REQUIRES(reactor_->loop_mu_);
-  void OnTimer() REQUIRES(reactor_->loop_mu_);
+  void UpdateTimer() OSPREY_REQUIRES(reactor_->loop_mu_);
+  void OnTimer() OSPREY_REQUIRES(reactor_->loop_mu_);
   // Notes that request bytes wait (at `now`) or that none do.
-  void NoteInput(MonoTime now) REQUIRES(reactor_->loop_mu_);
+  void NoteInput(MonoTime now) OSPREY_REQUIRES(reactor_->loop_mu_);
   // HTTPS: takes `n` bytes read from the socket (records, or handshake
   // messages); the plaintext goes to in_. False once the connection is
   // closed.
-  bool TakeTlsBytes(const uint8_t* data, size_t n) REQUIRES(reactor_->loop_mu_);
-  bool tls_ready() const REQUIRES(reactor_->loop_mu_) {
+  bool TakeTlsBytes(const uint8_t* data, size_t n) OSPREY_REQUIRES(reactor_->loop_mu_);
+  bool tls_ready() const OSPREY_REQUIRES(reactor_->loop_mu_) {
     return tls_ != nullptr && tls_->handshake_done();
   }
 
@@ -112,26 +112,26 @@ class HttpConnection : public EventHandler, public std::enable_shared_from_this<
   const MonoTime opened_at_;
   const bool wants_tls_;
 
-  HttpRequestParser parser_ GUARDED_BY(reactor_->loop_mu_);
-  std::string in_ GUARDED_BY(reactor_->loop_mu_);  // read, not yet parsed
-  bool head_request_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool keep_alive_ GUARDED_BY(reactor_->loop_mu_) = true;
-  bool awaiting_answer_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool close_after_send_ GUARDED_BY(reactor_->loop_mu_) = false;
-  std::string out_ GUARDED_BY(reactor_->loop_mu_);
-  size_t out_sent_ GUARDED_BY(reactor_->loop_mu_) = 0;
-  bool epollout_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool closed_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool parsing_ GUARDED_BY(reactor_->loop_mu_) = false;  // Parse() is on the stack
-  uint64_t answers_ GUARDED_BY(reactor_->loop_mu_) = 0;  // begun, toward the request cap
+  HttpRequestParser parser_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  std::string in_ OSPREY_GUARDED_BY(reactor_->loop_mu_);  // read, not yet parsed
+  bool head_request_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool keep_alive_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = true;
+  bool awaiting_answer_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool close_after_send_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  std::string out_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  size_t out_sent_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
+  bool epollout_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool closed_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool parsing_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;  // Parse() is on the stack
+  uint64_t answers_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;  // begun, toward the request cap
   // HTTPS: the session, made at Start; tls_failed_: the handshake failed
   // (or the peer spoke plain HTTP), what it sends next is dropped.
-  std::unique_ptr<TlsSession> tls_ GUARDED_BY(reactor_->loop_mu_);
-  bool tls_failed_ GUARDED_BY(reactor_->loop_mu_) = false;
-  bool tls_began_ GUARDED_BY(reactor_->loop_mu_) = false;  // a first byte came
-  HttpTimerState timer_state_ GUARDED_BY(reactor_->loop_mu_);
-  TimerId timer_ GUARDED_BY(reactor_->loop_mu_);
-  MonoTime timer_at_ GUARDED_BY(reactor_->loop_mu_) = MonoTime::Max();
+  std::unique_ptr<TlsSession> tls_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  bool tls_failed_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;
+  bool tls_began_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = false;  // a first byte came
+  HttpTimerState timer_state_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  TimerId timer_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
+  MonoTime timer_at_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = MonoTime::Max();
 };
 
 }  // namespace osprey::transport

@@ -61,14 +61,14 @@ class HttpConnectionPool : public std::enable_shared_from_this<HttpConnectionPoo
   }
 
   // A slot for a connection from `remote`; kind() kRefused: refuse it.
-  Slot Take(const Sockaddr& remote) EXCLUDES(mu_);
+  Slot Take(const Sockaddr& remote) OSPREY_EXCLUDES(mu_);
   // Slots held, regular and reserved.
-  size_t open() const EXCLUDES(mu_);
+  size_t open() const OSPREY_EXCLUDES(mu_);
   const Limits& limits() const { return limits_; }
 
  private:
   explicit HttpConnectionPool(const Limits& limits) : limits_(limits) {}
-  void Give(Kind kind, const std::string& peer) EXCLUDES(mu_);
+  void Give(Kind kind, const std::string& peer) OSPREY_EXCLUDES(mu_);
 
   struct PeerSlots {
     size_t regular = 0;
@@ -76,10 +76,10 @@ class HttpConnectionPool : public std::enable_shared_from_this<HttpConnectionPoo
   };
   const Limits limits_;
   mutable Mutex mu_;
-  size_t regular_ GUARDED_BY(mu_) = 0;
-  size_t reserve_ GUARDED_BY(mu_) = 0;
+  size_t regular_ OSPREY_GUARDED_BY(mu_) = 0;
+  size_t reserve_ OSPREY_GUARDED_BY(mu_) = 0;
   // Only peers holding a slot: at most max_connections + healthz_reserve.
-  std::unordered_map<std::string, PeerSlots> peers_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, PeerSlots> peers_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey::transport

@@ -64,21 +64,21 @@ class PreAuthLimits : public std::enable_shared_from_this<PreAuthLimits> {
   // A held ticket for a new connection from `peer`; an empty one, with
   // *why saying which bound, when the total or the peer's address is at
   // its bound.
-  Ticket Admit(const Sockaddr& peer, std::string* why) EXCLUDES(mu_);
+  Ticket Admit(const Sockaddr& peer, std::string* why) OSPREY_EXCLUDES(mu_);
 
   const Options& options() const { return options_; }
   // For tests and /metrics.
-  size_t connections() const EXCLUDES(mu_);
-  size_t connections_from(const std::string& address) const EXCLUDES(mu_);
-  size_t bytes() const EXCLUDES(mu_);
+  size_t connections() const OSPREY_EXCLUDES(mu_);
+  size_t connections_from(const std::string& address) const OSPREY_EXCLUDES(mu_);
+  size_t bytes() const OSPREY_EXCLUDES(mu_);
 
  private:
   const Options options_;
   mutable Mutex mu_;
-  size_t connections_ GUARDED_BY(mu_) = 0;
-  size_t bytes_ GUARDED_BY(mu_) = 0;
+  size_t connections_ OSPREY_GUARDED_BY(mu_) = 0;
+  size_t bytes_ OSPREY_GUARDED_BY(mu_) = 0;
   // Only addresses with a connection waiting: at most max_connections keys.
-  std::unordered_map<std::string, size_t> per_address_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, size_t> per_address_ OSPREY_GUARDED_BY(mu_);
 };
 
 }  // namespace osprey::transport

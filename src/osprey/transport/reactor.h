@@ -13,7 +13,7 @@
 // take the loop lock themselves where they need it. Every other method
 // runs only on the reactor's thread, or on a thread acting in its place
 // (TryRunHere, RunHere: it holds the loop lock meanwhile), and says so to
-// the analysis: REQUIRES(loop_mu_), or AssertCurrentThread(), which also
+// the analysis: OSPREY_REQUIRES(loop_mu_), or AssertCurrentThread(), which also
 // checks it in assertion builds.
 #pragma once
 
@@ -243,7 +243,7 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // borrower, and tells the analysis what that means: such a thread holds
   // the loop lock, which guards every reactor-thread-only field.
   // Inline, so that in release builds it costs nothing.
-  void AssertCurrentThread() const ASSERT_CAPABILITY(loop_mu_) {
+  void AssertCurrentThread() const OSPREY_ASSERT_CAPABILITY(loop_mu_) {
     DCHECK(IsCurrentThread()) << "reactor " << name_ << " method called from another thread";
   }
   const std::string& name() const { return name_; }
@@ -314,27 +314,27 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   friend class ClientCall;
 
   void Loop();
-  void RunTasks() REQUIRES(loop_mu_);
-  void RunTimers() REQUIRES(loop_mu_);
-  void CheckIdleConnections() REQUIRES(loop_mu_);
-  int NextTimeoutMillis(MonoTime now) const REQUIRES(loop_mu_);
+  void RunTasks() OSPREY_REQUIRES(loop_mu_);
+  void RunTimers() OSPREY_REQUIRES(loop_mu_);
+  void CheckIdleConnections() OSPREY_REQUIRES(loop_mu_);
+  int NextTimeoutMillis(MonoTime now) const OSPREY_REQUIRES(loop_mu_);
   // A call no connection could be made for: to its next fallback address
   // (ClientCall::set_fallbacks), or finished with `why`.
   void FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const Status& why)
-      REQUIRES(loop_mu_);
+      OSPREY_REQUIRES(loop_mu_);
   void Wake();
-  bool BeginBorrow() TRY_ACQUIRE(true, loop_mu_);
-  void BeginBorrowWaiting() ACQUIRE(loop_mu_);
-  void EndBorrow() RELEASE(loop_mu_);
+  bool BeginBorrow() OSPREY_TRY_ACQUIRE(true, loop_mu_);
+  void BeginBorrowWaiting() OSPREY_ACQUIRE(loop_mu_);
+  void EndBorrow() OSPREY_RELEASE(loop_mu_);
   bool BorrowedHere() const;
-  void FlushRequested() REQUIRES(loop_mu_);
+  void FlushRequested() OSPREY_REQUIRES(loop_mu_);
   // Restores the read interest of the connections that requested it
   // (RequestReadInterest) and are still dormant.
-  void RestoreReadInterest() REQUIRES(loop_mu_);
+  void RestoreReadInterest() OSPREY_REQUIRES(loop_mu_);
   // Runs `add` on the inbox under the lock; wakes the reactor if needed.
   template <class F>
   bool Post(F&& add);
-  void CloseAllConnections(const Status& why) REQUIRES(loop_mu_);
+  void CloseAllConnections(const Status& why) OSPREY_REQUIRES(loop_mu_);
   enum class ParkedPoll { kReadable, kWoken, kFailed };
   // One wait in poll on a parked connection's socket and its eventfd
   // (drained if written). kWoken: the eventfd or a signal woke it.
@@ -360,8 +360,8 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // The end of every turn at the loop, the reactor's or a borrower's:
   // writes what was queued, and gives dormant connections that were sent
   // a call their EPOLLIN back.
-  void EndTurn() REQUIRES(loop_mu_);
-  void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) REQUIRES(loop_mu_);
+  void EndTurn() OSPREY_REQUIRES(loop_mu_);
+  void ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) OSPREY_REQUIRES(loop_mu_);
 
   const std::string name_;
   const ConnectionOptions options_;
@@ -394,10 +394,10 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
     }
   };
   Mutex task_mu_;
-  Inbox inbox_ GUARDED_BY(task_mu_);
-  Inbox draining_ GUARDED_BY(loop_mu_);
-  bool shutdown_requested_ GUARDED_BY(task_mu_) = false;
-  bool stopped_ GUARDED_BY(task_mu_) = false;
+  Inbox inbox_ OSPREY_GUARDED_BY(task_mu_);
+  Inbox draining_ OSPREY_GUARDED_BY(loop_mu_);
+  bool shutdown_requested_ OSPREY_GUARDED_BY(task_mu_) = false;
+  bool stopped_ OSPREY_GUARDED_BY(task_mu_) = false;
   // True from just before the reactor's last look at the task queue until
   // epoll_wait returns: a Schedule() in that window must write the eventfd.
   std::atomic<bool> sleeping_{true};
@@ -406,21 +406,21 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   Mutex loop_mu_;
   // When the sleeping reactor will wake by itself: a borrower that adds an
   // earlier timer must wake it.
-  MonoTime planned_wake_ GUARDED_BY(loop_mu_);
+  MonoTime planned_wake_ OSPREY_GUARDED_BY(loop_mu_);
   Mutex shutdown_mu_;  // serializes Shutdown() callers
 
   // Reactor thread only: guarded by the loop lock, which that thread (or
   // its borrower) holds whenever it touches them.
-  TimerQueue timers_ GUARDED_BY(loop_mu_);
-  ConnectionTable conns_ GUARDED_BY(loop_mu_);
-  std::vector<Connection*> flush_list_ GUARDED_BY(loop_mu_);
-  std::vector<Connection*> read_interest_list_ GUARDED_BY(loop_mu_);
+  TimerQueue timers_ OSPREY_GUARDED_BY(loop_mu_);
+  ConnectionTable conns_ OSPREY_GUARDED_BY(loop_mu_);
+  std::vector<Connection*> flush_list_ OSPREY_GUARDED_BY(loop_mu_);
+  std::vector<Connection*> read_interest_list_ OSPREY_GUARDED_BY(loop_mu_);
   std::unordered_map<HttpConnection*, std::shared_ptr<HttpConnection>> http_conns_
-      GUARDED_BY(loop_mu_);
-  std::vector<std::shared_ptr<HttpConnection>> http_closed_ GUARDED_BY(loop_mu_);
-  MonoTime next_idle_check_ GUARDED_BY(loop_mu_);
-  MonoTime loop_time_ GUARDED_BY(loop_mu_) = MonoTime::Now();
-  size_t frames_read_ GUARDED_BY(loop_mu_) = 0;  // see NoteFramesRead
+      OSPREY_GUARDED_BY(loop_mu_);
+  std::vector<std::shared_ptr<HttpConnection>> http_closed_ OSPREY_GUARDED_BY(loop_mu_);
+  MonoTime next_idle_check_ OSPREY_GUARDED_BY(loop_mu_);
+  MonoTime loop_time_ OSPREY_GUARDED_BY(loop_mu_) = MonoTime::Now();
+  size_t frames_read_ OSPREY_GUARDED_BY(loop_mu_) = 0;  // see NoteFramesRead
   // The eventfd to lend the next parked caller (WakeFdLease), or -1: one,
   // made at Start, which is what a reactor needs while one caller at a
   // time waits on it; more callers at once get one made for them, closed
