@@ -200,18 +200,25 @@ void ServicePool::Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why
     }
   }
   // Made once (BuildRefusals): a refusal builds no text.
-  call->RespondError(refusals_[static_cast<size_t>(why)]);
+  call->RespondError(RefusalFor(why));
 }
 
-static_assert(static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kExpired) + 1 == 8,
-              "refusals_ holds one answer per PutResult");
+// One answer per refusal: every PutResult but kQueued, which is not one.
+static_assert(static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kQueued) == 0 &&
+                  static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kExpired) == 7,
+              "refusals_ holds one answer per PutResult after kQueued");
+
+const wire::ErrorStatusPB& ServicePool::RefusalFor(Queue::PutResult why) const {
+  CHECK(why != Queue::PutResult::kQueued) << "a queued call is not refused";
+  return refusals_[static_cast<size_t>(why) - 1];
+}
 
 void ServicePool::BuildRefusals() {
   using R = Queue::PutResult;
   const std::string& name = service_->service_name();
   const std::string queue = "the service queue of " + name;
   auto set = [this](R why, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) {
-    wire::ErrorStatusPB& e = refusals_[static_cast<size_t>(why)];
+    wire::ErrorStatusPB& e = refusals_[static_cast<size_t>(why) - 1];
     e.set_code(code);
     e.set_message(status.ToString());
   };
@@ -223,8 +230,6 @@ void ServicePool::BuildRefusals() {
   // longer queue would help, and a client (rpc-bench's report) cannot rely
   // on prose that may be reworded. The tags are stable.
   const std::string full = queue + " is full (" + std::to_string(options_.queue_length) + " calls)";
-  set(R::kQueued, busy,
-      Status::ServiceUnavailable(full + "; try again later [reason=queue_full]"));  // never sent
   set(R::kFull, busy, Status::ServiceUnavailable(full + "; try again later [reason=queue_full]"));
   set(R::kEvicted, busy,
       Status::ServiceUnavailable(full +
@@ -320,8 +325,7 @@ ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, Mon
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
     if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
-    call->RespondFailure(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY,
-                         Status::TimedOut(kExpiredInQueue));
+    call->RespondError(RefusalFor(Queue::PutResult::kExpired));  // made once, as the queue's
     return nullptr;
   }
   ServerMethodMetrics* metrics = call->metrics();

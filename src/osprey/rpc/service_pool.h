@@ -82,6 +82,8 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   void Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why);
   void RefuseAll(Queue::RefusedList* refused);
   void BuildRefusals();
+  // The answer made once for refusal `why` (any PutResult but kQueued).
+  const wire::ErrorStatusPB& RefusalFor(Queue::PutResult why) const;
   static Queue::Options QueueOptions(const ServicePoolOptions& options);
   void RunWorker();
   // Leader/follower on the server: after answering the last call in flight
@@ -111,8 +113,9 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   // Made in the constructor, read-only after.
   const std::shared_ptr<MessengerMetrics> messenger_metrics_;
   std::unordered_map<const ServiceMethod*, MethodObservers> observers_;
-  // The answer to each refusal, by Queue::PutResult.
-  std::array<wire::ErrorStatusPB, 8> refusals_;
+  // The answer to each refusal, by Queue::PutResult after kQueued
+  // (RefusalFor), made once by BuildRefusals.
+  std::array<wire::ErrorStatusPB, 7> refusals_;
 };
 
 }  // namespace osprey
