@@ -299,9 +299,19 @@ TEST(RegistryProcessTest, AServerJoiningUnderLoadTakesCallsAndAKilledOneIsForgot
   EXPECT_EQ(3u, proxy.servers().size());
 }
 
+// The client's registry series on its /metrics for `target`, or -1 when
+// it has none.
+double RegistryMetric(Messenger* m, const std::string& name, const std::string& target) {
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name == name && v.labels == MetricLabels{{"target", target}}) return v.value;
+  }
+  return -1;
+}
+
 // etcd stopped for 5 s under load: no call fails, calls keep going to the
-// last known servers, the client says etcd is unreachable; once etcd is
-// back (same data), a server that registers is found again.
+// last known servers, the client says etcd is unreachable (in
+// registry_connected() and on its /metrics); once etcd is back (same data),
+// a server that registers is found again.
 TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
   SKIP_WITHOUT_ETCD();
   Watchdog dog(std::chrono::seconds(60));
@@ -314,16 +324,21 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
   CalculatorServiceProxy proxy(client, target);
   ASSERT_EQ(3u, proxy.servers().size());
   ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+  Messenger* c = client.get();
+  EXPECT_EQ(1, RegistryMetric(c, "osprey_client_registry_connected", target));
+  EXPECT_EQ(3, RegistryMetric(c, "osprey_client_registry_servers", target));
 
   const MonoTime begin = MonoTime::Now();
   MonoDelta stopped_at, restarted_at, joined_at;
   std::atomic<bool> saw_disconnected{false};
+  std::atomic<double> connected_metric_during{-1};
   std::thread events([&] {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     EXPECT_TRUE(etcd->Stop().ok());
     stopped_at = MonoTime::Now() - begin;
     saw_disconnected =
         WaitUntil([&] { return !proxy.registry_connected(); }, MonoDelta::FromSeconds(3));
+    connected_metric_during = RegistryMetric(c, "osprey_client_registry_connected", target);
     std::this_thread::sleep_until((begin + stopped_at + MonoDelta::FromSeconds(5)).time_point());
     Status s = etcd->Restart();
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -338,6 +353,7 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
   std::string first;
   EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
   EXPECT_TRUE(saw_disconnected) << "the client never said etcd was unreachable";
+  EXPECT_EQ(0, connected_metric_during.load()) << "/metrics did not say etcd was unreachable";
   // During the outage every one of the three kept serving.
   std::map<std::string, int> during;
   MonoDelta first_on_new = MonoDelta::Max();
@@ -358,6 +374,9 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
       << "a server registered after etcd came back was not found";
   EXPECT_TRUE(proxy.registry_connected());
   EXPECT_EQ(4u, proxy.servers().size());
+  EXPECT_EQ(1, RegistryMetric(c, "osprey_client_registry_connected", target));
+  EXPECT_EQ(4, RegistryMetric(c, "osprey_client_registry_servers", target));
+  EXPECT_GE(RegistryMetric(c, "osprey_client_registry_reconnects_total", target), 1);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "osprey/rpc/proxy.h"
 
+#include <glog/logging.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -9,8 +10,10 @@
 
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/user.h"
+#include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/hedger.h"
 #include "osprey/rpc/messenger.h"
+#include "osprey/rpc/messenger_metrics.h"
 #include "osprey/rpc/name_resolution.h"
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/request_tracker.h"
@@ -42,6 +45,44 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {}
 
+namespace {
+// An etcd target's watch on the client's /metrics, by target: whether it is
+// established now (0 while etcd is unreachable and the calls go to the last
+// known servers), how often it had to be made again, and how many servers
+// the set holds. A later proxy of the same target takes the series over;
+// once no proxy holds the set it reads 0 (no watch, no servers).
+void AddRegistryMetrics(MetricRegistry* r, const std::string& target,
+                        const std::shared_ptr<ServerSet>& set) {
+  std::weak_ptr<ServerSet> weak = set;
+  const MetricLabels labels = {{"target", target}};
+  Status s = r->AddGauge(
+      "osprey_client_registry_connected",
+      "1 while the watch of this etcd target is established; 0 while etcd is unreachable and "
+      "calls go to the servers last known.",
+      labels, [weak] {
+        std::shared_ptr<ServerSet> p = weak.lock();
+        return p != nullptr && p->registry_connected() ? 1.0 : 0.0;
+      });
+  if (s.ok()) {
+    s = r->AddCounterFunction(
+        "osprey_client_registry_reconnects_total",
+        "Times the watch of this etcd target had to be made again (etcd went away or lost it).",
+        labels, [weak] {
+          std::shared_ptr<ServerSet> p = weak.lock();
+          return p != nullptr ? static_cast<double>(p->registry_reconnects()) : 0.0;
+        });
+  }
+  if (s.ok()) {
+    s = r->AddGauge("osprey_client_registry_servers",
+                    "Servers the client knows under this etcd target now.", labels, [weak] {
+                      std::shared_ptr<ServerSet> p = weak.lock();
+                      return p != nullptr ? static_cast<double>(p->size()) : 0.0;
+                    });
+  }
+  CHECK(s.ok()) << s.ToString();  // fixed, valid names
+}
+}  // namespace
+
 Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name)
     : messenger_(std::move(messenger)),
       host_port_(std::move(host_port)),
@@ -50,6 +91,9 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
       user_(CurrentUserName()) {
   if (ServerSet::IsSetTarget(host_port_)) {
     servers_status_ = ServerSet::Make(host_port_, ServerSet::Options(), &servers_);
+    if (servers_ != nullptr && EtcdTarget::IsEtcd(host_port_) && messenger_->metrics_->counting()) {
+      AddRegistryMetrics(messenger_->metrics(), host_port_, servers_);
+    }
     hedge_counters_ = std::make_shared<HedgeCounters>();
     if (messenger_->default_hedging().enabled) {
       std::shared_ptr<Hedger> hedger = MakeHedger(messenger_->default_hedging());
