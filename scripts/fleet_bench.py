@@ -18,9 +18,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 WINDOW_MS = 100
 
@@ -39,7 +41,7 @@ class Fleet:
         self.addrs = {}  # index -> "127.0.0.1:PORT"
         self.starts = {}  # index -> how many times started
 
-    def start(self, i, factor=1):
+    def start(self, i, factor=1, register=None):
         n = self.starts.get(i, 0) + 1
         self.starts[i] = n
         base = os.path.join(self.out_dir, f"server{i}-{n}")
@@ -47,6 +49,8 @@ class Fleet:
         cmd = self.pin + [self.bench, "-server_only", "-listen", listen, "-server_reactors", "1",
                           "-worker_threads", "4", "-handler=" + self.handler,
                           "-drain_grace_ms", "5000", "-handler_factor", str(factor)]
+        if register:
+            cmd += ["-register_at", register]
         out = open(base + ".out", "w")
         err = open(base + ".err", "w")
         p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
@@ -83,7 +87,44 @@ class Fleet:
                 self.drain(i)
 
     def target(self):
-        return ",".join(self.addrs[i] for i in sorted(self.addrs))
+        return self.registry or ",".join(self.addrs[i] for i in sorted(self.addrs))
+
+    registry = None  # an etcd:// target the client uses instead of the list
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd(out_dir):
+    """Debian's etcd on two free loopback ports, data in out_dir; returns
+    (process, "127.0.0.1:PORT") once it answers, or (None, why)."""
+    binary = "/usr/bin/etcd"
+    if not os.access(binary, os.X_OK):
+        return None, "no /usr/bin/etcd (apt-get install -y etcd-server)"
+    client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    log = open(os.path.join(out_dir, "etcd.log"), "w")
+    p = subprocess.Popen([binary, "--name", "fleet", "--data-dir", os.path.join(out_dir, "etcd"),
+                          "--listen-client-urls", client, "--advertise-client-urls", client,
+                          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                          "--initial-cluster", "fleet=" + peer],
+                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(client + "/health", timeout=0.5) as r:
+                if b'"true"' in r.read():
+                    return p, client[len("http://"):]
+        except OSError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    p.kill()
+    p.wait()
+    return None, "etcd did not start; see " + os.path.join(out_dir, "etcd.log")
 
 
 def run_client(args, fleet, lb, seconds, name, pin, during=None, hedge="off"):
@@ -170,6 +211,7 @@ def main():
     # handler would measure the CPU, not the balancing.
     fleet = Fleet(args.rpc_bench, srv_dir, server_pin, "sleep")
     ok = True
+    r3, reg_events = None, []
     try:
         # ---------------------------------------------- run 1: rolling restart
         for i in range(3):
@@ -212,6 +254,49 @@ def main():
             ok = ok and slow[name] is not None
         slow_addr = fleet.addrs[2]
         fleet.stop_all()
+
+        # ------------------------- run 3: found through etcd (issue 50)
+        # 3 servers registered under a prefix; the client's target is the
+        # prefix. A 4th registers a quarter of the way in, server 0 drains
+        # (withdrawing its key first) half way.
+        etcd, where = start_etcd(srv_dir)
+        if etcd is None:
+            print(f"benchmarks.sh --fleet: registry run skipped: {where}", file=sys.stderr)
+        else:
+            try:
+                register = f"etcd://{where}/fleet"
+                fleet.addrs.clear()
+                for i in range(3):
+                    fleet.start(i, register=register)
+                fleet.registry = register
+
+                def joins(t0):
+                    events = []
+                    time.sleep(max(0.0, t0 + args.seconds / 4 - time.monotonic()))
+                    fleet.start(3, register=register)
+                    events.append({"server": fleet.addrs[3], "event": "registered",
+                                   "at_s": round(time.monotonic() - t0, 3)})
+                    time.sleep(max(0.0, t0 + args.seconds / 2 - time.monotonic()))
+                    at = round(time.monotonic() - t0, 3)
+                    rc = fleet.drain(0)
+                    events.append({"server": fleet.addrs[0], "event": f"drained (exit {rc})",
+                                   "at_s": at})
+                    return events
+
+                r3, reg_events = run_client(args, fleet, "p2c", args.seconds, "registry",
+                                            client_pin, joins)
+                ok = ok and r3 is not None and all(
+                    "exit 0" in e["event"] for e in reg_events if e["event"].startswith("drained"))
+                fleet.stop_all()
+            finally:
+                fleet.registry = None
+                fleet.stop_all(kill=True)
+                etcd.terminate()
+                try:
+                    etcd.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    etcd.kill()
+                    etcd.wait()
     finally:
         fleet.stop_all(kill=True)
 
@@ -256,6 +341,20 @@ def main():
             hedges = f"{h['sent']} ({h['won']})" if h else ""
             lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {hedges} | "
                          f"{lat['p50']} | {lat['p99']} | {lat['p99.9']} |")
+        lines.append("")
+    if r3 is not None:
+        write_windows(os.path.join(d, "fleet-registry.csv"), r3)
+        by = {s: sum(v) for s, v in r3["windows"]["answered_by_server"].items()}
+        lines += [f"Found through etcd: {args.rate:g} calls/s for {args.seconds:g} s on "
+                  "etcd://.../fleet, -lb=p2c; 3 servers registered, a 4th registers at a quarter "
+                  "of the run, server 0 drains at half (fleet-registry.csv)", "",
+                  "| calls | answered | failed | p99 us | answered per server |",
+                  "|---|---|---|---|---|",
+                  f"| {r3['offered']} | {r3['goodput']} | {failed(r3)} | "
+                  f"{r3['latency_us']['p99']} | "
+                  + ", ".join(f"{s}: {n}" for s, n in sorted(by.items())) + " |", ""]
+        for e in reg_events:
+            lines.append(f"- {e['server']}: {e['event']} at {e['at_s']} s")
         lines.append("")
     summary = "\n".join(lines)
     open(os.path.join(d, "fleet-summary.md"), "w").write(summary)
