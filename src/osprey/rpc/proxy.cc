@@ -1,14 +1,12 @@
 #include "osprey/rpc/proxy.h"
 
 #include <glog/logging.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <random>
 #include <type_traits>
 
-#include "osprey/base/countdown_latch.h"
 #include "osprey/base/user.h"
 #include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/hedger.h"
@@ -18,6 +16,7 @@
 #include "osprey/rpc/outbound_call.h"
 #include "osprey/rpc/request_tracker.h"
 #include "osprey/rpc/server_set.h"
+#include "osprey/transport/caller_wait.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/reactor.h"
 
@@ -346,40 +345,13 @@ Status Proxy::WaitFor(const M& method, const google::protobuf::Message& request,
     owned = std::make_unique<RemoteMethod>(service_name_, method);
     m = owned.get();
   }
-  // The call's end, as the caller waits for it. The callback touches
-  // nothing of it after counting down: the caller may return at once.
-  struct Waiting {
-    CountDownLatch done{1};
-    std::atomic<bool> finished{false};
-    // Set while the caller reads its own answer: the eventfd that wakes
-    // its poll, held (with `parked` below) until `done` has counted down,
-    // so the callback writes it only while it is this caller's.
-    std::atomic<const transport::WakeFdLease*> polling{nullptr};
-    pthread_t caller = pthread_self();
-  } w;
-  transport::ParkedConnection parked;
+  // The caller's wait and how it is woken (caller reads, the self-wake
+  // rule) are the transport's: CallerWait.
+  transport::CallerWait wait;
   StartCall(
-      m, std::move(owned), request, response, controller,
-      [&w] {
-        w.finished.store(true);
-        // Seen with `polling` in the order both were stored (sequentially
-        // consistent): a caller about to poll sees `finished`, or we see
-        // `polling` and wake it. Not when the callback runs on the caller's
-        // own thread (it read its own answer, Reactor::WaitAsReader): no one
-        // sleeps then, and the write would wake the eventfd's next borrower
-        // for nothing (docs/perf-results/journal.md, "The self-wake, again").
-        const transport::WakeFdLease* lease = w.polling.load();
-        if (lease != nullptr && !pthread_equal(w.caller, pthread_self())) lease->Wake();
-        w.done.CountDown();
-      },
-      /*sync=*/true, &parked);
-  if (parked) {
-    w.polling.store(&parked.lease);
-    parked.conn->reactor()->WaitAsReader(parked, w.finished);
-  }
-  // The lease goes back with `parked`, after this: once `done` counted
-  // down, nothing writes it.
-  w.done.Wait();
+      m, std::move(owned), request, response, controller, [&wait] { wait.Finish(); },
+      /*sync=*/true, wait.parked());
+  wait.Wait();
   return controller->status();
 }
 
