@@ -385,7 +385,9 @@ void Reactor::CancelTimer(TimerId id) {
 
 namespace {
 
+// epoll_pwait2 came with glibc 2.35 (and Linux 5.11).
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define OSPREY_HAVE_EPOLL_PWAIT2 1
 constexpr bool kHavePreciseWait = true;
 #else
 constexpr bool kHavePreciseWait = false;
@@ -400,7 +402,7 @@ std::atomic<bool> precise_wait_missing{false};
 // epoll_wait for `timeout` to the nanosecond, or kNoPreciseWait where
 // epoll_pwait2 is missing (then the caller waits with epoll_wait).
 int PreciseEpollWait(int fd, epoll_event* events, int max, MonoDelta timeout) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#ifdef OSPREY_HAVE_EPOLL_PWAIT2
   if (precise_wait_missing.load(std::memory_order_relaxed)) return kNoPreciseWait;
   const int64_t ns = timeout.ToNanoseconds();
   timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -418,9 +420,7 @@ int PreciseEpollWait(int fd, epoll_event* events, int max, MonoDelta timeout) {
 
 }  // namespace
 
-int Reactor::NextTimeoutMillis(MonoTime now) const {
-  MonoTime next = std::min(next_idle_check_, timers_.NextDeadline());
-  MonoDelta d = next - now;
+int Reactor::WaitMillis(MonoDelta d) {
   if (d <= MonoDelta()) return 0;
   // Round up so the timer has expired when epoll_wait returns.
   return static_cast<int>(std::min<int64_t>((d.ToMicroseconds() + 999) / 1000, 1000));
@@ -495,15 +495,16 @@ void Reactor::Loop() {
   MonoTime now = MonoTime::Now();
   next_idle_check_ = now + MonoDelta::FromSeconds(1);
   while (true) {
-    int timeout = NextTimeoutMillis(now);
+    // Until the next timer or idle check, once for both waits below.
+    const MonoDelta due = std::min(next_idle_check_, timers_.NextDeadline()) - now;
+    int timeout = WaitMillis(due);
     // The wait to the microsecond when epoll_pwait2 exists and the next
     // timer is near: epoll_wait's whole milliseconds, rounded up, would
     // fire a timer due in 300 us (a hedged call's, HedgingPolicy) after a
     // millisecond or more. Longer waits (call deadlines, the idle check)
     // keep epoll_wait, whose rounding costs them nothing that matters.
-    const MonoDelta due = std::min(next_idle_check_, timers_.NextDeadline()) - now;
-    const bool precise = kHavePreciseWait && timeout > 0 && due > MonoDelta() &&
-                         due < kPreciseWaitBelow && due < MonoDelta::FromMilliseconds(timeout);
+    const bool precise = kHavePreciseWait && timeout > 0 && due < kPreciseWaitBelow &&
+                         due < MonoDelta::FromMilliseconds(timeout);
     bool shutdown = false;
     sleeping_.store(true);
     {

@@ -317,7 +317,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void RunTasks() OSPREY_REQUIRES(loop_mu_);
   void RunTimers() OSPREY_REQUIRES(loop_mu_);
   void CheckIdleConnections() OSPREY_REQUIRES(loop_mu_);
-  int NextTimeoutMillis(MonoTime now) const OSPREY_REQUIRES(loop_mu_);
+  // epoll_wait's timeout for a wait of `d`: whole milliseconds rounded up
+  // (so the timer has expired on return), 0 if due, at most 1000.
+  static int WaitMillis(MonoDelta d);
   // A call no connection could be made for: to its next fallback address
   // (ClientCall::set_fallbacks), or finished with `why`.
   void FinishOrTryNextAddress(std::shared_ptr<ClientCall> call, const Status& why)
