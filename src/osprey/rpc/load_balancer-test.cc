@@ -69,10 +69,27 @@ TEST(LoadBalancerTest, PowerOfTwoChoicesTakesTheLessLoadedOfTwoDraws) {
   s[0].outstanding = 1;
   s[2].outstanding = 2;
   EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
-  // And so are latencies under a millisecond, whatever their ratio.
+  // And so are latencies less than a millisecond apart, whatever their ratio.
   s[0].latency_ns = 900e3;
   s[2].latency_ns = 30e3;
   EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // Not alike (2.3 ms beside 0.35): each call outstanding costs the
+  // server's own latency, not the floor's millisecond, so the fast one
+  // holding two calls (3 x 0.35 ms) still costs less than the idle slow one.
+  s[0].latency_ns = 2.3e6;
+  s[2].latency_ns = 350e3;
+  s[0].outstanding = 0;
+  s[2].outstanding = 2;
+  EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 2, 0, &rr));
+  // ... until it holds seven (8 x 0.35 = 2.8 ms).
+  s[2].outstanding = 7;
+  EXPECT_EQ(0u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
+  // 1.6 ms (the slow one's average, decayed while it was not picked) is
+  // still not like 0.35 ms: the fast one wins even drawn second.
+  s[0].latency_ns = 1.6e6;
+  s[2].outstanding = 0;
+  EXPECT_EQ(2u, PickServer(LoadBalancing::kPowerOfTwoChoices, s, 0, 0, 1, &rr));
   s[0].latency_ns = s[2].latency_ns = 0;
   // An ineligible server is never drawn while another is eligible.
   s[1].eligible = false;

@@ -1,6 +1,7 @@
 #include "osprey/rpc/load_balancer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace osprey {
@@ -93,10 +94,15 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
       // and so are differences under a millisecond (a scheduler's delay
       // on a busy host is that long): then the calls outstanding decide
       // alone, so that like servers share the calls even one at a time.
-      constexpr double kFloorNs = 1e6;
-      const double l1 = std::max(servers[first].latency_ns, kFloorNs);
-      const double l2 = std::max(servers[second].latency_ns, kFloorNs);
-      const bool alike = l1 <= 2 * l2 && l2 <= 2 * l1;
+      // Otherwise each call outstanding costs its server's own latency: a
+      // 2 ms server beside 0.35 ms ones costs six times as much per call.
+      // (A floor of a millisecond under each latency, before 2026-12-06,
+      // made that server "alike" until it was 2 ms and cost only twice
+      // as much after: it kept 6% of the calls, not a fraction of one.)
+      constexpr double kNoiseNs = 1e6;
+      const double l1 = servers[first].latency_ns;
+      const double l2 = servers[second].latency_ns;
+      const bool alike = std::abs(l1 - l2) < kNoiseNs || (l1 <= 2 * l2 && l2 <= 2 * l1);
       auto cost = [&](size_t i, double latency) {
         return static_cast<double>(servers[i].outstanding + 1) * (alike ? 1.0 : latency);
       };

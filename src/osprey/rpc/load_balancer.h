@@ -9,9 +9,10 @@
 //    at random, the one of lower cost: its calls outstanding, plus the one
 //    to come, times its recent latency (Finagle's and Linkerd's "peak
 //    EWMA" balancer; ties: the first drawn), latencies within twice each
-//    other, or under a millisecond, counting as equal. A slow server costs more per call and keeps
-//    its calls longer, so it is picked less: it gets about the share its
-//    speed earns, at low load as at high; like servers share alike.
+//    other, or less than a millisecond apart, counting as equal. A slow
+//    server costs more per call and keeps its calls longer, so it is
+//    picked less: it gets about the share its speed earns, at low load as
+//    at high; like servers share alike.
 //  - kConsistentHash: rendezvous hashing (highest random weight) of the
 //    caller's key (RpcController::set_hash_key) with each eligible server's
 //    id: a key keeps its server while that server stays, and when one of N
