@@ -169,7 +169,13 @@ Sleep(200us) calls, -server_address naming the 3). Run 1, a rolling restart
 again on its address, 4 s apart, through 20 s at 1500 calls/s. Run 2, a slow
 server: the third server's Sleep takes 10x as long (-handler_factor 10), 10 s
 with -lb=p2c, 10 s with -lb=round_robin, then 10 s with -lb=p2c -hedge=p95
-(hedged calls). Writes (scripts/fleet_bench.py):
+(hedged calls). With BRPC_OVERLOAD_BENCH naming bench/brpc-overload's binary
+(as --overload takes it; bench/brpc-overload/build.sh builds it), run 2 also
+runs each fleet healthy first (p2c-healthy), adds -hedge at a fixed
+FLEET_BACKUP_MS (default 1), and then does the same with 3 brpc servers and
+brpc's client: brpc-la-healthy, brpc-rr, brpc-la and brpc-la-backup-<ms>
+(brpc's backup_request_ms); without it, says it skips them. Writes
+(scripts/fleet_bench.py):
   RESULTS_DIR/fleet-restart.csv   per 100 ms window: calls answered by each
                                   server, failed calls, mean and max latency
   RESULTS_DIR/fleet-restarts.csv  each server's SIGTERM, exit status and restart
@@ -179,10 +185,15 @@ with -lb=p2c, 10 s with -lb=round_robin, then 10 s with -lb=p2c -hedge=p95
                                   server's share of calls under each -lb
   RESULTS_DIR/fleet-restart.png   calls per server over time through the restart
   RESULTS_DIR/fleet-slow.png      latency over time: p2c, round robin, p2c hedged
+  RESULTS_DIR/fleet-slow-brpc.png the same for brpc's runs (with BRPC_OVERLOAD_BENCH)
+  RESULTS_DIR/fleet-slow-runs.csv each slow-server run's answered calls, failures,
+                                  slow server's share, hedges, p50/p99/p99.9
+  RESULTS_DIR/fleet-slow-runs.png those percentiles side by side, run by run
   raw reports in fleet-raw/, server output in fleet-servers/.
 Its variables (environment only): FLEET_SECONDS=20 (run 1), FLEET_GAP=4 (between
 restarts), FLEET_SLOW_SECONDS=10 (each slow run), FLEET_RATE=1500 (calls/s),
-FLEET_HANDLER_US=200 (the Sleep), FLEET_QUICK=1 (a smoke run of about 10 s: 4 s
+FLEET_HANDLER_US=200 (the Sleep), FLEET_BACKUP_MS=1 (brpc's backup and the fixed
+hedge), BRPC_OVERLOAD_BENCH (brpc's side), FLEET_QUICK=1 (a smoke run of about 10 s: 4 s
 with restarts 1 s apart, 2 s slow runs, 300 calls/s). It ends only the
 processes it started, by PID. Exit status 1 if a run gave no report, a
 server did not exit 0 after SIGTERM, or the plots could not be drawn.

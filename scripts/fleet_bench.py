@@ -35,8 +35,10 @@ def die(msg):
 class Fleet:
     """The -server_only processes this script started, by PID."""
 
-    def __init__(self, bench, out_dir, pin, handler):
+    def __init__(self, bench, out_dir, pin, handler, brpc=False):
         self.bench, self.out_dir, self.pin, self.handler = bench, out_dir, pin, handler
+        # brpc: bench/brpc-overload's server (its flags, "LISTENING HOST:PORT").
+        self.brpc = brpc
         self.procs = {}  # index -> Popen
         self.addrs = {}  # index -> "127.0.0.1:PORT"
         self.starts = {}  # index -> how many times started
@@ -44,11 +46,13 @@ class Fleet:
     def start(self, i, factor=1, register=None):
         n = self.starts.get(i, 0) + 1
         self.starts[i] = n
-        base = os.path.join(self.out_dir, f"server{i}-{n}")
+        base = os.path.join(self.out_dir, f"{'brpc-' if self.brpc else ''}server{i}-{n}")
         listen = self.addrs.get(i, "127.0.0.1:0")
         cmd = self.pin + [self.bench, "-server_only", "-listen", listen, "-server_reactors", "1",
                           "-worker_threads", "4", "-handler=" + self.handler,
-                          "-drain_grace_ms", "5000", "-handler_factor", str(factor)]
+                          "-handler_factor", str(factor)]
+        if not self.brpc:
+            cmd += ["-drain_grace_ms", "5000"]
         if register:
             cmd += ["-register_at", register]
         out = open(base + ".out", "w")
@@ -57,7 +61,7 @@ class Fleet:
         self.procs[i] = p
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            m = re.search(r"^Listening on (\S+)$", open(base + ".out").read(), re.M)
+            m = re.search(r"^(?:Listening on|LISTENING) (\S+)$", open(base + ".out").read(), re.M)
             if m:
                 self.addrs[i] = m.group(1)
                 return
@@ -129,10 +133,16 @@ def start_etcd(out_dir):
 
 def run_client(args, fleet, lb, seconds, name, pin, during=None, hedge="off"):
     """The open-loop client for `seconds`; `during(t0)` runs meanwhile (the
-    restarts). Returns its JSON report, or None if it failed."""
-    cmd = pin + [args.rpc_bench, "-server_address", fleet.target(), "-lb=" + lb,
-                 "-hedge=" + hedge,
-                 "-rate_schedule", f"{seconds}:{args.rate}", "-handler_us", str(args.handler_us),
+    restarts). Returns its JSON report, or None if it failed. With a brpc
+    fleet, brpc's client: `lb` is brpc's balancer and `hedge` its
+    backup_request_ms ("off": none)."""
+    if fleet.brpc:
+        cmd = pin + [fleet.bench, "-server_address", fleet.target(), "-lb=" + lb,
+                     "-backup_request_ms", "0" if hedge == "off" else hedge]
+    else:
+        cmd = pin + [args.rpc_bench, "-server_address", fleet.target(), "-lb=" + lb,
+                     "-hedge=" + hedge]
+    cmd += ["-rate_schedule", f"{seconds}:{args.rate}", "-handler_us", str(args.handler_us),
                  "-call_timeout_ms", "2000", "-window_ms", str(WINDOW_MS),
                  "-max_start_lag_us", "100000", "-output=json"]
     base = os.path.join(args.results_dir, "fleet-raw", name)
@@ -187,6 +197,9 @@ def main():
     args.slow_seconds = float(env("FLEET_SLOW_SECONDS", "2" if quick else "10"))
     args.rate = float(env("FLEET_RATE", "300" if quick else "1500"))
     args.handler_us = int(env("FLEET_HANDLER_US", "200"))
+    args.backup_ms = int(env("FLEET_BACKUP_MS", "1"))
+    if not 1 <= args.backup_ms <= 1000:
+        die(f"FLEET_BACKUP_MS must be from 1 to 1000, got {args.backup_ms}")
     for name in ("seconds", "gap", "slow_seconds", "rate"):
         v = getattr(args, name)
         if not 0 < v <= 3600:
@@ -210,6 +223,15 @@ def main():
     # Sleep sleeps on the servers: 3 servers share one CPU, so a burning
     # handler would measure the CPU, not the balancing.
     fleet = Fleet(args.rpc_bench, srv_dir, server_pin, "sleep")
+    # brpc's side of the slow-server run: bench/brpc-overload's binary, as
+    # scripts/overload-peers.sh takes it.
+    brpc_bench = env("BRPC_OVERLOAD_BENCH", "")
+    if brpc_bench and not os.access(brpc_bench, os.X_OK):
+        die(f"BRPC_OVERLOAD_BENCH={brpc_bench} is not an executable")
+    if not brpc_bench:
+        print("benchmarks.sh --fleet: SKIPPING brpc's slow-server runs: BRPC_OVERLOAD_BENCH is "
+              "not set (bench/brpc-overload/build.sh builds it)", file=sys.stderr)
+    slow_addr = {}  # run -> the slow server's address
     ok = True
     r3, reg_events = None, []
     try:
@@ -242,18 +264,58 @@ def main():
 
         # ------------------------------------------------ run 2: a slow server
         fleet.addrs.clear()
+        slow = {}
+        if brpc_bench:
+            # For the side by side with brpc: each stack's fleet with no slow
+            # server first, the p99 its hedging aims at.
+            for i in range(3):
+                fleet.start(i)
+            slow["p2c-healthy"], _ = run_client(args, fleet, "p2c", args.slow_seconds,
+                                                "slow-p2c-healthy", client_pin)
+            ok = ok and slow["p2c-healthy"] is not None
+            slow_addr["p2c-healthy"] = fleet.addrs[2]
+            fleet.stop_all()
         fleet.start(0)
         fleet.start(1)
         fleet.start(2, factor=10)
-        slow = {}
         # Each run is named by its -lb, and "p2c-hedge" for p2c with -hedge=p95.
-        for name, lb, hedge in (("p2c", "p2c", "off"), ("round_robin", "round_robin", "off"),
-                                ("p2c-hedge", "p2c", "p95")):
+        runs = [("p2c", "p2c", "off"), ("round_robin", "round_robin", "off"),
+                ("p2c-hedge", "p2c", "p95")]
+        if brpc_bench:
+            # brpc's backup requests wait a fixed delay: Osprey's hedging at
+            # the same delay, for a like-for-like row.
+            runs.append((f"p2c-hedge-{args.backup_ms}ms", "p2c", str(args.backup_ms)))
+        for name, lb, hedge in runs:
             slow[name], _ = run_client(args, fleet, lb, args.slow_seconds, f"slow-{name}",
                                        client_pin, hedge=hedge)
             ok = ok and slow[name] is not None
-        slow_addr = fleet.addrs[2]
+            slow_addr[name] = fleet.addrs[2]
         fleet.stop_all()
+
+        # ------------- run 2, again with brpc's servers and client (issue 50)
+        if brpc_bench:
+            bfleet = Fleet(brpc_bench, srv_dir, server_pin, "sleep", brpc=True)
+            try:
+                for i in range(3):
+                    bfleet.start(i)
+                slow["brpc-la-healthy"], _ = run_client(args, bfleet, "la", args.slow_seconds,
+                                                        "slow-brpc-la-healthy", client_pin)
+                ok = ok and slow["brpc-la-healthy"] is not None
+                slow_addr["brpc-la-healthy"] = bfleet.addrs[2]
+                bfleet.stop_all()
+                bfleet.start(0)
+                bfleet.start(1)
+                bfleet.start(2, factor=10)
+                for name, lb, backup in (("brpc-rr", "rr", "off"), ("brpc-la", "la", "off"),
+                                         (f"brpc-la-backup-{args.backup_ms}ms", "la",
+                                          str(args.backup_ms))):
+                    slow[name], _ = run_client(args, bfleet, lb, args.slow_seconds,
+                                               f"slow-{name}", client_pin, hedge=backup)
+                    ok = ok and slow[name] is not None
+                    slow_addr[name] = bfleet.addrs[2]
+                bfleet.stop_all()
+            finally:
+                bfleet.stop_all(kill=True)
 
         # ------------------------- run 3: found through etcd (issue 50)
         # 3 servers registered under a prefix; the client's target is the
@@ -325,22 +387,32 @@ def main():
             continue
         slow_servers[lb] = write_windows(os.path.join(d, f"fleet-slow-{lb}.csv"), r)
     if slow:
-        lines += [f"A slow server ({slow_addr}: Sleep takes 10x), {args.rate:g} calls/s for "
-                  f"{args.slow_seconds:g} s each", "",
+        lines += [f"A slow server (the third: Sleep takes 10x), {args.rate:g} calls/s for "
+                  f"{args.slow_seconds:g} s each; runs named brpc-* are brpc's servers and "
+                  "client (bench/brpc-overload), its -lb and backup requests; *-healthy runs "
+                  "have no slow server (the same three processes, the third at 1x)", "",
                   "| run | answered | failed | slow server's share | hedges sent (won) | p50 us "
                   "| p99 us | p99.9 us |",
                   "|---|---|---|---|---|---|---|---|"]
-        for lb, r in slow.items():
-            if r is None:
-                lines.append(f"| {lb} | run failed | | | | | | |")
-                continue
-            by = {s: sum(v) for s, v in r["windows"]["answered_by_server"].items()}
-            share = by.get(slow_addr, 0) / max(1, sum(by.values()))
-            lat = r["latency_us"]
-            h = r.get("hedges")
-            hedges = f"{h['sent']} ({h['won']})" if h else ""
-            lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {hedges} | "
-                         f"{lat['p50']} | {lat['p99']} | {lat['p99.9']} |")
+        with open(os.path.join(d, "fleet-slow-runs.csv"), "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["run", "answered", "failed", "slow_share", "hedges", "p50_us", "p99_us",
+                          "p99.9_us"])
+            for lb, r in slow.items():
+                if r is None:
+                    lines.append(f"| {lb} | run failed | | | | | | |")
+                    continue
+                by = {s: sum(v) for s, v in r["windows"]["answered_by_server"].items()}
+                share = by.get(slow_addr[lb], 0) / max(1, sum(by.values()))
+                lat = r["latency_us"]
+                h = r.get("hedges")
+                sent = h["sent"] if h else r.get("backup_requests_sent", 0)
+                hedges = f"{h['sent']} ({h['won']})" if h else (
+                    f"{sent} backup" if "backup_requests_sent" in r else "")
+                lines.append(f"| {lb} | {r['goodput']} | {failed(r)} | {share:.1%} | {hedges} | "
+                             f"{lat['p50']} | {lat['p99']} | {lat['p99.9']} |")
+                out.writerow([lb, r["goodput"], failed(r), f"{share:.4f}", sent, lat["p50"],
+                              lat["p99"], lat["p99.9"]])
         lines.append("")
     if r3 is not None:
         write_windows(os.path.join(d, "fleet-registry.csv"), r3)
@@ -377,18 +449,37 @@ def main():
         plots.append(f"'fleet-restart.csv' using 1:{n + 2} with impulses lw 3 lc rgb 'red' "
                      "title 'failed'")
         gp += ["plot " + ", ".join(plots), "unset arrow"]
-    if slow_servers:
-        gp += ["set terminal pngcairo size 1000,500", "set output 'fleet-slow.png'",
-               f"set title 'A server 10x slower: mean latency per {WINDOW_MS} ms window'",
+    # Latency over time: Osprey's runs in fleet-slow.png, brpc's (if run) in
+    # fleet-slow-brpc.png; the healthy runs only in the table and the bars.
+    for png, mine in (("fleet-slow.png", True), ("fleet-slow-brpc.png", False)):
+        runs = {lb: servers for lb, servers in slow_servers.items()
+                if lb.startswith("brpc-") != mine and not lb.endswith("-healthy")}
+        if not runs:
+            continue
+        who = "Osprey" if mine else "brpc"
+        gp += ["set terminal pngcairo size 1000,500 noenhanced", f"set output '{png}'",
+               f"set title 'A server 10x slower ({who}): mean latency per {WINDOW_MS} ms window'",
                "set ylabel 'latency (us)'", "set logscale y"]
         plots = []
-        for lb, servers in slow_servers.items():
+        for lb, servers in runs.items():
             col = len(servers) + 3
             plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col} > 0 ? ${col} : 1/0) "
                          f"with lines lw 2 title '{lb} mean'")
             plots.append(f"'fleet-slow-{lb}.csv' using 1:(${col + 1} > 0 ? ${col + 1} : 1/0) "
                          f"with lines dt 2 title '{lb} max'")
-        gp += ["plot " + ", ".join(plots)]
+        gp += ["plot " + ", ".join(plots), "unset logscale y"]
+    if slow_servers:
+        # Every slow-server run side by side, Osprey's and brpc's: the
+        # percentiles of the answered calls' latency.
+        gp += ["set terminal pngcairo size 1000,500", "set output 'fleet-slow-runs.png'",
+               "set title 'A server 10x slower: answered calls latency by run "
+               f"({args.rate:g} calls/s, Sleep {args.handler_us} us)'",
+               "set ylabel 'latency (us)'", "set logscale y", "set style data histogram",
+               "set style histogram cluster gap 1", "set style fill solid 0.8 border -1",
+               "set xtics rotate by -30", "unset xlabel", "set yrange [10:*]",
+               "set termoption noenhanced",
+               "plot 'fleet-slow-runs.csv' skip 1 using 6:xtic(1) title 'p50', "
+               "'' skip 1 using 7 title 'p99', '' skip 1 using 8 title 'p99.9'"]
     open(os.path.join(d, "fleet-plots.gp"), "w").write("\n".join(gp) + "\n")
     if shutil.which("gnuplot"):
         if subprocess.run(["gnuplot", os.path.join(d, "fleet-plots.gp")]).returncode != 0:

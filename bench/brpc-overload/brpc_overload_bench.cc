@@ -96,6 +96,17 @@ DEFINE_string(max_concurrency, "0",
 DEFINE_string(server_address, "",
               "HOST:PORT of a running brpc server (-server_only): run only the client");
 DEFINE_string(output, "text", "report format: text or json");
+DEFINE_string(lb, "rr",
+              "-server_address naming several servers (HOST:PORT,HOST:PORT,...): brpc's load "
+              "balancer for the list:// naming service: rr (round robin), la (locality-aware: "
+              "by latency and calls outstanding), random");
+DEFINE_int32(backup_request_ms, 0,
+             "-server_address naming several servers: brpc's backup requests "
+             "(ChannelOptions.backup_request_ms): a second attempt to another server once a call "
+             "has waited this many ms, the first answer wins; 0: none");
+DEFINE_int32(handler_factor, 1,
+             "-server_only: each Sleep takes this many times its sleep_micros, 1 to 1000 (a slow "
+             "server among fast ones, as rpc-bench's flag of that name)");
 DEFINE_int32(handler_us, -1,
              "Each call is Sleep(sleep_micros = N); -1: Add (only in-process and closed "
              "loop)");
@@ -230,7 +241,7 @@ class CalculatorImpl : public CalculatorService {
   void Sleep(google::protobuf::RpcController*, const SleepRequestPB* req, SleepResponsePB*,
              google::protobuf::Closure* done) override {
     brpc::ClosureGuard done_guard(done);
-    const int64_t micros = req->sleep_micros();
+    const int64_t micros = static_cast<int64_t>(req->sleep_micros()) * FLAGS_handler_factor;
     if (micros <= 0) return;
     if (burn_) {
       // The thread's own CPU time, as Osprey's rpc-bench: time the worker
@@ -307,6 +318,11 @@ class BenchServer {
 // One channel per client thread / async channel / pacing thread. A distinct
 // connection_group keeps brpc from sharing one "single" connection between
 // the channels, so each has its own TCP connection.
+// 0, but 1 with backup requests to several servers (InitChannel).
+int MaxRetry() {
+  return FLAGS_backup_request_ms > 0 && FLAGS_server_address.find(',') != std::string::npos ? 1 : 0;
+}
+
 void InitChannel(brpc::Channel* ch, const std::string& addr, const std::string& group) {
   brpc::ChannelOptions opts;
   opts.protocol = "baidu_std";
@@ -314,7 +330,22 @@ void InitChannel(brpc::Channel* ch, const std::string& addr, const std::string& 
   opts.connection_group = group;
   opts.timeout_ms = FLAGS_call_timeout_ms > 0 ? FLAGS_call_timeout_ms : -1;
   opts.max_retry = 0;
-  if (ch->Init(addr.c_str(), &opts) != 0) Die("failed to init channel to " + addr);
+  if (addr.find(',') == std::string::npos) {
+    if (ch->Init(addr.c_str(), &opts) != 0) Die("failed to init channel to " + addr);
+    return;
+  }
+  // Several servers: brpc's list:// naming service and its balancer. A
+  // backup request counts as neither a retry nor a failure.
+  opts.backup_request_ms = FLAGS_backup_request_ms > 0 ? FLAGS_backup_request_ms : -1;
+  // brpc counts the backup as the call's first retry: with max_retry 0 the
+  // call fails at the backup's time instead (E1007 "Reached backup
+  // timeout", Controller::OnVersionedRPCReturned). One retry also lets a
+  // call whose connection fails go to another server, as brpc's users have.
+  opts.max_retry = MaxRetry();
+  const std::string url = "list://" + addr;
+  if (ch->Init(url.c_str(), FLAGS_lb.c_str(), &opts) != 0) {
+    Die("failed to init channel to " + url + " with -lb=" + FLAGS_lb);
+  }
 }
 
 std::string LocalAddress(int port) { return "127.0.0.1:" + std::to_string(port); }
@@ -459,9 +490,9 @@ int RunServerOnly() {
   BenchServer server(FLAGS_listen, burn, FLAGS_max_concurrency);
   std::string host = FLAGS_listen.substr(0, FLAGS_listen.rfind(':'));
   std::fprintf(stderr,
-               "brpc-overload-bench server: brpc 1.17.0, handler %s, limiter %s, bthread "
-               "workers %s, event dispatchers %s\n",
-               FLAGS_handler.c_str(), server.limiter_label().c_str(),
+               "brpc-overload-bench server: brpc 1.17.0, handler %s (x%d), limiter %s, "
+               "bthread workers %s, event dispatchers %s\n",
+               FLAGS_handler.c_str(), FLAGS_handler_factor, server.limiter_label().c_str(),
                server.WorkerThreadsLabel().c_str(), server.ServerReactorsLabel().c_str());
   std::printf("LISTENING %s:%d\n", host.c_str(), server.port());
   std::fflush(stdout);
@@ -730,15 +761,33 @@ constexpr int64_t kMaxInFlight = 100000;  // as rpc-bench (kMaxOpenLoopInFlight)
 struct Window {
   std::atomic<uint64_t> offered{0}, sent{0}, goodput{0}, refused{0}, timeouts{0}, late{0},
       errors{0};
+  std::atomic<uint64_t> answered_latency_sum_us{0}, answered_latency_max_us{0};
   std::atomic<bool> behind{false};
 };
 
 void Inc(std::atomic<uint64_t>* c) { c->fetch_add(1, std::memory_order_relaxed); }
 
+void Max(std::atomic<uint64_t>* c, uint64_t v) {
+  uint64_t seen = c->load(std::memory_order_relaxed);
+  while (seen < v && !c->compare_exchange_weak(seen, v, std::memory_order_relaxed)) {
+  }
+}
+
 struct Totals {
   uint64_t offered = 0, sent = 0, goodput = 0, refused = 0, timeouts = 0, late = 0, errors = 0;
   uint64_t behind_windows = 0;
+  uint64_t answered_latency_sum_us = 0, answered_latency_max_us = 0;
 };
+
+// The servers -server_address names, in its order ("HOST:PORT" each); the
+// answers are counted by the one that sent them (Controller::remote_side).
+std::vector<std::string> ServerList() {
+  std::vector<std::string> out;
+  std::stringstream ss(FLAGS_server_address);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
 
 class Issuer;
 struct OpenCall {
@@ -764,7 +813,10 @@ class Issuer {
         timeout_ns_(static_cast<int64_t>(FLAGS_call_timeout_ms) * 1000000),
         max_in_flight_(std::max<int64_t>(1, kMaxInFlight / issuers)),
         max_lag_allowed_ns_(static_cast<int64_t>(FLAGS_max_start_lag_us) * 1000),
-        codes_(codes) {
+        codes_(codes),
+        servers_(ServerList()),
+        answered_by_server_(new std::atomic<uint64_t>[num_windows * (servers_.size() + 1)]) {
+    for (size_t i = 0; i < num_windows * (servers_.size() + 1); ++i) answered_by_server_[i] = 0;
     InitChannel(&channel_, FLAGS_server_address, "open-" + std::to_string(index));
     stub_.reset(new CalculatorService_Stub(&channel_));
   }
@@ -796,7 +848,7 @@ class Issuer {
       // brpc takes whole milliseconds, so the rest is rounded up.
       const int64_t remaining_ns = at + timeout_ns_ - now;
       call->cntl.set_timeout_ms(std::max<int64_t>(1, (remaining_ns + 999999) / 1000000));
-      call->cntl.set_max_retry(0);
+      call->cntl.set_max_retry(MaxRetry());
       Inc(&w.sent);
       in_flight_.fetch_add(1, std::memory_order_relaxed);
       stub_->Sleep(&call->cntl, &call->req, &call->resp,
@@ -813,6 +865,11 @@ class Issuer {
   }
 
   const Window* windows() const { return windows_.get(); }
+  // Calls answered in window `w` by server `s` (servers_.size(): another).
+  uint64_t answered_by(size_t w, size_t s) const {
+    return answered_by_server_[w * (servers_.size() + 1) + s].load();
+  }
+  uint64_t backup_requests() const { return backup_requests_.load(); }
   int64_t max_lag_ns() const { return max_lag_ns_; }
   Latencies* ok_latency() { return &ok_latency_; }
   Latencies* refusal_latency() { return &refusal_latency_; }
@@ -831,9 +888,15 @@ class Issuer {
       const int64_t latency = std::max<int64_t>(now - call->at, 0);
       Window& w = windows_[WindowOf(now)];
       const int code = call->cntl.ErrorCode();
+      if (call->cntl.has_backup_request()) Inc(&backup_requests_);
       if (!call->cntl.Failed()) {
         Inc(latency <= timeout_ns_ ? &w.goodput : &w.late);
         ok_latency_.Record(latency);
+        w.answered_latency_sum_us.fetch_add(latency / 1000, std::memory_order_relaxed);
+        Max(&w.answered_latency_max_us, latency / 1000);
+        const std::string from = butil::endpoint2str(call->cntl.remote_side()).c_str();
+        const size_t s = std::find(servers_.begin(), servers_.end(), from) - servers_.begin();
+        Inc(&answered_by_server_[WindowOf(now) * (servers_.size() + 1) + s]);
       } else if (IsRefusalCode(code)) {
         Inc(&w.refused);
         refusal_latency_.Record(latency);
@@ -869,6 +932,9 @@ class Issuer {
   std::atomic<bool> closed_{false};
   Latencies ok_latency_;
   Latencies refusal_latency_;
+  const std::vector<std::string> servers_;
+  std::unique_ptr<std::atomic<uint64_t>[]> answered_by_server_;
+  std::atomic<uint64_t> backup_requests_{0};
 };
 
 std::vector<osprey::bench::Phase> ParseSchedule(const std::string& text) {
@@ -947,11 +1013,17 @@ int RunOpenLoopClient() {
       t.timeouts += w.timeouts.load();
       t.late += w.late.load();
       t.errors += w.errors.load();
+      t.answered_latency_sum_us += w.answered_latency_sum_us.load();
+      t.answered_latency_max_us =
+          std::max<uint64_t>(t.answered_latency_max_us, w.answered_latency_max_us.load());
       if (w.behind.load()) t.behind_windows = 1;
     }
   }
   ok.Sort();
   refusals.Sort();
+  const std::vector<std::string> servers = ServerList();
+  uint64_t backups = 0;
+  for (auto& is : issuers) backups += is->backup_requests();
   size_t shown = schedule_windows;
   for (size_t i = 0; i < num_windows; ++i) {
     const Totals& t = per_window[i];
@@ -965,9 +1037,11 @@ int RunOpenLoopClient() {
     total.behind_windows += t.behind_windows;
     if (t.goodput + t.refused + t.timeouts + t.late + t.errors > 0) shown = std::max(shown, i + 1);
   }
-  // Calls that ended: each sent exactly one attempt (max_retry = 0).
+  // Calls that ended, each one attempt (max_retry = 0), and the backup
+  // requests sent (with -backup_request_ms, brpc's one retry is the backup;
+  // a retry after a failed connection is not counted).
   const uint64_t attempts =
-      total.goodput + total.late + total.refused + total.timeouts + total.errors;
+      total.goodput + total.late + total.refused + total.timeouts + total.errors + backups;
   auto per_sec = [&](uint64_t v) { return Num(static_cast<double>(v) / seconds); };
   std::string first_error;
   {
@@ -1014,7 +1088,10 @@ int RunOpenLoopClient() {
       << ",\"first_error\":" << JsonString(first_error)
       << ",\"retry_attempts\":1,\"retry_budget\":false,\"client_throttling\":false"
       << ",\"throttled\":0,\"attempts_sent\":" << attempts
-      << ",\"throttled_per_sec\":0,\"attempts_sent_per_sec\":" << per_sec(attempts);
+      << ",\"throttled_per_sec\":0,\"attempts_sent_per_sec\":" << per_sec(attempts)
+      << ",\"lb\":" << JsonString(servers.size() > 1 ? FLAGS_lb : "")
+      << ",\"backup_request_ms\":" << (servers.size() > 1 ? FLAGS_backup_request_ms : 0)
+      << ",\"backup_requests_sent\":" << backups;
     auto series = [&](const char* name, auto field) {
       o << ",\"" << name << "\":[";
       for (size_t i = 0; i < shown; ++i) o << (i ? "," : "") << field(per_window[i], i);
@@ -1034,7 +1111,27 @@ int RunOpenLoopClient() {
     series("attempts_sent", [](const Totals& t, size_t) {
       return t.goodput + t.late + t.refused + t.timeouts + t.errors;
     });
-    o << "}}\n";
+    series("latency_mean_us", [](const Totals& t, size_t) {
+      const uint64_t n = t.goodput + t.late;
+      return n ? t.answered_latency_sum_us / n : 0;
+    });
+    series("latency_max_us", [](const Totals& t, size_t) { return t.answered_latency_max_us; });
+    o << ",\"answered_by_server\":{";
+    for (size_t s = 0; s <= servers.size(); ++s) {
+      uint64_t sum = 0;
+      for (size_t i = 0; i < shown; ++i) {
+        for (auto& is : issuers) sum += is->answered_by(i, s);
+      }
+      if (s == servers.size() && sum == 0) break;  // every answer from a named server
+      o << (s ? "," : "") << JsonString(s < servers.size() ? servers[s] : "other") << ":[";
+      for (size_t i = 0; i < shown; ++i) {
+        uint64_t n = 0;
+        for (auto& is : issuers) n += is->answered_by(i, s);
+        o << (i ? "," : "") << n;
+      }
+      o << "]";
+    }
+    o << "}}}\n";
     std::cout << o.str() << std::flush;
   } else {
     std::ostringstream o;
@@ -1055,6 +1152,13 @@ int RunOpenLoopClient() {
       << "Latency p99.9:    " << Num(ok.PercentileUs(99.9)) << "us\n"
       << "Refusal p50/p99:  " << Num(refusals.PercentileUs(50)) << "us / "
       << Num(refusals.PercentileUs(99)) << "us\n"
+      << (servers.size() > 1 ? "Balancer:         -lb=" + FLAGS_lb + ", backup requests " +
+                                   (FLAGS_backup_request_ms > 0
+                                        ? "after " + std::to_string(FLAGS_backup_request_ms) +
+                                              " ms: " + std::to_string(backups) + " sent"
+                                        : std::string("off")) +
+                                   "\n"
+                             : std::string())
       << "Windows behind:   " << total.behind_windows << " of " << schedule_windows
       << " (max start lag " << Num(max_lag_ns / 1000.0) << "us)\n";
     if (unfinished > 0) o << "Unfinished:       " << unfinished << "\n";
@@ -1158,6 +1262,15 @@ int main(int argc, char** argv) {
     BadFlag(
         "bad flags: need client_threads, async_call_concurrency, server_reactors >= 1, "
         "run_seconds > 0, worker_threads >= 0 and warmup_seconds >= 0");
+  }
+  if (FLAGS_handler_factor < 1 || FLAGS_handler_factor > 1000) {
+    BadFlag("-handler_factor must be from 1 to 1000, got " + std::to_string(FLAGS_handler_factor));
+  }
+  if (FLAGS_lb != "rr" && FLAGS_lb != "la" && FLAGS_lb != "random") {
+    BadFlag("-lb must be rr, la or random, got '" + FLAGS_lb + "'");
+  }
+  if (FLAGS_backup_request_ms < 0 || FLAGS_backup_request_ms > 60000) {
+    BadFlag("-backup_request_ms must be from 0 to 60000");
   }
   if (FLAGS_server_only) {
     SetupBthreadWorkers();
