@@ -269,15 +269,8 @@ void Connection::Shutdown(const Status& why) {
     reactor_->RemoveFd(socket_.fd());
     socket_.Close();
   }
-  WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kClose);
-  if (a.wake_waiter) {
-    // Its waiter polls the socket just closed, which tells poll nothing:
-    // wake it. The eventfd stays the waiter's until it unparks, which needs
-    // the loop lock held here; Park set it and only Unpark clears it.
-    DCHECK(parked_wake_fd_) << ToString() << ": closed while parked, with no waiter's eventfd";
-    parked_wake_fd_.Signal();
-  }
-  if (a.close_worker_set) CloseWorkerSet();
+  // Wakes a parked waiter, or closes the worker's set (MoveRoute).
+  MoveRoute(WakeRoute::Event::kClose);
   outbound_.clear();
   outbound_bytes_ = 0;
   PublishQueuedBytes();

@@ -274,9 +274,16 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   void SendFatalError(int32_t call_id, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& why)
       OSPREY_REQUIRES(reactor_->loop_mu_);
   void UpdateEpollInterest() OSPREY_REQUIRES(reactor_->loop_mu_);
-  // route_.Apply(event), checking (in assertion builds) that the table
-  // allows it here.
-  WakeRoute::Actions MoveRoute(WakeRoute::Event event, bool calls_awaited = true)
+  // The one way the route moves, whatever the event (wake_route.h's table
+  // says which code fires each, and under which preconditions, which this
+  // checks in assertion builds): route_.Apply(event), then every action
+  // the transition returns: the reactor's epoll mask (SyncEpollEvents),
+  // the reactor's read interest (Reactor::RequestReadInterest), the
+  // waiter's eventfd (written) and the worker's set (CloseWorkerSet).
+  // `waiter`: a park's, the eventfd that wakes the thread that parks, held
+  // until it unparks. False if the connection shut down instead (epoll
+  // refused the change; a park is undone first, having no waiter yet).
+  bool MoveRoute(WakeRoute::Event event, EventFdRef waiter = {})
       OSPREY_REQUIRES(reactor_->loop_mu_);
   // What the reactor's epoll set should watch on the socket now.
   uint32_t EpollEvents() const OSPREY_REQUIRES(reactor_->loop_mu_);

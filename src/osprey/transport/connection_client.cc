@@ -206,9 +206,9 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
   call->call_id_ = id;
   client_calls_.AddSent(id, std::move(call));
   QueueFrame(std::move(frame));
-  if (MoveRoute(WakeRoute::Event::kCallSent).request_read_interest) {
-    reactor_->RequestReadInterest(this);
-  }
+  // A dormant connection asks its reactor for its read interest back
+  // (MoveRoute).
+  MoveRoute(WakeRoute::Event::kCallSent);
 }
 
 void Connection::ForgetCall(ClientCall* call) {

@@ -60,19 +60,66 @@ void Connection::UpdateEpollInterest() {
   if (!s.ok()) Shutdown(s);
 }
 
-WakeRoute::Actions Connection::MoveRoute(WakeRoute::Event event, bool calls_awaited) {
+bool Connection::MoveRoute(WakeRoute::Event event, EventFdRef waiter) {
+  using Event = WakeRoute::Event;
+  reactor_->AssertCurrentThread();
+  const bool parks = event == Event::kCallerParks || event == Event::kWorkerParks;
+  // The preconditions wake_route.h's table states for each event.
+  DCHECK_EQ(parks, static_cast<bool>(waiter))
+      << ToString() << ": " << WakeRoute::Name(event)
+      << ": a park, and only a park, brings its waiter's eventfd";
+  DCHECK(!parks || (state_ == State::kOpen && !HasUnsentBytes() &&
+                    calls_in_flight() == (role_ == Role::kClient ? 1u : 0u)))
+      << ToString() << ": parked while not open and quiet";
+  DCHECK(event != Event::kClose || (state_ == State::kClosed && !socket_.is_open()))
+      << ToString() << ": the route closed before the socket";
   const WakeRoute::Route from = route_.route();
-  WakeRoute::Actions a = route_.Apply(event, calls_awaited);
+  // A client unparked with no call left awaited goes dormant.
+  const bool calls_awaited = event != Event::kUnpark || calls_in_flight() > 0;
+  const WakeRoute::Actions a = route_.Apply(event, calls_awaited);
   DCHECK(a.legal) << ToString() << ": " << WakeRoute::Name(event) << " from route "
                   << WakeRoute::Name(from);
-  return a;
+  // The waiter's eventfd is held exactly while the route is parked, from
+  // the park to the unpark: the waiter may give it back (a caller's lease)
+  // from then on, so nothing here writes it after.
+  if (!route_.parked()) {
+    parked_wake_fd_ = {};
+  } else if (parks && a.legal) {
+    parked_wake_fd_ = waiter;
+  }
+  DCHECK_EQ(static_cast<bool>(parked_wake_fd_), route_.parked())
+      << ToString() << ": route " << WakeRoute::Name(route_.route());
+
+  // Every action the transition returns, whatever the event.
+  if (a.wake_waiter) {
+    // Its waiter polls a socket just closed, which tells poll nothing:
+    // wake it. The eventfd stays the waiter's until it unparks, which
+    // needs the loop lock held here.
+    DCHECK(parked_wake_fd_) << ToString() << ": closed while parked, with no waiter's eventfd";
+    parked_wake_fd_.Signal();
+  }
+  if (a.close_worker_set) CloseWorkerSet();
+  if (a.request_read_interest) reactor_->RequestReadInterest(this);
+  if (a.sync_epoll) {
+    // Never on the way to a closed route: Shutdown, which moves there, is
+    // not entered again from here.
+    DCHECK(!route_.closed()) << ToString();
+    Status s = SyncEpollEvents();
+    if (!s.ok()) {
+      // A park the reactor's set did not follow has no waiter yet: undone
+      // first (the set still has the mask from before the park, so the
+      // undo makes no system call), so that the close wakes no one.
+      if (parks) MoveRoute(Event::kUnpark);
+      Shutdown(s);
+      return false;
+    }
+  }
+  return true;
 }
 
 void Connection::RestoreReadInterest() {
   reactor_->AssertCurrentThread();
-  if (!MoveRoute(WakeRoute::Event::kRestoreReadInterest).sync_epoll) return;
-  Status s = SyncEpollEvents();
-  if (!s.ok()) Shutdown(s);
+  MoveRoute(WakeRoute::Event::kRestoreReadInterest);
 }
 
 bool Connection::Park(EventFdRef wake_fd) {
@@ -84,32 +131,15 @@ bool Connection::Park(EventFdRef wake_fd) {
   // socket, which is what the waiter polls.
   bool quiet = calls_in_flight() == (role_ == Role::kClient ? 1u : 0u);
   if (!quiet || state_ != State::kOpen || route_.parked() || HasUnsentBytes()) return false;
-  WakeRoute::Actions a = MoveRoute(role_ == Role::kClient ? WakeRoute::Event::kCallerParks
-                                                          : WakeRoute::Event::kWorkerParks);
-  parked_wake_fd_ = wake_fd;
-  Status s = a.sync_epoll ? SyncEpollEvents() : Status::OK();
-  if (!s.ok()) {
-    MoveRoute(WakeRoute::Event::kUnpark);  // no waiter yet: nothing to wake
-    parked_wake_fd_ = {};
-    Shutdown(s);
-    return false;
-  }
-  return true;
+  return MoveRoute(
+      role_ == Role::kClient ? WakeRoute::Event::kCallerParks : WakeRoute::Event::kWorkerParks,
+      wake_fd);
 }
 
 void Connection::Unpark() {
   reactor_->AssertCurrentThread();
   if (!route_.parked()) return;
-  WakeRoute::Actions a = MoveRoute(WakeRoute::Event::kUnpark, calls_in_flight() > 0);
-  // The waiter may give its eventfd back from here on (a caller's lease).
-  parked_wake_fd_ = {};
-  if (a.close_worker_set) {
-    CloseWorkerSet();  // closed: its waiter, here, was its last user
-    return;
-  }
-  if (!a.sync_epoll) return;
-  Status s = SyncEpollEvents();
-  if (!s.ok()) Shutdown(s);
+  MoveRoute(WakeRoute::Event::kUnpark);
 }
 
 bool Connection::ParkForWorker() {
@@ -161,6 +191,7 @@ Status Connection::MakeWorkerSet() {
 
 void Connection::CloseWorkerSet() {
   if (worker_set_fd_ < 0) return;
+  DCHECK(!route_.parked()) << ToString() << ": a worker's set closed while it may wait on it";
   ::close(worker_set_fd_);
   worker_set_fd_ = -1;
   worker_wake_fd_.Close();
