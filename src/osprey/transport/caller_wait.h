@@ -1,5 +1,6 @@
 // CallerWait: a blocking caller's wait for its call's end (Proxy's sync
-// calls), and the one place that knows how that caller is woken.
+// calls), and the one place that knows how that caller is woken. Its code
+// is in park.cc, with the rest of the park.
 #pragma once
 
 #include <pthread.h>
@@ -7,7 +8,6 @@
 #include <atomic>
 
 #include "osprey/base/countdown_latch.h"
-#include "osprey/transport/connection.h"
 #include "osprey/transport/reactor.h"
 
 namespace osprey::transport {
@@ -30,30 +30,13 @@ class CallerWait {
 
   // The call has ended: any thread, once. Touches nothing of this object
   // after the count down, since the caller may return at once.
-  void Finish() {
-    finished_.store(true);
-    // Seen with `polling_` in the order both were stored (sequentially
-    // consistent): a caller about to poll sees `finished_`, or we see
-    // `polling_` and wake it. Not when Finish runs on the caller's own
-    // thread (it read its own answer, Reactor::WaitAsReader): no one sleeps
-    // then, and the write would wake the eventfd's next borrower for
-    // nothing (docs/perf-results/journal.md, "The self-wake, again").
-    const WakeFdLease* lease = polling_.load();
-    if (lease != nullptr && !pthread_equal(caller_, pthread_self())) lease->Wake();
-    done_.CountDown();
-  }
+  void Finish();
 
   // Caller's thread: returns once Finish() has run, having read the
   // connection itself meanwhile if it was parked for it. The lease goes
   // back with parked_, when this object is destroyed: after `done_`
   // counted down, nothing writes it.
-  void Wait() {
-    if (parked_) {
-      polling_.store(&parked_.lease);
-      parked_.conn->reactor()->WaitAsReader(parked_, finished_);
-    }
-    done_.Wait();
-  }
+  void Wait();
 
  private:
   CountDownLatch done_{1};

@@ -1,7 +1,7 @@
 // Connection's lifecycle: construction, start, connect, the negotiation
 // timeout, the events the reactor hands it, introspection (/connections,
 // /rpcz, idleness) and Shutdown. The other concerns are in files of their
-// own: connection_route.cc (who reads the socket), connection_read.cc
+// own: park.cc (who reads the socket: the wake route), connection_read.cc
 // (reading and decoding, TLS included), connection_write.cc (the outbound
 // queue), connection_client.cc (client calls and negotiation),
 // connection_server.cc (server dispatch and negotiation).

@@ -3,7 +3,11 @@
 // in its place holding its loop lock (TryRunHere, a parked connection's
 // caller or worker), runs tasks that other threads Schedule() onto it (the
 // whole queue drained once per loop), and fires timers (call deadlines,
-// negotiation and idle timeouts).
+// negotiation and idle timeouts). Its methods are in reactor.cc but for
+// its part in the park (lending eventfds to blocking callers, parking a
+// connection for a caller or a worker, their wait, unparking, the read
+// interest of dormant connections), which is in park.cc beside the wake
+// route it carries out.
 //
 // Any thread may call Schedule(), ScheduleCall(), ScheduleResponse(),
 // AbortCall(), AbortCallIfAlive(), TryRunHere(), Shutdown(), closing(),
@@ -33,6 +37,7 @@
 
 #include "osprey/base/adaptive_spin.h"
 #include "osprey/base/connection_types.h"
+#include "osprey/base/cpu_load.h"
 #include "osprey/base/event_fd.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
@@ -43,6 +48,7 @@
 #include "osprey/transport/connection_table.h"
 #include "osprey/transport/timer_id.h"
 #include "osprey/transport/timer_queue.h"
+#include "osprey/transport/transport_metrics.h"
 #include "osprey/wire/frame_encoder.h"
 
 namespace osprey::transport {
@@ -346,9 +352,9 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // true if `poll` found what the thread was about to sleep for. The
   // machine-wide checks come first, before the thread's own back-off
   // counts the wait: checked after it, b sync was 0.92x (12 ABBA runs).
-  // A template (defined in reactor.cc, its only user): no std::function
-  // made per wait (AdaptiveSpin still calls its clock, a std::function,
-  // once per spin iteration).
+  // A template (defined below, for the reactor's loop and the parked
+  // waiters of park.cc): no std::function made per wait (AdaptiveSpin
+  // still calls its clock, a std::function, once per spin iteration).
   template <class Poll>
   bool SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const;
   // The one spin-then-wait of the reactor, a caller and a worker:
@@ -436,5 +442,18 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   void GiveBackWakeFd(EventFd fd);
   friend class WakeFdLease;
 };
+
+template <class Poll>
+inline bool Reactor::SpinBeforeSleep(AdaptiveSpin& spin, Poll&& poll) const {
+  if (options_.spin_before_sleep <= MonoDelta() || !CpuLoad::RoomToSpin()) return false;
+  CpuLoad::SpinSlot slot;
+  if (!slot.taken()) return false;
+  AdaptiveSpin::Result r = spin.Spin(options_.spin_before_sleep, poll);
+  if (r == AdaptiveSpin::Result::kSkipped) return false;
+  if (TransportMetrics* m = options_.metrics.get()) {
+    (r == AdaptiveSpin::Result::kFound ? m->spins_found : m->spins_missed)->Increment();
+  }
+  return r == AdaptiveSpin::Result::kFound;
+}
 
 }  // namespace osprey::transport

@@ -1,8 +1,21 @@
-// Who reads a connection's socket (WakeRoute): the epoll mask the
-// reactor's set holds for it, parking it for a blocking caller or a
-// waiting worker and unparking it, dormant client connections, and the
-// worker's own epoll set.
+// The park in one file: who is woken when a connection's socket turns
+// readable (its wake route, whose table and rules are wake_route.h's), and
+// the threads that wait on the socket in the reactor's place. Three sides:
+//  - the connection's: MoveRoute, the one function that applies what a
+//    transition of the route returns, whatever the event, with the entry
+//    points of the events fired here (Park, Unpark, RestoreReadInterest;
+//    SendCall and Shutdown fire theirs elsewhere); the reactor's epoll
+//    mask for the socket; the worker's own epoll set;
+//  - the reactor's (methods of Reactor, reactor.h): the eventfds it lends
+//    blocking callers (WakeFdLease), parking a connection for a caller or
+//    a worker, their wait on it (PollParked), reading it in the reactor's
+//    place and unparking, and the read interest dormant connections ask
+//    for;
+//  - the blocking caller's: CallerWait (caller_wait.h), its wait and how
+//    it is woken.
+// reactor.cc keeps the loop, borrowing and the calls' assignment.
 #include <glog/logging.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -12,8 +25,11 @@
 #include <cerrno>
 #include <utility>
 
+#include "osprey/transport/caller_wait.h"
+#include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_internal.h"
+#include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
 
@@ -196,6 +212,177 @@ void Connection::CloseWorkerSet() {
   worker_set_fd_ = -1;
   worker_wake_fd_.Close();
   worker_sets_open.fetch_sub(1);
+}
+
+// --- The reactor's side ---
+
+EventFd Reactor::TakeWakeFd() {
+  EventFd spare = EventFd::Adopt(spare_wake_fd_.exchange(-1));
+  return spare ? std::move(spare) : EventFd::Create();
+}
+
+void Reactor::GiveBackWakeFd(EventFd fd) {
+  int none = -1;
+  // Kept as the spare, or closed here (`fd` goes out of scope).
+  if (spare_wake_fd_.compare_exchange_strong(none, fd.fd())) (void)fd.Release();
+}
+
+WakeFdLease& WakeFdLease::operator=(WakeFdLease&& other) noexcept {
+  if (this != &other) {
+    GiveBack();
+    reactor_ = std::exchange(other.reactor_, nullptr);
+    fd_ = std::move(other.fd_);
+  }
+  return *this;
+}
+
+void WakeFdLease::Wake() const {
+  DCHECK(fd_) << "an eventfd written after its lease went back";
+  fd_.Signal();
+}
+
+void WakeFdLease::GiveBack() {
+  if (!fd_) return;
+  std::exchange(reactor_, nullptr)->GiveBackWakeFd(std::move(fd_));
+}
+
+ParkedConnection Reactor::ParkForWorker(const std::shared_ptr<Connection>& conn) {
+  ParkedConnection parked;
+  RunHere([&] {
+    AssertCurrentThread();
+    if (closing() || !conn->ParkForWorker()) return;
+    if (TransportMetrics* m = options_.metrics.get()) m->worker_reads->Increment();
+    parked.conn = conn;
+    parked.fd = conn->worker_set_fd();
+    parked.wake_fd = conn->worker_wake_fd();
+    parked.worker_set = true;
+  });
+  return parked;
+}
+
+Reactor::ParkedPoll Reactor::PollParked(const ParkedConnection& parked) {
+  // Each waiting thread learns for itself whether its waits are short.
+  thread_local AdaptiveSpin spin;
+  bool readable = false;
+  bool woken = false;
+  int n = 0;
+  if (parked.worker_set) {
+    epoll_event events[2];
+    SpinThenWait(spin, -1, [&](int ms) { return n = ::epoll_wait(parked.fd, events, 2, ms); });
+    if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
+    for (int i = 0; i < n; ++i) {
+      (events[i].data.fd == parked.wake_fd.fd() ? woken : readable) = true;
+    }
+  } else {
+    pollfd fds[2] = {{parked.fd, POLLIN, 0}, {parked.wake_fd.fd(), POLLIN, 0}};
+    SpinThenWait(spin, -1, [&](int ms) { return n = ::poll(fds, 2, ms); });
+    if (n < 0) return errno == EINTR ? ParkedPoll::kWoken : ParkedPoll::kFailed;
+    woken = (fds[1].revents & POLLIN) != 0;
+    readable = fds[0].revents != 0;
+  }
+  if (woken) {
+    (void)parked.wake_fd.Drain();
+    if (TransportMetrics* m = options_.metrics.get()) m->parked_wakeups->Increment();
+  }
+  return readable ? ParkedPoll::kReadable : ParkedPoll::kWoken;
+}
+
+void Reactor::ReadParkedAndUnpark(const ParkedConnection& parked, bool readable) {
+  Connection* conn = parked.conn.get();
+  if (readable && conn->parked() && !conn->is_shut_down()) {
+    const size_t before = conn->calls_in_flight();
+    conn->HandleEvents(EPOLLIN);
+    TransportMetrics* m = options_.metrics.get();
+    if (m != nullptr && parked.worker_set && !conn->is_shut_down() &&
+        conn->calls_in_flight() > before) {
+      m->worker_read_requests->Increment(static_cast<int64_t>(conn->calls_in_flight() - before));
+    }
+  }
+  conn->Unpark();
+}
+
+void Reactor::Unpark(const ParkedConnection& parked) {
+  RunHere([&] {
+    AssertCurrentThread();
+    ReadParkedAndUnpark(parked, /*readable=*/false);
+  });
+}
+
+ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
+  AssertCurrentThread();
+  call->AssertOnReactor();
+  Connection* conn = call->conn_;
+  if (!options_.caller_reads || conn == nullptr || call->finished()) return {};
+  // The request must be on the wire before the caller sleeps on the answer.
+  FlushRequested();
+  if (call->finished() || call->conn_ != conn) return {};
+  WakeFdLease lease(this, TakeWakeFd());
+  if (!lease) return {};                    // the caller waits as any other
+  if (!conn->Park(lease.ref())) return {};  // the lease goes back unused
+  if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
+  ParkedConnection parked;
+  parked.conn = conn->shared_from_this();
+  parked.fd = conn->fd();
+  parked.wake_fd = lease.ref();
+  parked.lease = std::move(lease);
+  return parked;
+}
+
+void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<bool>& done) {
+  Connection* conn = parked.conn.get();
+  bool unparked = false;
+  while (!unparked && !done.load()) {
+    ParkedPoll polled = PollParked(parked);
+    if (polled == ParkedPoll::kFailed) break;  // the reactor reads from here on
+    if (done.load() || polled != ParkedPoll::kReadable) continue;
+    // Readable (or closed, or the number reused after the reactor closed
+    // it: the connection's state, under the loop lock, says which).
+    RunHere([&] {
+      AssertCurrentThread();
+      if (conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
+      if (done.load() || !conn->parked() || conn->is_shut_down()) {
+        ReadParkedAndUnpark(parked, /*readable=*/false);
+        unparked = true;
+      }
+    });
+  }
+  if (!unparked) Unpark(parked);
+}
+
+void Reactor::RequestReadInterest(Connection* conn) {
+  AssertCurrentThread();
+  read_interest_list_.push_back(conn);
+}
+
+void Reactor::RestoreReadInterest() {
+  // Connections closed meanwhile are still in the table's closed list:
+  // the pointers are good until this loop iteration ends.
+  std::vector<Connection*> conns;
+  conns.swap(read_interest_list_);
+  for (Connection* c : conns) c->RestoreReadInterest();
+}
+
+// --- The blocking caller's side ---
+
+void CallerWait::Finish() {
+  finished_.store(true);
+  // Seen with `polling_` in the order both were stored (sequentially
+  // consistent): a caller about to poll sees `finished_`, or we see
+  // `polling_` and wake it. Not when Finish runs on the caller's own
+  // thread (it read its own answer, Reactor::WaitAsReader): no one sleeps
+  // then, and the write would wake the eventfd's next borrower for
+  // nothing (docs/perf-results/journal.md, "The self-wake, again").
+  const WakeFdLease* lease = polling_.load();
+  if (lease != nullptr && !pthread_equal(caller_, pthread_self())) lease->Wake();
+  done_.CountDown();
+}
+
+void CallerWait::Wait() {
+  if (parked_) {
+    polling_.store(&parked_.lease);
+    parked_.conn->reactor()->WaitAsReader(parked_, finished_);
+  }
+  done_.Wait();
 }
 
 }  // namespace osprey::transport
