@@ -1,9 +1,12 @@
 // WakeRoute: who is woken when a connection's socket becomes readable, as
 // one explicit state machine. Pure (no socket, no system call): Connection
-// holds one, feeds it events, and applies the actions each transition
-// returns (its epoll mask, a write to the waiter's eventfd, closing the
-// worker's set). Every cell of the table is tested (wake_route-test.cc),
-// and a random walk checks the invariants below after each step.
+// holds one and moves it in one function, Connection::MoveRoute (park.cc),
+// the only caller of Apply, which applies every action a transition
+// returns, whatever the event (the reactor's epoll mask, the reactor's
+// read interest, a write to the waiter's eventfd, closing the worker's
+// set); the code that fires an event does nothing else with the route.
+// Every cell of the table is tested (wake_route-test.cc), and a random
+// walk checks the invariants below after each step.
 //
 // Two words, each with one meaning throughout the transport:
 //  - "park": a thread other than the reactor (a blocking caller, a
@@ -33,6 +36,61 @@
 //  - kClosedWithWaiter: closed while parked: the waiter, woken by its
 //    eventfd, still holds it until it unparks.
 //  - kClosed: closed, no waiter: the worker's set can go.
+//
+// Events: which code fires each, on which thread, and when. Each is fired
+// through Connection::MoveRoute, under the connection's reactor's loop
+// lock (the reactor's thread, or a thread acting in its place: the analysis
+// checks it, REQUIRES). MoveRoute DCHECKs the preconditions marked *.
+//
+//  event               fired by (file: function)    thread, and when
+//  ------------------  ---------------------------  ------------------------
+//  kCallerParks        park.cc: Connection::Park,   a blocking caller, in the
+//                      from Reactor::ParkForCaller  sleeping reactor's place
+//                      (park.cc), from              (TryRunHere), right
+//                      Messenger::QueueCall         after sending its call.
+//                      (messenger.cc)               Client, caller reads on,
+//                                                   open*, nothing unsent*,
+//                                                   its call the only one in
+//                                                   flight*, a lent eventfd*
+//  kWorkerParks        park.cc: Connection::Park,   a worker, in RunHere,
+//                      from Connection::            after its handler
+//                      ParkForWorker, from          answered the
+//                      Reactor::ParkForWorker       connection's last call
+//                      (park.cc), from ServicePool  with its queue empty.
+//                      ::WaitForNextRequest         Server, a worker set,
+//                      (service_pool.cc)            open*, nothing unsent*,
+//                                                   no call in flight*, the
+//                                                   connection's eventfd*
+//  kUnpark             park.cc: Connection::Unpark, the waiter, in RunHere,
+//                      from Reactor::               done waiting (its call
+//                      ReadParkedAndUnpark          ended, it read a request,
+//                      (WaitAsReader,               its queue woke it, or
+//                      WaitForRequest, Unpark)      the connection closed).
+//                                                   Parked (Unpark does
+//                                                   nothing otherwise)
+//  kCallSent           connection_client.cc:        the reactor or its
+//                      Connection::SendCall         borrower, each call
+//                                                   queued. Client
+//  kRestoreReadInterest  park.cc: Connection::      the reactor or its
+//                      RestoreReadInterest, from    borrower, at the end of
+//                      Reactor::RestoreReadInterest its turn (EndTurn), for
+//                      (park.cc), from              each connection whose
+//                      Reactor::EndTurn             kCallSent asked for it;
+//                      (reactor.cc)                 it may have parked or
+//                                                   closed since (not freed)
+//  kClose              connection.cc:               the reactor or its
+//                      Connection::Shutdown         borrower, once per
+//                                                   connection; closed*, its
+//                                                   socket out of the
+//                                                   reactor's set*
+//
+// Actions, each carried out by MoveRoute alone: sync_epoll by
+// SyncEpollEvents (failing, it undoes a park, which has no waiter yet, and
+// shuts the connection down; never from Shutdown, as a closed route syncs
+// nothing), request_read_interest by Reactor::RequestReadInterest,
+// wake_waiter by writing the waiter's EventFdRef (which MoveRoute holds
+// exactly while the route is parked*), close_worker_set by
+// Connection::CloseWorkerSet (never while parked*).
 //
 // Invariants, which wake_route-test.cc checks after every step of random
 // walks: a dormant route is a client's; a caller parks only a client and a
@@ -114,8 +172,8 @@ class WakeRoute {
   Route route_ = Route::kReactor;
 };
 
-// Inline, so that each call site's event is folded to its few lines: the
-// route is changed on every call sent.
+// Inline, into its one caller (Connection::MoveRoute): the route is moved
+// on every call sent.
 inline WakeRoute::Actions WakeRoute::Apply(Event event, bool calls_awaited) {
   Actions a;
   const Route from = route_;
