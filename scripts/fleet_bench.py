@@ -263,57 +263,48 @@ def main():
         ok = ok and r1 is not None and all(e["exit"] == 0 for e in events)
 
         # ------------------------------------------------ run 2: a slow server
-        fleet.addrs.clear()
+        def slow_runs(f, healthy, runs):
+            """On fleet `f`: the `healthy` run (a name, or None) with three
+            like servers, then `runs` (name, lb, hedge) with the third 10x
+            slower. Fills `slow` and `slow_addr`; returns whether all ran."""
+            good = True
+            f.addrs.clear()
+            if healthy:
+                runs = [(healthy, runs[0][1], "off", 1)] + [r + (10,) for r in runs]
+            else:
+                runs = [r + (10,) for r in runs]
+            for k, (name, lb, hedge, factor) in enumerate(runs):
+                if k == 0 or runs[k - 1][3] != factor:
+                    f.stop_all()
+                    f.start(0)
+                    f.start(1)
+                    f.start(2, factor=factor)
+                slow[name], _ = run_client(args, f, lb, args.slow_seconds, f"slow-{name}",
+                                           client_pin, hedge=hedge)
+                good = good and slow[name] is not None
+                slow_addr[name] = f.addrs[2]
+            f.stop_all()
+            return good
+
         slow = {}
-        if brpc_bench:
-            # For the side by side with brpc: each stack's fleet with no slow
-            # server first, the p99 its hedging aims at.
-            for i in range(3):
-                fleet.start(i)
-            slow["p2c-healthy"], _ = run_client(args, fleet, "p2c", args.slow_seconds,
-                                                "slow-p2c-healthy", client_pin)
-            ok = ok and slow["p2c-healthy"] is not None
-            slow_addr["p2c-healthy"] = fleet.addrs[2]
-            fleet.stop_all()
-        fleet.start(0)
-        fleet.start(1)
-        fleet.start(2, factor=10)
         # Each run is named by its -lb, and "p2c-hedge" for p2c with -hedge=p95.
         runs = [("p2c", "p2c", "off"), ("round_robin", "round_robin", "off"),
                 ("p2c-hedge", "p2c", "p95")]
         if brpc_bench:
             # brpc's backup requests wait a fixed delay: Osprey's hedging at
-            # the same delay, for a like-for-like row.
+            # the same delay, for a like-for-like row. And each stack's fleet
+            # with no slow server first: the p99 its hedging aims at.
             runs.append((f"p2c-hedge-{args.backup_ms}ms", "p2c", str(args.backup_ms)))
-        for name, lb, hedge in runs:
-            slow[name], _ = run_client(args, fleet, lb, args.slow_seconds, f"slow-{name}",
-                                       client_pin, hedge=hedge)
-            ok = ok and slow[name] is not None
-            slow_addr[name] = fleet.addrs[2]
-        fleet.stop_all()
+        ok = slow_runs(fleet, "p2c-healthy" if brpc_bench else None, runs) and ok
 
         # ------------- run 2, again with brpc's servers and client (issue 50)
         if brpc_bench:
             bfleet = Fleet(brpc_bench, srv_dir, server_pin, "sleep", brpc=True)
             try:
-                for i in range(3):
-                    bfleet.start(i)
-                slow["brpc-la-healthy"], _ = run_client(args, bfleet, "la", args.slow_seconds,
-                                                        "slow-brpc-la-healthy", client_pin)
-                ok = ok and slow["brpc-la-healthy"] is not None
-                slow_addr["brpc-la-healthy"] = bfleet.addrs[2]
-                bfleet.stop_all()
-                bfleet.start(0)
-                bfleet.start(1)
-                bfleet.start(2, factor=10)
-                for name, lb, backup in (("brpc-rr", "rr", "off"), ("brpc-la", "la", "off"),
-                                         (f"brpc-la-backup-{args.backup_ms}ms", "la",
-                                          str(args.backup_ms))):
-                    slow[name], _ = run_client(args, bfleet, lb, args.slow_seconds,
-                                               f"slow-{name}", client_pin, hedge=backup)
-                    ok = ok and slow[name] is not None
-                    slow_addr[name] = bfleet.addrs[2]
-                bfleet.stop_all()
+                ok = slow_runs(bfleet, "brpc-la-healthy",
+                               [("brpc-la", "la", "off"), ("brpc-rr", "rr", "off"),
+                                (f"brpc-la-backup-{args.backup_ms}ms", "la",
+                                 str(args.backup_ms))]) and ok
             finally:
                 bfleet.stop_all(kill=True)
 
