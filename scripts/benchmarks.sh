@@ -136,6 +136,14 @@ Its variables (environment only):
                                 later than this marks its window behind and
                                 the cell invalid (raise it on a machine whose
                                 timers stall, e.g. a VM; max lag is reported)
+  OVERLOAD_DEFAULTS_LOADS="1 4"  then the same handlers, queues and C
+                                against defaults-server (beside rpc-bench:
+                                rpc-bench's service on a server with the
+                                public API's defaults, MessengerBuilder's
+                                and ServicePoolOptions', but for the queue
+                                length), at these loads; its rows have
+                                server=defaults and a table of their own in
+                                the summary ("": none; quick: "0.5 2")
   OVERLOAD_QUICK=1              a smoke run: handler 20:50 only, loads 0.5 and
                                 2, queue 1000, 1 s cells, a 3 s burst (the
                                 variables above still override it)
@@ -328,7 +336,9 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
     OVERLOAD_HANDLERS="${OVERLOAD_HANDLERS:-20:50}"
     OVERLOAD_BURST="${OVERLOAD_BURST-1:0.8,1:4,1:0.8}"
     OVERLOAD_CAPACITY_SECONDS="${OVERLOAD_CAPACITY_SECONDS:-1}"
+    OVERLOAD_DEFAULTS_LOADS="${OVERLOAD_DEFAULTS_LOADS-0.5 2}"
   fi
+  OVERLOAD_DEFAULTS_LOADS="${OVERLOAD_DEFAULTS_LOADS-1 4}"
   OVERLOAD_SECONDS="${OVERLOAD_SECONDS:-3}"
   OVERLOAD_LOADS="${OVERLOAD_LOADS:-0.5 1 1.5 2 4}"
   OVERLOAD_QUEUES="${OVERLOAD_QUEUES:-50 1000 100000}"
@@ -391,6 +401,19 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
     CAPACITY_GIVEN[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]}"
   done
   read -ra SERVER_EXTRA <<<"$SERVER_FLAGS"
+  read -ra DLOADS <<<"$OVERLOAD_DEFAULTS_LOADS"
+  for l in "${DLOADS[@]}"; do
+    awk -v l="$l" 'BEGIN { exit !(l + 0 > 0 && l + 0 <= 100) }' ||
+      die "OVERLOAD_DEFAULTS_LOADS: '$l' is not a load above 0 and at most 100 (times C)"
+  done
+  DEFAULTS_SERVER="$(dirname "$RPC_BENCH")/defaults-server"
+  if [[ -n "$SERVER_ADDRESS" ]]; then
+    DLOADS=()  # no server of ours
+  elif [[ ${#DLOADS[@]} -gt 0 && ! -x "$DEFAULTS_SERVER" ]]; then
+    echo "benchmarks.sh: no $DEFAULTS_SERVER beside rpc-bench: skipping the defaults cells" \
+         "(OVERLOAD_DEFAULTS_LOADS)" >&2
+    DLOADS=()
+  fi
   read -ra CLIENT_EXTRA <<<"$CLIENT_FLAGS"
   OVERLOAD_CLIENT="${OVERLOAD_CLIENT:-}"
   if [[ -n "$OVERLOAD_CLIENT" ]]; then
@@ -437,13 +460,22 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
   }
   trap stop_server EXIT
 
-  # start_server QUEUE HANDLER_US: sets OSERVER_PID and ADDR.
+  # start_server QUEUE HANDLER_US [defaults]: sets OSERVER_PID and ADDR.
+  # With "defaults", the server is defaults-server (the public API's
+  # defaults but for the queue length) rather than rpc-bench's own.
   start_server() {
     local q="$1" h="$2" out="$SRV_DIR/h$2-q$1"
-    : >"$out.out"
-    "${SERVER_PIN[@]}" "$RPC_BENCH" -server_only -listen 127.0.0.1:0 -server_reactors 1 \
-      -worker_threads 1 --rpc_service_queue_length "$q" "${SERVER_EXTRA[@]}" \
-      >"$out.out" 2>"$out.err" </dev/null &
+    if [[ "${3:-}" == defaults ]]; then
+      out="$SRV_DIR/defaults-h$2-q$1"
+      : >"$out.out"
+      "${SERVER_PIN[@]}" "$DEFAULTS_SERVER" -listen 127.0.0.1:0 -queue_length "$q" \
+        >"$out.out" 2>"$out.err" </dev/null &
+    else
+      : >"$out.out"
+      "${SERVER_PIN[@]}" "$RPC_BENCH" -server_only -listen 127.0.0.1:0 -server_reactors 1 \
+        -worker_threads 1 --rpc_service_queue_length "$q" "${SERVER_EXTRA[@]}" \
+        >"$out.out" 2>"$out.err" </dev/null &
+    fi
     OSERVER_PID=$!
     ADDR=""
     local i
@@ -488,9 +520,57 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
         out = out (i > 1 ? "," : "") f[1] ":" sprintf("%.0f", r) } print out }'
   }
 
+  # run_cell LOAD [defaults]: one cell (a load times C, or "burst") against
+  # the server at ADDR (PID_NOW), with h, d, q and C set; its row appended
+  # to overload.csv, server=defaults for defaults-server's cells.
+  run_cell() {
+    local load="$1" kind="${2:-rpc-bench}" prefix=""
+    [[ $kind == defaults ]] && prefix="defaults-"
+    local schedule secs name series rate before after received_before received_after ts ticks
+    local handler_cpu valid sflags="$SERVER_FLAGS"
+    [[ $kind == defaults ]] && sflags=""  # SERVER_FLAGS are rpc-bench's
+    if [[ $load == burst ]]; then
+      schedule="$(scaled_schedule "$BURST_PHASES" "$C")"
+      secs="$(awk -v spec="$BURST_PHASES" 'BEGIN { n = split(spec, p, ","); t = 0;
+              for (i = 1; i <= n; i++) { split(p[i], f, ":"); t += f[1] } print t }')"
+      name="${prefix}burst-h$h-q$q"
+      series=(--series "$RESULTS_DIR/burst-q$q.csv")
+    else
+      rate="$(awk -v l="$load" -v c="$C" 'BEGIN { r = l * c; if (r < 1) r = 1; printf "%.0f", r }')"
+      schedule="$OVERLOAD_SECONDS:$rate"
+      secs="$OVERLOAD_SECONDS"
+      name="${prefix}cell-h$h-q$q-l$load"
+      series=(--series "$RAW/$name.csv")
+    fi
+    RUNS=$((RUNS + 1))
+    echo "[$RUNS] ${prefix}server, handler ${h}us, deadline ${d}ms, queue $q, load $load: -rate_schedule $schedule" >&2
+    before="$(cpu_ticks "$PID_NOW")"
+    received_before="$(python3 "$PLOT_PY" received "$ADDR")"
+    ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    client "$name" "$secs" -rate_schedule "$schedule" -arrivals poisson -seed "$RUNS" \
+      -handler_us "$h" -call_timeout_ms "$d" -window_ms 100 \
+      -max_start_lag_us "$OVERLOAD_MAX_LAG_US"
+    sleep "$CELL_PAUSE"  # the server drains what it still holds
+    after="$(cpu_ticks "$PID_NOW")"
+    received_after="$(python3 "$PLOT_PY" received "$ADDR")"
+    ticks=-
+    [[ $before != - && $after != - ]] && ticks=$((after - before))
+    handler_cpu=0
+    [[ $HANDLER_BURNS == 1 ]] && handler_cpu="$h"
+    valid="$(python3 "$PLOT_PY" row --csv "$OCSV" "${series[@]}" timestamp="$ts" \
+      handler_us="$h" deadline_ms="$d" queue_length="$q" server_flags="$sflags" \
+      capacity="$C" load="$load" server_cpu_ticks="$ticks" clk_tck="$CLK_TCK" \
+      handler_cpu_us="$handler_cpu" server_peak_rss_kb="$(peak_rss_kb "$PID_NOW")" \
+      client_flags="$CLIENT_FLAGS" server_received_before="$received_before" \
+      server_received_after="$received_after" server="$kind" <"$RAW/$name.json")"
+    echo "  valid: $valid" >&2
+    if [[ $valid == run_failed ]]; then FAILED=$((FAILED + 1)); fi
+  }
+
   FAILED=0
   RUNS=0
   CELL_PAUSE=1
+  declare -A CAPS=()
   burst_done=0
   if [[ -n "$SERVER_ADDRESS" ]]; then
     HANDLER_BURNS=0  # Kudu's Sleep sleeps
@@ -554,46 +634,30 @@ if [[ $OVERLOAD_MODE -eq 1 ]]; then
       for l in "${LOADS[@]}"; do cells+=("$l"); done
       [[ -n "$BURST_PHASES" && "$hd" == "${HANDLERS[0]}" ]] && cells+=(burst)
       for load in "${cells[@]}"; do
-        if [[ $load == burst ]]; then
-          schedule="$(scaled_schedule "$BURST_PHASES" "$C")"
-          secs="$(awk -v spec="$BURST_PHASES" 'BEGIN { n = split(spec, p, ","); t = 0;
-                  for (i = 1; i <= n; i++) { split(p[i], f, ":"); t += f[1] } print t }')"
-          name="burst-h$h-q$q"
-          series=(--series "$RESULTS_DIR/burst-q$q.csv")
-        else
-          rate="$(awk -v l="$load" -v c="$C" 'BEGIN { r = l * c; if (r < 1) r = 1; printf "%.0f", r }')"
-          schedule="$OVERLOAD_SECONDS:$rate"
-          secs="$OVERLOAD_SECONDS"
-          name="cell-h$h-q$q-l$load"
-          series=(--series "$RAW/$name.csv")
-        fi
-        RUNS=$((RUNS + 1))
-        echo "[$RUNS] handler ${h}us, deadline ${d}ms, queue $q, load $load: -rate_schedule $schedule" >&2
-        before="$(cpu_ticks "$PID_NOW")"
-        received_before="$(python3 "$PLOT_PY" received "$ADDR")"
-        ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-        client "$name" "$secs" -rate_schedule "$schedule" -arrivals poisson -seed "$RUNS" \
-          -handler_us "$h" -call_timeout_ms "$d" -window_ms 100 \
-          -max_start_lag_us "$OVERLOAD_MAX_LAG_US"
-        sleep "$CELL_PAUSE"  # the server drains what it still holds
-        after="$(cpu_ticks "$PID_NOW")"
-        received_after="$(python3 "$PLOT_PY" received "$ADDR")"
-        ticks=-
-        [[ $before != - && $after != - ]] && ticks=$((after - before))
-        handler_cpu=0
-        [[ $HANDLER_BURNS == 1 ]] && handler_cpu="$h"
-        valid="$(python3 "$PLOT_PY" row --csv "$OCSV" "${series[@]}" timestamp="$ts" \
-          handler_us="$h" deadline_ms="$d" queue_length="$q" server_flags="$SERVER_FLAGS" \
-          capacity="$C" load="$load" server_cpu_ticks="$ticks" clk_tck="$CLK_TCK" \
-          handler_cpu_us="$handler_cpu" server_peak_rss_kb="$(peak_rss_kb "$PID_NOW")" \
-          client_flags="$CLIENT_FLAGS" server_received_before="$received_before" \
-          server_received_after="$received_after" <"$RAW/$name.json")"
-        echo "  valid: $valid" >&2
-        [[ $valid == run_failed ]] && FAILED=$((FAILED + 1))
+        run_cell "$load"
       done
       [[ -n "$SERVER_ADDRESS" ]] || stop_server
     done
+    CAPS[$h]="$C"
   done
+  # defaults-server's cells: the same handlers, queues and C, on a server
+  # with the public API's defaults (issue 48, item 4).
+  if [[ ${#DLOADS[@]} -gt 0 ]]; then
+    for hd in "${HANDLERS[@]}"; do
+      h="${hd%%:*}"
+      d="${hd##*:}"
+      C="${CAPS[$h]:-}"
+      [[ -n "$C" ]] || continue  # its capacity run failed
+      for q in "${QUEUES[@]}"; do
+        start_server "$q" "$h" defaults
+        PID_NOW="$OSERVER_PID"
+        for load in "${DLOADS[@]}"; do
+          run_cell "$load" defaults
+        done
+        stop_server
+      done
+    done
+  fi
   trap - EXIT
 
   [[ -s "$OCSV" ]] || die "no cell ran; see $RAW"

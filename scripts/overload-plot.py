@@ -15,7 +15,9 @@
   overload-plot.py summarize DIR
       reads DIR/overload.csv and DIR/burst-*.csv, writes
       DIR/overload-summary.md, DIR/overload-plots.gp and its data in
-      DIR/overload-plot-data/ (gnuplot draws the PNGs from it).
+      DIR/overload-plot-data/ (gnuplot draws the PNGs from it). Rows with
+      server=defaults (defaults-server's cells) get a table of their own and
+      their own lines in the goodput charts.
 
 Server CPU per call not served is an estimate: (server CPU over the cell,
 from /proc/PID/stat) minus (answered calls x handler CPU), over (refused +
@@ -48,7 +50,10 @@ HEADER = ["timestamp", "handler_us", "deadline_ms", "queue_length", "server_flag
           "server_cpu_us_per_unserved", "server_peak_rss_kb", "valid",
           # Retries and client throttling (appended: the columns above keep
           # their places).
-          "client_flags", "attempts_sent", "sent_over_offered", "throttled", "server_received"]
+          "client_flags", "attempts_sent", "sent_over_offered", "throttled", "server_received",
+          # Which server (rpc-bench, or defaults: defaults-server, the public
+          # API's defaults), and the refusals by the reason the server gave.
+          "server", "refused_by_reason"]
 SERIES = ["t_s", "offered", "sent", "goodput", "refused", "timeouts", "late", "errors",
           "behind"]
 SERIES_LATER = ["throttled", "attempts_sent"]  # after the per-second columns; may be absent
@@ -94,12 +99,15 @@ def cmd_row(args):
     for k in ("timestamp", "handler_us", "deadline_ms", "queue_length", "server_flags",
               "capacity", "load", "server_peak_rss_kb", "client_flags"):
         row[k] = kv.get(k, "")
+    row["server"] = kv.get("server", "rpc-bench")
     before, after = kv.get("server_received_before", "-"), kv.get("server_received_after", "-")
     if num(before) is not None and num(after) is not None:
         row["server_received"] = fmt(int(num(after) - num(before)))
     if r is None or r.get("mode") != "overload":
         row["valid"] = "run_failed"
     else:
+        reasons = r.get("refused_by_reason") or {}
+        row["refused_by_reason"] = ";".join(f"{k}:{v}" for k, v in reasons.items() if v)
         for k in ("offered_per_sec", "goodput_per_sec", "refusals_per_sec", "timeouts_per_sec",
                   "late_per_sec", "offered", "goodput", "refused", "timeouts", "late", "errors",
                   "unfinished", "behind_windows", "max_start_lag_us"):
@@ -174,8 +182,48 @@ def num(s, default=None):
         return default
 
 
+def is_defaults(r):
+    return r.get("server") == "defaults"
+
+
+def defaults_table(rows):
+    """defaults-server's cells: a table of their own, with the reasons."""
+    lines = ["", "## The public API's defaults (defaults-server)", "",
+             "rpc-bench's service on a server built with MessengerBuilder's and "
+             "ServicePoolOptions' defaults but for the queue length (4 reactors, 1 worker, "
+             "overload control on), pinned to CPU 0 as the server above; C as above. "
+             "Refused by reason: the server's reason for each refusal, as a share of "
+             "the calls offered.", "",
+             "| handler | deadline | queue | offered/C | goodput/C | refused | by reason | "
+             "timed out | late | p99 ms | p99/deadline | valid |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cap = num(r["capacity"], 0)
+        offered = num(r["offered"], 0)
+        deadline_us = num(r["deadline_ms"], 1) * 1000
+
+        def share(v):
+            return f"{v / offered:.1%}" if v is not None and offered else "-"
+        by = []
+        for part in (r.get("refused_by_reason") or "").split(";"):
+            k, _, v = part.partition(":")
+            if k and num(v):
+                by.append(f"{k.replace('_', ' ')} {share(num(v))}")
+        p99 = num(r["p99_us"])
+        lines.append("| " + " | ".join([
+            f"{r['handler_us']} us", f"{r['deadline_ms']} ms", r["queue_length"],
+            f"{num(r['offered_per_sec'], 0) / cap:.2f}" if cap else "-",
+            f"{num(r['goodput_per_sec'], 0) / cap:.2f}" if cap and r["goodput_per_sec"] else "-",
+            share(num(r["refused"])), ", ".join(by) or "-", share(num(r["timeouts"])),
+            share(num(r["late"])), f"{p99 / 1000:.1f}" if p99 is not None else "-",
+            f"{p99 / deadline_us:.2f}" if p99 is not None else "-", r["valid"]]) + " |")
+    return lines
+
+
 def cmd_summarize(out_dir):
-    rows = list(csv.DictReader(open(os.path.join(out_dir, "overload.csv"))))
+    all_rows = list(csv.DictReader(open(os.path.join(out_dir, "overload.csv"))))
+    rows = [r for r in all_rows if not is_defaults(r)]
+    drows = [r for r in all_rows if is_defaults(r)]
     lines = ["# Overload benchmark", ""]
     caps = {}
     for r in rows:
@@ -240,6 +288,9 @@ def cmd_summarize(out_dir):
                 share("throttled") if r.get("throttled") not in (None, "") else "-"]
                 if retries else [])) + " |")
 
+    if drows:
+        lines += defaults_table(drows)
+
     # Bursts: goodput in the overload phase, and the recovery after it.
     bursts = sorted(glob.glob(os.path.join(out_dir, "burst-*.csv")))
     if bursts:
@@ -292,27 +343,31 @@ def cmd_summarize(out_dir):
     gp = ["set datafile commentschars '#'", "set grid", "set key below font ',9'",
           "set terminal pngcairo size 900,560 noenhanced"]
     charts = {}
-    for r in rows:
+    for r in all_rows:
         if r["load"] == "burst" or r["valid"] == "run_failed":
             continue
         cap = num(r["capacity"], 0)
         if not cap:
             continue
         key = (r["handler_us"], r["deadline_ms"])
-        charts.setdefault(key, {}).setdefault(r["queue_length"], []).append(
+        series_name = ("defaults " if is_defaults(r) else "") + r["queue_length"]
+        charts.setdefault(key, {}).setdefault(series_name, []).append(
             (num(r["offered_per_sec"], 0) / cap, num(r["goodput_per_sec"], 0) / cap,
              r["valid"]))
     pngs = []
     for (h, d), series in charts.items():
         items = []
-        for q, pts in sorted(series.items(), key=lambda kv: num(kv[0], 0)):
-            dat = os.path.join(data_dir, f"goodput-h{h}-q{q}.dat")
+        for q, pts in sorted(series.items(),
+                             key=lambda kv: (kv[0].startswith("defaults"),
+                                             num(kv[0].split()[-1], 0))):
+            dat = os.path.join(data_dir, f"goodput-h{h}-q{q.replace(' ', '-')}.dat")
             with open(dat, "w") as f:
                 f.write("# offered/C goodput/C valid\n")
                 for x, y, v in sorted(pts):
                     f.write(f"{x:.4f} {y:.4f} {1 if v == 'yes' else 0}\n")
             items.append(f"'{dat}' using 1:2 with linespoints pointtype 7 "
-                         f"title 'queue {q}'")
+                         f"title '{'defaults-server, ' if q.startswith('defaults') else ''}"
+                         f"queue {q.split()[-1]}'")
         items.append("(x < 1 ? x : 1) with lines dashtype 2 linecolor rgb 'gray' "
                      "title 'ideal: min(offered, C)'")
         png = os.path.join(out_dir, f"overload-goodput-h{h}.png")

@@ -4,7 +4,8 @@
 # plots are drawn (PNG files that are not blank: a plot has axes, a key and
 # lines in several colours); the latency curve; and --overload's quick run
 # (OVERLOAD_QUICK=1): its CSVs, summary and plots are whole, and at half the
-# capacity nearly every call offered is answered in time; and --fleet's quick run
+# capacity nearly every call offered is answered in time, by rpc-bench's
+# server and by defaults-server (the public API's defaults); and --fleet's quick run
 # (FLEET_QUICK=1): a rolling restart of 3 servers fails no call, and p2c gives
 # a 10x slower server less than round robin.
 #
@@ -112,7 +113,28 @@ set -e
 "$PYTHON" - "$TMP/overload" << 'PY' > "$TMP/overload.check" 2>&1 ||
 import csv, os, sys
 d = sys.argv[1]
-rows = list(csv.DictReader(open(os.path.join(d, "overload.csv"))))
+all_rows = list(csv.DictReader(open(os.path.join(d, "overload.csv"))))
+rows = [r for r in all_rows if r["server"] == "rpc-bench"]
+drows = [r for r in all_rows if r["server"] == "defaults"]
+# defaults-server (the public API's defaults) at 0.5 and 2 C: it runs, and
+# reports sanely: every call offered ends one way, the refusals by reason
+# add up, and at 0.5 C nearly every call is answered in time.
+if [r["load"] for r in drows] != ["0.5", "2"] or len(all_rows) != 5:
+    sys.exit(f"defaults-server cells {[r['load'] for r in drows]}, expected 0.5 and 2")
+for r in drows:
+    if r["valid"] not in ("yes", "no") or r["server_flags"] != "" or int(r["errors"]) != 0:
+        sys.exit(f"defaults cell {r['load']} did not run or failed: {r}")
+    n = {k: int(r[k]) for k in ("offered", "goodput", "refused", "timeouts", "late",
+                                "unfinished")}
+    if n["goodput"] + n["refused"] + n["timeouts"] + n["late"] + n["unfinished"] != n["offered"]:
+        sys.exit(f"defaults cell {r['load']}: the outcomes do not add up to offered: {n}")
+    by = sum(int(p.split(":")[1]) for p in r["refused_by_reason"].split(";") if p)
+    if by != n["refused"]:
+        sys.exit(f"defaults cell {r['load']}: refusals by reason {r['refused_by_reason']} "
+                 f"do not add up to {n['refused']}")
+if int(drows[0]["goodput"]) < 0.8 * int(drows[0]["offered"]):
+    sys.exit(f"defaults-server at 0.5 C: {drows[0]['goodput']} of {drows[0]['offered']} "
+             "answered in time, expected at least 80%")
 if [r["load"] for r in rows] != ["0.5", "2", "burst"]:
     sys.exit(f"cells {[r['load'] for r in rows]}, expected 0.5, 2 and burst")
 for r in rows:
@@ -151,7 +173,8 @@ if len(burst) < 30 or sum(int(w["offered"]) for w in burst) != int(rows[2]["offe
              "does not add up")
 summary = open(os.path.join(d, "overload-summary.md")).read()
 table = [l for l in summary.splitlines() if l.startswith("| 20 us |")]
-if len(table) != 3 or "goodput/C" not in summary or "| q1000 |" not in summary:
+if len(table) != 5 or "goodput/C" not in summary or "| q1000 |" not in summary or \
+        "(defaults-server)" not in summary:
     sys.exit("overload-summary.md lacks its table rows:\n" + summary)
 PY
   { show "$TMP/overload.check" "$TMP/err"; fail "$(cat "$TMP/overload.check")"; }
