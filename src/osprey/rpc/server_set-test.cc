@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 
 namespace osprey {
 namespace {
@@ -144,6 +145,58 @@ TEST(ServerSetTest, ADrainingServerIsNotPickedWhateverTheShare) {
   ServerSet::EntryPtr other = f.set->Pick(0, nullptr, false);
   f.set->Ended(other, ServerSet::Outcome::kConnectFailed);
   EXPECT_FALSE(f.set->Report()[other->address.port() - 1].ejected);
+}
+
+// A server drained and restarted on its address (a rolling restart): its
+// next answer pays for a new connection, and the latency it had before
+// says nothing of the new process. Both are forgotten, so it takes calls
+// again at once, like the others; with them counted (a 10 ms first answer
+// beside 0.3 ms ones), p2c kept it out for seconds (benchmarks-test-fleet:
+// "answered nothing after its restart").
+TEST(ServerSetTest, ADrainedServerStartsAgainWithItsLatencyUnknown) {
+  Fixture f;
+  ServerSet::Options o = f.Options(LoadBalancing::kPowerOfTwoChoices);
+  // Seeded draws: the fixture's counter always draws the first server first.
+  o.random = [rng = std::mt19937_64(7)]() mutable { return rng(); };
+  f.Make("127.0.0.1:1,127.0.0.1:2", o);
+  // n answers from `port` taking `took` (the other's in 0.3 ms meanwhile),
+  // within 1,000 picks; false if `port` was not picked n times.
+  auto answer = [&](int n, uint16_t port, MonoDelta took) {
+    for (int i = 0, picks = 0; i < n; ++picks) {
+      if (picks == 1000) return false;
+      ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+      if (e->address.port() == port) ++i;
+      f.set->Ended(e, ServerSet::Outcome::kAnswered,
+                   e->address.port() == port ? took : MonoDelta::FromMicroseconds(300));
+    }
+    return true;
+  };
+  const MonoDelta fast = MonoDelta::FromMicroseconds(300);
+  ASSERT_TRUE(answer(5, 1, fast));
+  ASSERT_TRUE(answer(5, 2, fast));
+  // Server 2 drains; its last answer was slow (it was finishing up).
+  ASSERT_TRUE(answer(1, 2, MonoDelta::FromMilliseconds(4)));
+  ServerSet::EntryPtr two;
+  for (int picks = 0; picks < 1000; ++picks) {
+    two = f.set->Pick(0, nullptr, false);
+    if (two->address.port() == 2) break;
+    f.set->Ended(two, ServerSet::Outcome::kAnswered, fast);
+  }
+  ASSERT_EQ(2, two->address.port());
+  f.set->Ended(two, ServerSet::Outcome::kDraining);
+  f.now = f.now + MonoDelta::FromMilliseconds(1100);  // past the drain's window
+  // Restarted: the first answer, on a new connection, took 10 ms.
+  ASSERT_TRUE(answer(1, 2, MonoDelta::FromMilliseconds(10)))
+      << "the restarted server was not picked in 1,000 calls";
+  // From here on both answer in 0.3 ms: one call at a time, each server
+  // is picked about half the time.
+  std::map<uint16_t, int> seen;
+  for (int i = 0; i < 200; ++i) {
+    ServerSet::EntryPtr e = f.set->Pick(0, nullptr, false);
+    seen[e->address.port()]++;
+    f.set->Ended(e, ServerSet::Outcome::kAnswered, fast);
+  }
+  EXPECT_GT(seen[2], 60) << "the restarted server took " << seen[2] << " of 200";
 }
 
 TEST(ServerSetTest, OutstandingCallsSteerPowerOfTwoChoices) {

@@ -173,6 +173,16 @@ double ServerSet::DecayedLatency(const Entry& e, MonoTime now) {
   return idle_s <= 0 ? e.latency_ns : e.latency_ns * std::exp2(-idle_s);
 }
 
+void ServerSet::ForgetLatencyLocked(Entry* e) {
+  // Draining or not listening: the process is going, or gone. What it
+  // answers next is a new process on a new connection, whose speed its
+  // old latency (its last calls were its slowest, finishing up) says
+  // nothing of: unknown again, costed as the fastest, and its next first
+  // answer, which pays for the connection, not counted.
+  e->latency_ns = 0;
+  e->answers = 0;
+}
+
 bool ServerSet::EligibleLocked(const Entry& e, MonoTime now) const {
   return now >= e.ejected_until && now >= e.draining_until;
 }
@@ -305,10 +315,12 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
       break;
     case Outcome::kDraining:
       e->draining_until = now + options_.base_ejection;
+      ForgetLatencyLocked(e);
       break;
     case Outcome::kConnectFailed:
       resolve_now_ = true;
       EjectLocked(e, now);
+      ForgetLatencyLocked(e);
       break;
     case Outcome::kLost:
     case Outcome::kTimedOut:

@@ -153,6 +153,7 @@ class ServerSet {
   bool EligibleLocked(const Entry& e, MonoTime now) const OSPREY_REQUIRES(mu_);
   static double DecayedLatency(const Entry& e, MonoTime now);
   void EjectLocked(Entry* e, MonoTime now) OSPREY_REQUIRES(mu_);
+  void ForgetLatencyLocked(Entry* e) OSPREY_REQUIRES(mu_);
   void MaybeResolveLocked(MonoTime now) OSPREY_REQUIRES(mu_);
 
   const Options options_;
