@@ -95,10 +95,8 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
       // on a busy host is that long): then the calls outstanding decide
       // alone, so that like servers share the calls even one at a time.
       // Otherwise each call outstanding costs its server's own latency: a
-      // 2 ms server beside 0.35 ms ones costs six times as much per call.
-      // (A floor of a millisecond under each latency, before 2026-12-06,
-      // made that server "alike" until it was 2 ms and cost only twice
-      // as much after: it kept 6% of the calls, not a fraction of one.)
+      // 2 ms server beside 0.35 ms ones costs six times as much per call
+      // (not as much as a 1 ms floor under the fast ones would make it).
       constexpr double kNoiseNs = 1e6;
       const double l1 = servers[first].latency_ns;
       const double l2 = servers[second].latency_ns;
