@@ -132,6 +132,10 @@ DEFINE_bool(admit_by_patience, true,
             "rpc-bench's server, with -overload_control: a call is refused when the calls "
             "ahead of it hold more work than an eighth of its timeout (or the delay target) "
             "even before calls wait past the target (ServicePoolOptions::admit_by_patience)");
+DEFINE_bool(admit_to_deadline, false,
+            "rpc-bench's server, with -overload_control: until the queue is overloaded, a call "
+            "is admitted whenever it can still be answered by its deadline; patience only "
+            "once overloaded (ServicePoolOptions::admit_to_deadline)");
 DEFINE_int32(queue_delay_target_us, 5000,
              "rpc-bench's server: the queue delay overload control aims for, 1 to "
              "10000000 microseconds (ServicePoolOptions::queue_delay_target)");
@@ -328,6 +332,7 @@ constexpr HelpLine kHelp[] = {
     {"queue_deadline_order", "the queue runs the earliest deadline first"},
     {"overload_control", "the queue sheds calls past the delay target"},
     {"admit_by_patience", "refuse a call the work ahead would outlast"},
+    {"admit_to_deadline", "until overloaded, queue what meets its deadline"},
     {"queue_delay_target_us", "the overload control's queue delay target"},
     {nullptr, "The report"},
     {"output", "text or json"},
@@ -533,7 +538,7 @@ void ValidateFlags() {
   }
   if (!FLAGS_server_address.empty()) {
     for (const char* f : {"handler", "handler_factor", "queue_deadline_order", "overload_control",
-                          "admit_by_patience", "queue_delay_target_us"}) {
+                          "admit_by_patience", "admit_to_deadline", "queue_delay_target_us"}) {
       if (!IsDefault(f)) {
         BadFlag("-" + std::string(f) +
                 " sets rpc-bench's own server; with -server_address set it on the server you "

@@ -48,6 +48,7 @@ DECLARE_string(handler);
 DECLARE_bool(queue_deadline_order);
 DECLARE_bool(overload_control);
 DECLARE_bool(admit_by_patience);
+DECLARE_bool(admit_to_deadline);
 DECLARE_int32(queue_delay_target_us);
 DECLARE_string(rate_schedule);
 DECLARE_int32(window_ms);

@@ -90,6 +90,7 @@ std::shared_ptr<Messenger> StartServer(Sockaddr* bound, Sockaddr* http_bound = n
   pool.deadline_order = FLAGS_queue_deadline_order;
   pool.overload_control = FLAGS_overload_control;
   pool.admit_by_patience = FLAGS_admit_by_patience;
+  pool.admit_to_deadline = FLAGS_admit_to_deadline;
   pool.queue_delay_target = MonoDelta::FromMicroseconds(FLAGS_queue_delay_target_us);
   const auto sleep_mode =
       FLAGS_handler == "sleep" ? BenchService::SleepMode::kSleep : BenchService::SleepMode::kBurn;
@@ -123,10 +124,11 @@ int ServeOnly() {
                                            "-async_call_concurrency");
   std::printf(
       "Service queue: %s, overload control %s (queue delay target %dus, admission by patience "
-      "%s); Sleep %s\n",
+      "%s, to the deadline %s); Sleep %s\n",
       FLAGS_queue_deadline_order ? "earliest deadline first" : "first in, first out",
       FLAGS_overload_control ? "on" : "off", FLAGS_queue_delay_target_us,
-      FLAGS_admit_by_patience ? "on" : "off", FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
+      FLAGS_admit_by_patience ? "on" : "off", FLAGS_admit_to_deadline ? "on" : "off",
+      FLAGS_handler == "sleep" ? "sleeps" : "burns CPU");
   if (FLAGS_handler_factor > 1) {
     std::printf("Sleep takes %dx its sleep_micros (-handler_factor)\n", FLAGS_handler_factor);
   }

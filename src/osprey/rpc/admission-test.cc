@@ -22,6 +22,7 @@ enum class Setting {
   kNoPatience,  // admit_by_patience = false
   kNoControl,   // overload_control = false
   kFifo,        // deadline_order = false
+  kToDeadline,  // admit_to_deadline = true
 };
 
 struct Cell {
@@ -37,7 +38,8 @@ struct Cell {
   bool may_push_out;
   int64_t timeout_ms;  // the newcomer's deadline less its arrival; kNone
   R result;
-  bool push_out;  // queued by pushing out the latest deadline
+  bool push_out;    // queued by pushing out the latest deadline
+  int running = 1;  // workers running a call
 };
 
 constexpr bool kList = true, kNoList = false;
@@ -136,6 +138,33 @@ const Cell kCells[] = {
     // Refused for patience before the bound is looked at.
     {"full and past patience", Setting::kDefault, 1, 50, Control::kNormal, 5000, 1000, 50, 10,
      kList, 20, R::kOverloaded, kStay},
+    // Admission to the deadline: until overloaded, a call with a deadline
+    // is queued if the running call (a whole run at most), the calls ahead
+    // and its own run end by its deadline: 18 + 1 + 1 ms is 20.
+    {"to deadline, 18 ahead", Setting::kToDeadline, 1, 50, Control::kNormal, 5000, 1000, 18, 18,
+     kList, 20, R::kQueued, kStay},
+    {"to deadline, 19 ahead", Setting::kToDeadline, 1, 50, Control::kNormal, 5000, 1000, 19, 19,
+     kList, 20, R::kWouldMissDeadline, kStay},
+    {"to deadline, watching, 18 ahead", Setting::kToDeadline, 1, 50, Control::kWatching, 5000, 1000,
+     18, 18, kList, 20, R::kQueued, kStay},
+    // Two workers: (37 + the busy ones) / 2 + 1 ms; 20 with one busy, 20.5
+    // with both.
+    {"to deadline, 2 workers, 1 running, 37 ahead", Setting::kToDeadline, 2, 50, Control::kNormal,
+     5000, 1000, 37, 37, kList, 20, R::kQueued, kStay, 1},
+    {"to deadline, 2 workers, 2 running, 37 ahead", Setting::kToDeadline, 2, 50, Control::kNormal,
+     5000, 1000, 37, 37, kList, 20, R::kWouldMissDeadline, kStay, 2},
+    // An idle worker: nothing running to wait for, only its own run.
+    {"to deadline, idle, due in its run", Setting::kToDeadline, 1, 50, Control::kNormal, 5000, 1000,
+     0, 0, kList, 1, R::kQueued, kStay, 0},
+    {"to deadline, busy, due in its run", Setting::kToDeadline, 1, 50, Control::kNormal, 5000, 1000,
+     0, 0, kList, 1, R::kWouldMissDeadline, kStay, 1},
+    // Overloaded, the patience as without it; no deadline, as without it.
+    {"to deadline, overloaded, 5 queued", Setting::kToDeadline, 1, 50, Control::kOverloaded, 5000,
+     1000, 5, 0, kList, 20, R::kOverloaded, kStay},
+    {"to deadline, no deadline, watching 5", Setting::kToDeadline, 1, 50, Control::kWatching, 5000,
+     1000, 5, 5, kList, kNone, R::kOverloaded, kStay},
+    {"to deadline, full", Setting::kToDeadline, 1, 50, Control::kNormal, 5000, 100, 50, 50, kList,
+     20, R::kFull, kStay},
     // Overload control off: the bound alone.
     {"no control, 40 ahead", Setting::kNoControl, 1, 50, Control::kNormal, 5000, 1000, 40, 40,
      kList, 20, R::kQueued, kStay},
@@ -150,6 +179,7 @@ AdmissionRule RuleFor(Setting setting, int workers, size_t capacity) {
   s.admit_by_patience = setting != Setting::kNoPatience;
   s.overload_control = setting != Setting::kNoControl;
   s.deadline_order = setting != Setting::kFifo;
+  s.admit_to_deadline = setting == Setting::kToDeadline;
   return AdmissionRule(s);
 }
 
@@ -192,6 +222,7 @@ TEST(AdmissionTest, EveryCellAnswersWhatTheTableSays) {
     q.avg_run_ns = cell.run_us * 1000;
     q.queued = cell.queued;
     q.ahead = cell.ahead;
+    q.running = cell.running;
     q.may_push_out = cell.may_push_out;
     AdmissionRule::Decision d = rule.Decide(q, Due(cell.timeout_ms));
     EXPECT_STREQ(Name(cell.result), Name(d.result));
@@ -202,8 +233,8 @@ TEST(AdmissionTest, EveryCellAnswersWhatTheTableSays) {
 // Every setting and control state has a cell that queues and a cell that
 // refuses: no branch of the rule goes untested.
 TEST(AdmissionTest, TheTableQueuesAndRefusesInEverySettingAndState) {
-  for (Setting setting :
-       {Setting::kDefault, Setting::kNoPatience, Setting::kNoControl, Setting::kFifo}) {
+  for (Setting setting : {Setting::kDefault, Setting::kNoPatience, Setting::kNoControl,
+                          Setting::kFifo, Setting::kToDeadline}) {
     bool queued = false, refused = false;
     for (const Cell& c : kCells) {
       if (c.setting != setting) continue;
@@ -260,7 +291,8 @@ TEST(AdmissionTest, TheRunTimeAverageMovesAnEighthOfTheWayPerCall) {
 TEST(AdmissionTest, TheOneMillisecondCellOfTheOverloadBenchmark) {
   const AdmissionRule defaults = RuleFor(Setting::kDefault, 1, 50);
   const AdmissionRule no_patience = RuleFor(Setting::kNoPatience, 1, 50);
-  std::string with, without, meets;
+  const AdmissionRule to_deadline = RuleFor(Setting::kToDeadline, 1, 50);
+  std::string with, without, meets, to;
   for (size_t n = 0; n <= 22; ++n) {
     AdmissionRule::State q;
     q.control = Control::kNormal;
@@ -268,7 +300,9 @@ TEST(AdmissionTest, TheOneMillisecondCellOfTheOverloadBenchmark) {
     q.avg_run_ns = 1000000;
     q.queued = n;
     q.ahead = n;
+    q.running = 1;
     q.may_push_out = true;
+    to += to_deadline.Decide(q, Due(20)).result == R::kQueued ? 'Q' : 'r';
     with += defaults.Decide(q, Due(20)).result == R::kQueued ? 'Q' : 'r';
     without += no_patience.Decide(q, Due(20)).result == R::kQueued ? 'Q' : 'r';
     // Answered by its deadline even if the running call has all of its
@@ -279,6 +313,8 @@ TEST(AdmissionTest, TheOneMillisecondCellOfTheOverloadBenchmark) {
   EXPECT_EQ("QQQQQrrrrrrrrrrrrrrrrrr", with);
   EXPECT_EQ("QQQQQQQQQQQQQQQQQQQQQrr", without);
   EXPECT_EQ("QQQQQQQQQQQQQQQQQQQrrrr", meets);
+  // admit_to_deadline: exactly the calls that meet it, 19 places.
+  EXPECT_EQ(meets, to);
 }
 
 }  // namespace

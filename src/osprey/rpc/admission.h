@@ -24,6 +24,10 @@
 //     b. Deadline. Before calls wait past the target, a newcomer with a
 //        deadline that the calls ahead of it would keep past the deadline
 //        is refused kWouldMissDeadline at once rather than left to expire.
+//     With admit_to_deadline (off by default), for a newcomer with a
+//     deadline, until the queue is overloaded: (b) alone, and the wait
+//     counted to its answer (the rest of the running calls, a run each at
+//     most, the calls ahead, and its own run) instead of (a) and (b).
 //  2. Bound. A full queue refuses the newcomer kFull, unless it orders by
 //     deadline, the caller takes pushed-out calls, and some queued call is
 //     due later than the newcomer: that one is pushed out (kEvicted).
@@ -81,6 +85,9 @@ class AdmissionRule {
     bool deadline_order = true;
     bool overload_control = true;
     bool admit_by_patience = true;
+    // Until overloaded, a call with a deadline is admitted whenever it can
+    // still be answered by it (ServicePoolOptions::admit_to_deadline).
+    bool admit_to_deadline = false;
   };
   // The queue when a newcomer arrives: after the stale calls it pushes out
   // (ServiceQueue::ShedStale) are gone.
@@ -89,6 +96,7 @@ class AdmissionRule {
     // QueueDelayControl::target(): the delay target, or two run times if longer.
     MonoDelta target = MonoDelta::FromMilliseconds(5);
     int64_t avg_run_ns = 0;  // RunTimeAverage; 0 before the first run
+    int running = 0;         // workers running a call (WorkerWakeups::running)
     size_t queued = 0;
     // Queued calls the newcomer would wait behind in the queue's order:
     // its place (deadline order: those due no later than it).
@@ -120,6 +128,13 @@ class AdmissionRule {
     if (s_.overload_control && q.avg_run_ns > 0) {
       const bool standing = q.control != QueueDelayControl::State::kNormal;
       const bool has_deadline = c.deadline != MonoTime::Max();
+      if (s_.admit_to_deadline && has_deadline &&
+          q.control != QueueDelayControl::State::kOverloaded) {
+        if (c.received_at + TimeToAnswer(q.ahead, q.running, q.avg_run_ns) > c.deadline) {
+          return {QueuePutResult::kWouldMissDeadline, false};
+        }
+        return Bound(q);
+      }
       // No newcomer joins more than its patience's worth of work: once
       // calls wait past the target, every newcomer; before that, those with
       // a deadline too, so that the queue a sudden overload builds before
@@ -140,16 +155,22 @@ class AdmissionRule {
         return {QueuePutResult::kWouldMissDeadline, false};
       }
     }
-    if (q.queued >= s_.capacity) {
-      // The latest deadline is at the back: a newcomer placed there has
-      // nothing later to push out.
-      if (!s_.deadline_order || !q.may_push_out || q.ahead == q.queued) {
-        return {QueuePutResult::kFull, false};
-      }
-      return {QueuePutResult::kQueued, true};
-    }
-    return {QueuePutResult::kQueued, false};
+    return Bound(q);
   }
+
+  // How long a call waits behind `ahead` queued calls.
+  MonoDelta WaitBehind(size_t ahead, int64_t avg_run_ns) const {
+    return MonoDelta::FromNanoseconds(static_cast<int64_t>(ahead) * avg_run_ns / s_.workers);
+  }
+  // How long until a call queued behind `ahead` calls, with `running`
+  // workers busy, is answered: the rest of the running calls (a whole run
+  // each, the most they can have left), the calls ahead, and its own run.
+  MonoDelta TimeToAnswer(size_t ahead, int running, int64_t avg_run_ns) const {
+    const size_t busy = static_cast<size_t>(std::clamp(running, 0, s_.workers));
+    return WaitBehind(ahead + busy, avg_run_ns) + MonoDelta::FromNanoseconds(avg_run_ns);
+  }
+
+  const Settings& settings() const { return s_; }
 
   // How long a call may wait once calls wait past the target. A caller
   // that gave a call 60 s loses nothing to a burst the workers clear in a
@@ -168,14 +189,21 @@ class AdmissionRule {
     int64_t n = patience.ToNanoseconds() * s_.workers / avg_run_ns;
     return static_cast<size_t>(std::max<int64_t>(n, s_.workers));
   }
-  // How long a call waits behind `ahead` queued calls.
-  MonoDelta WaitBehind(size_t ahead, int64_t avg_run_ns) const {
-    return MonoDelta::FromNanoseconds(static_cast<int64_t>(ahead) * avg_run_ns / s_.workers);
-  }
-
-  const Settings& settings() const { return s_; }
 
  private:
+  // The bound, when overload control has no objection.
+  Decision Bound(const State& q) const {
+    if (q.queued >= s_.capacity) {
+      // The latest deadline is at the back: a newcomer placed there has
+      // nothing later to push out.
+      if (!s_.deadline_order || !q.may_push_out || q.ahead == q.queued) {
+        return {QueuePutResult::kFull, false};
+      }
+      return {QueuePutResult::kQueued, true};
+    }
+    return {QueuePutResult::kQueued, false};
+  }
+
   Settings s_;
 };
 

@@ -42,6 +42,7 @@ ServicePool::Queue::Options ServicePool::QueueOptions(const ServicePoolOptions& 
   q.deadline_order = options.deadline_order;
   q.overload_control = options.overload_control;
   q.admit_by_patience = options.admit_by_patience;
+  q.admit_to_deadline = options.admit_to_deadline;
   q.delay_target = options.queue_delay_target;
   q.delay_interval = options.queue_delay_interval;
   return q;

@@ -38,6 +38,14 @@ struct ServicePoolOptions {
   // longer than that. false: until then, only a wait past its deadline is
   // refused.
   bool admit_by_patience = true;
+  // With overload_control, until the queue is overloaded: a call with a
+  // deadline is admitted whenever it can still be answered by it (the rest
+  // of the running calls, the calls ahead and its own run, at the average
+  // run time, end by its deadline), and its patience applies only once the
+  // queue is overloaded; admit_by_patience then does not apply. More calls
+  // served at capacity, with answers up to the deadline rather than its
+  // patience; off by default (AdmissionGoodputTest has both).
+  bool admit_to_deadline = false;
   MonoDelta queue_delay_target = MonoDelta::FromMilliseconds(5);
   MonoDelta queue_delay_interval = MonoDelta::FromMilliseconds(100);
 };

@@ -77,6 +77,9 @@ class ServiceQueue {
     // before calls wait past the target (else only its deadline bounds
     // that wait until then).
     bool admit_by_patience = true;
+    // With overload_control, until overloaded: a call with a deadline is
+    // admitted whenever it can still be answered by it (AdmissionRule).
+    bool admit_to_deadline = false;
     MonoDelta delay_target = MonoDelta::FromMilliseconds(5);
     MonoDelta delay_interval = MonoDelta::FromMilliseconds(100);
     // The time a worker takes a call at; tests inject their own.
@@ -251,6 +254,7 @@ class ServiceQueue {
     s.deadline_order = o.deadline_order;
     s.overload_control = o.overload_control;
     s.admit_by_patience = o.admit_by_patience;
+    s.admit_to_deadline = o.admit_to_deadline;
     return s;
   }
 
@@ -274,6 +278,7 @@ class ServiceQueue {
     state.avg_run_ns = run_time_.ns();
     state.queued = queue_.size();
     state.ahead = pos;
+    state.running = wakeups_.running();
     state.may_push_out = pushed_out != nullptr;
     const AdmissionRule::Decision d = rule_.Decide(state, {c.received_at(), c.deadline()});
     if (d.result != PutResult::kQueued) return d.result;
