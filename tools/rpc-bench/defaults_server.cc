@@ -82,13 +82,13 @@ int main(int argc, char** argv) {
   std::printf("Listening on %s\n", bound.ToString().c_str());
   std::printf(
       "Public API defaults: %d reactors, %d worker, queue length %zu, deadline order %s, "
-      "overload control %s (delay target %lld us, interval %lld ms), admission by patience %s; "
-      "Sleep burns CPU\n",
+      "overload control %s (delay target %lld us, interval %lld ms), admission to the deadline %s, "
+      "by patience %s; Sleep burns CPU\n",
       server->num_reactors(), pool.worker_threads, pool.queue_length,
       pool.deadline_order ? "on" : "off", pool.overload_control ? "on" : "off",
       static_cast<long long>(pool.queue_delay_target.ToMicroseconds()),
       static_cast<long long>(pool.queue_delay_interval.ToMilliseconds()),
-      pool.admit_by_patience ? "on" : "off");
+      pool.admit_to_deadline ? "on" : "off", pool.admit_by_patience ? "on" : "off");
   std::fflush(stdout);
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {

@@ -132,10 +132,11 @@ DEFINE_bool(admit_by_patience, true,
             "rpc-bench's server, with -overload_control: a call is refused when the calls "
             "ahead of it hold more work than an eighth of its timeout (or the delay target) "
             "even before calls wait past the target (ServicePoolOptions::admit_by_patience)");
-DEFINE_bool(admit_to_deadline, false,
+DEFINE_bool(admit_to_deadline, true,
             "rpc-bench's server, with -overload_control: until the queue is overloaded, a call "
             "is admitted whenever it can still be answered by its deadline; patience only "
-            "once overloaded (ServicePoolOptions::admit_to_deadline)");
+            "once overloaded (ServicePoolOptions::admit_to_deadline; false: -admit_by_patience "
+            "applies)");
 DEFINE_int32(queue_delay_target_us, 5000,
              "rpc-bench's server: the queue delay overload control aims for, 1 to "
              "10000000 microseconds (ServicePoolOptions::queue_delay_target)");

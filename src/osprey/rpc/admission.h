@@ -10,31 +10,48 @@
 // cell):
 //  1. Only with overload control, and once a call has run (the run time is
 //     what turns queued calls into a wait):
-//     a. Patience. Each call may wait its patience: the delay target, or
+//     a. To the deadline (admit_to_deadline, the default). A newcomer with
+//        a deadline, while the queue is neither overloaded nor outpaced
+//        (QueueDelayControl::outpaced(): calls wait past the target and
+//        arrive at least twice as fast as they are taken) and has not been
+//        overloaded within an interval (recently_overloaded), is admitted
+//        whenever it can still be answered by its deadline, and refused
+//        kWouldMissDeadline otherwise (TimeToAnswer()). At capacity, where
+//        Poisson arrivals only make the queue fluctuate, a call that can
+//        meet its deadline is what the caller asked for: a patience of 5
+//        places refuses a tenth of the calls there, the ~19 places of a
+//        20 ms deadline a few percent (issue 48, item 4). Rules b and c
+//        then do not apply to it.
+//     b. Patience. Each call may wait its patience: the delay target, or
 //        1/kPatienceShare of the time its caller gave it when that is
 //        longer (Patience()). A newcomer is refused kOverloaded when the
 //        calls it would wait behind are at least as many as the workers
 //        run within its patience (AdmitLimit()). Applied to every newcomer
-//        once calls wait past the target (the detector watching or
-//        overloaded: a standing queue), and before that to those with a
-//        deadline (admit_by_patience), so that a sudden overload builds no
-//        queue longer than the patience before the first late take.
-//        Overloaded, the queue runs the newest first, so every queued call
-//        counts; else only those ahead of it in the queue's order.
-//     b. Deadline. Before calls wait past the target, a newcomer with a
-//        deadline that the calls ahead of it would keep past the deadline
-//        is refused kWouldMissDeadline at once rather than left to expire.
-//     With admit_to_deadline (off by default), for a newcomer with a
-//     deadline, until the queue is overloaded: (b) alone, and the wait
-//     counted to its answer (the rest of the running calls, a run each at
-//     most, the calls ahead, and its own run) instead of (a) and (b).
+//        rule a did not decide once calls wait past the target (the
+//        detector watching or overloaded: a standing queue), or while
+//        outpaced or recently overloaded; and without admit_to_deadline,
+//        to those with a deadline from the start (admit_by_patience), so that a sudden overload
+//        builds no queue longer than the patience before the first late take. Overloaded, the queue
+//        runs the newest first, so every queued call counts; else only those ahead of it in the
+//        queue's order.
+//     c. Deadline, without admit_to_deadline. Before calls wait past the
+//        target, a newcomer with a deadline that the calls ahead of it
+//        would keep past the deadline (WaitBehind()) is refused
+//        kWouldMissDeadline at once rather than left to expire.
 //  2. Bound. A full queue refuses the newcomer kFull, unless it orders by
 //     deadline, the caller takes pushed-out calls, and some queued call is
 //     due later than the newcomer: that one is pushed out (kEvicted).
 //
-// What the wait estimate counts, and what it does not: the queued calls
-// ahead at the average run time each, over the workers. Not the rest of
-// the calls the workers are running now, nor the newcomer's own run.
+// What the wait estimates count. TimeToAnswer (rule a): the rest of the
+// running calls (a whole call each, the most they can have left), the
+// calls ahead, and the newcomer's own call, each at the worker's time per
+// call as the queue sees it: the time between takes while calls wait
+// (State::drain_ns), which has the handler and all else the worker's CPU
+// does between two calls (answering, reading in a reactor's place, a
+// reactor's share of a CPU it shares), and at least the handler's average
+// run time; counting only the handler's would answer calls late whenever
+// the worker's time per call is longer. WaitBehind (rules b, c): the
+// queued calls ahead at the handler's average run time, over the workers.
 #pragma once
 
 #include <algorithm>
@@ -85,9 +102,10 @@ class AdmissionRule {
     bool deadline_order = true;
     bool overload_control = true;
     bool admit_by_patience = true;
-    // Until overloaded, a call with a deadline is admitted whenever it can
-    // still be answered by it (ServicePoolOptions::admit_to_deadline).
-    bool admit_to_deadline = false;
+    // Until overloaded or outpaced, a call with a deadline is admitted
+    // whenever it can still be answered by it
+    // (ServicePoolOptions::admit_to_deadline).
+    bool admit_to_deadline = true;
   };
   // The queue when a newcomer arrives: after the stale calls it pushes out
   // (ServiceQueue::ShedStale) are gone.
@@ -95,8 +113,17 @@ class AdmissionRule {
     QueueDelayControl::State control = QueueDelayControl::State::kNormal;
     // QueueDelayControl::target(): the delay target, or two run times if longer.
     MonoDelta target = MonoDelta::FromMilliseconds(5);
+    // QueueDelayControl::outpaced(): calls arrive at least twice as fast as
+    // they are taken, while they wait past the target.
+    bool outpaced = false;
+    // QueueDelayControl::recently_overloaded(): overloaded, or it left
+    // overload (emptied) less than an interval ago.
+    bool recently_overloaded = false;
     int64_t avg_run_ns = 0;  // RunTimeAverage; 0 before the first run
-    int running = 0;         // workers running a call (WorkerWakeups::running)
+    // The time between two takes while calls waited (a RunTimeAverage of
+    // it): the workers' time per call over the workers; 0 before known.
+    int64_t drain_ns = 0;
+    int running = 0;  // workers running a call (WorkerWakeups::running)
     size_t queued = 0;
     // Queued calls the newcomer would wait behind in the queue's order:
     // its place (deadline order: those due no later than it).
@@ -128,9 +155,10 @@ class AdmissionRule {
     if (s_.overload_control && q.avg_run_ns > 0) {
       const bool standing = q.control != QueueDelayControl::State::kNormal;
       const bool has_deadline = c.deadline != MonoTime::Max();
-      if (s_.admit_to_deadline && has_deadline &&
-          q.control != QueueDelayControl::State::kOverloaded) {
-        if (c.received_at + TimeToAnswer(q.ahead, q.running, q.avg_run_ns) > c.deadline) {
+      if (s_.admit_to_deadline && has_deadline && !q.recently_overloaded &&
+          q.control != QueueDelayControl::State::kOverloaded && !q.outpaced) {
+        if (c.received_at + TimeToAnswer(q.ahead, q.running, q.avg_run_ns, q.drain_ns) >
+            c.deadline) {
           return {QueuePutResult::kWouldMissDeadline, false};
         }
         return Bound(q);
@@ -143,14 +171,17 @@ class AdmissionRule {
       // freely until calls wait past it.) Overloaded, every queued call
       // counts (newest first, the older ones are shed at their patience);
       // else those ahead of it.
-      if (standing || (has_deadline && s_.admit_by_patience)) {
+      const bool by_patience = standing ||
+                               (s_.admit_to_deadline && (q.outpaced || q.recently_overloaded)) ||
+                               (has_deadline && s_.admit_by_patience && !s_.admit_to_deadline);
+      if (by_patience) {
         const bool overloaded = q.control == QueueDelayControl::State::kOverloaded;
         const size_t behind = overloaded ? q.queued : q.ahead;
         if (behind >= AdmitLimit(Patience(q.target, c), q.avg_run_ns)) {
           return {QueuePutResult::kOverloaded, false};
         }
       }
-      if (!standing && has_deadline &&
+      if (!standing && has_deadline && !s_.admit_to_deadline &&
           c.received_at + WaitBehind(q.ahead, q.avg_run_ns) > c.deadline) {
         return {QueuePutResult::kWouldMissDeadline, false};
       }
@@ -163,11 +194,15 @@ class AdmissionRule {
     return MonoDelta::FromNanoseconds(static_cast<int64_t>(ahead) * avg_run_ns / s_.workers);
   }
   // How long until a call queued behind `ahead` calls, with `running`
-  // workers busy, is answered: the rest of the running calls (a whole run
-  // each, the most they can have left), the calls ahead, and its own run.
-  MonoDelta TimeToAnswer(size_t ahead, int running, int64_t avg_run_ns) const {
-    const size_t busy = static_cast<size_t>(std::clamp(running, 0, s_.workers));
-    return WaitBehind(ahead + busy, avg_run_ns) + MonoDelta::FromNanoseconds(avg_run_ns);
+  // workers busy, is answered: the rest of the running calls (a whole call
+  // each, the most they can have left) and the calls ahead, each at the
+  // queue's time per call (`drain_ns`, or the run time over the workers if
+  // longer), then its own call (the longer of the run time and `drain_ns`).
+  MonoDelta TimeToAnswer(size_t ahead, int running, int64_t avg_run_ns, int64_t drain_ns) const {
+    const int64_t busy = std::clamp(running, 0, s_.workers);
+    const int64_t per_call = std::max(drain_ns, avg_run_ns / s_.workers);
+    return MonoDelta::FromNanoseconds((static_cast<int64_t>(ahead) + busy) * per_call +
+                                      std::max(avg_run_ns, drain_ns));
   }
 
   const Settings& settings() const { return s_; }

@@ -15,11 +15,20 @@ constexpr MonoDelta kLong = MonoDelta::FromMilliseconds(6);
 
 MonoTime At(int64_t ms) { return MonoTime() + MonoDelta::FromMilliseconds(1000 + ms); }
 
-// A control in `state`, reached at t = 0 ms (watching until 100 ms).
+// `n` newcomers offered to the queue.
+void Arrive(QueueDelayControl* c, int n) {
+  for (int i = 0; i < n; ++i) c->OnArrival();
+}
+
+// A control in `state`, reached at t = 0 ms (watching until 100 ms; to
+// overloaded with 2 arrivals for the 1 take that ends the interval).
 QueueDelayControl In(State state) {
   QueueDelayControl c(kTarget, kInterval);
   if (state != State::kNormal) c.OnTake(At(0), kLong);
-  if (state == State::kOverloaded) c.OnTake(At(100), kLong);
+  if (state == State::kOverloaded) {
+    Arrive(&c, 2);
+    c.OnTake(At(100), kLong);
+  }
   EXPECT_EQ(state, c.state());
   return c;
 }
@@ -29,8 +38,9 @@ TEST(QueueDelayControlTest, NormalStaysNormalWhileCallsWaitNoLongerThanTheTarget
   c.OnTake(At(1), kShort);
   c.OnTake(At(2), kTarget);  // at the target is not over it
   EXPECT_EQ(State::kNormal, c.state());
-  c.OnEmpty();
+  c.OnEmpty(At(3));
   EXPECT_EQ(State::kNormal, c.state());
+  EXPECT_FALSE(c.recently_overloaded(At(3)));
 }
 
 TEST(QueueDelayControlTest, NormalWatchesAfterOneLongWait) {
@@ -48,6 +58,7 @@ TEST(QueueDelayControlTest, WatchingEndsAtOneShortWait) {
   EXPECT_EQ(State::kNormal, c.state());
   // A new long wait starts a new whole interval.
   c.OnTake(At(70), kLong);
+  Arrive(&c, 3);
   c.OnTake(At(100), kLong);
   EXPECT_EQ(State::kWatching, c.state());
   c.OnTake(At(170), kLong);
@@ -56,17 +67,61 @@ TEST(QueueDelayControlTest, WatchingEndsAtOneShortWait) {
 
 TEST(QueueDelayControlTest, WatchingEndsWhenTheQueueEmpties) {
   QueueDelayControl c = In(State::kWatching);
-  c.OnEmpty();
+  c.OnEmpty(At(50));
   EXPECT_EQ(State::kNormal, c.state());
+  EXPECT_FALSE(c.recently_overloaded(At(50)));
 }
 
 TEST(QueueDelayControlTest, OverloadedAfterAWholeIntervalOfLongWaits) {
   QueueDelayControl c = In(State::kWatching);
+  Arrive(&c, 3);
   c.OnTake(At(99), kLong);
   EXPECT_FALSE(c.overloaded());
-  c.OnTake(At(100), kLong);
+  c.OnTake(At(100), kLong);  // 3 arrivals for 2 takes: 1.5, over 5/4
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(1u, c.episodes());
+}
+
+// Issue 48, item 4: a queue that only fluctuates is not overloaded. A whole
+// interval of long waits with calls arriving no faster than 5 for 4 taken
+// starts a new interval instead; the arrivals are counted afresh in it.
+TEST(QueueDelayControlTest, AnIntervalOfLongWaitsWithoutMoreArrivalsThanTakesIsNoOverload) {
+  QueueDelayControl c = In(State::kWatching);  // 1 take at 0 ms (before the count)
+  for (int ms = 10; ms <= 100; ms += 10) {     // 10 takes, 12 arrivals: 1.2
+    Arrive(&c, ms <= 20 ? 2 : 1);
+    c.OnTake(At(ms), kLong);
+  }
+  EXPECT_EQ(State::kWatching, c.state());
+  EXPECT_EQ(0u, c.episodes());
+  // A new interval, to 200 ms: 5 arrivals for 4 takes is enough.
+  Arrive(&c, 5);
+  for (int ms = 110; ms <= 190; ms += 30) c.OnTake(At(ms), kLong);
+  EXPECT_EQ(State::kWatching, c.state());  // 190 < 200
+  c.OnTake(At(200), kLong);                // the 4th take of the interval
+  EXPECT_TRUE(c.overloaded());
+  EXPECT_EQ(1u, c.episodes());
+}
+
+TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueWasEmpty) {
+  QueueDelayControl c = In(State::kNormal);
+  Arrive(&c, 15);
+  EXPECT_FALSE(c.outpaced());  // under kOutpacedMinArrivals (16)
+  Arrive(&c, 1);
+  EXPECT_TRUE(c.outpaced());  // 16 arrivals, 0 takes: in any state
+  for (int i = 0; i < 8; ++i) c.OnTake(At(1 + i), kShort);
+  EXPECT_TRUE(c.outpaced());  // 16 for 8: twice
+  c.OnTake(At(10), kLong);
+  EXPECT_FALSE(c.outpaced());  // 16 for 9
+  Arrive(&c, 2);
+  EXPECT_TRUE(c.outpaced());  // 18 for 9
+  c.OnEmpty(At(11));          // counted afresh
+  EXPECT_FALSE(c.outpaced());
+  Arrive(&c, 15);
+  EXPECT_FALSE(c.outpaced());
+  EXPECT_EQ(2, QueueDelayControl::kOutpacedRatio);
+  EXPECT_EQ(16, QueueDelayControl::kOutpacedMinArrivals);
+  EXPECT_EQ(5, QueueDelayControl::kOverloadArrivals);
+  EXPECT_EQ(4, QueueDelayControl::kOverloadTakes);
 }
 
 TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
@@ -75,10 +130,16 @@ TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
   c.OnTake(At(101), kShort);
   c.OnTake(At(500), kLong);
   EXPECT_TRUE(c.overloaded());
-  c.OnEmpty();
+  EXPECT_TRUE(c.recently_overloaded(At(500)));
+  c.OnEmpty(At(510));
   EXPECT_EQ(State::kNormal, c.state());
+  // Recently overloaded for an interval after it emptied (the admission
+  // applies the patience then): until 610 ms.
+  EXPECT_TRUE(c.recently_overloaded(At(609)));
+  EXPECT_FALSE(c.recently_overloaded(At(610)));
   // And back: a second episode is counted.
   c.OnTake(At(600), kLong);
+  Arrive(&c, 2);
   c.OnTake(At(700), kLong);
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(2u, c.episodes());

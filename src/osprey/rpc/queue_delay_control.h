@@ -1,7 +1,19 @@
 // QueueDelayControl: decides whether a service queue is overloaded from how
 // long the calls taken from it had waited, as CoDel detects a standing
 // queue: overloaded once every call taken over one whole `interval` had
-// waited longer than `target`, and no longer once the queue is empty.
+// waited longer than `target` while calls arrived faster than they were
+// taken (below), and no longer once the queue is empty.
+//
+// A queue that only fluctuates is not overloaded: with Poisson arrivals at
+// the workers' capacity, waits past the target come and go for whole
+// intervals though calls arrive no faster than they are taken (issue 48,
+// item 4). So the interval must also have brought at least
+// kOverloadArrivals calls for each kOverloadTakes taken (newcomers counted
+// whether admitted or refused); if it did not, a new interval is watched.
+// And calls that arrive at least kOutpacedRatio times as fast as they are
+// taken since the queue was last empty (outpaced()) are an overload all the
+// same, whatever the waits: ServiceQueue's admission then applies the
+// patience.
 //
 // Why it leaves only when the queue empties: while overloaded the queue
 // serves the newest call first (ServiceQueue), so the waits of the calls
@@ -9,6 +21,8 @@
 // queue says the workers kept up. A pure state machine: no clock and no
 // lock of its own; the ServiceQueue that owns it calls it under its lock.
 #pragma once
+
+#include <cstdint>
 
 #include "osprey/base/monotime.h"
 
@@ -22,31 +36,75 @@ class QueueDelayControl {
     kOverloaded,
   };
 
+  // Overloaded needs, over the interval, at least 5 arrivals per 4 takes:
+  // Poisson arrivals at capacity bring about 100 calls per 100 taken in an
+  // interval of 1 ms calls (a standard deviation of 10), 1.5 times capacity
+  // 150.
+  static constexpr int64_t kOverloadArrivals = 5;
+  static constexpr int64_t kOverloadTakes = 4;
+  // outpaced(): twice as many arrivals as takes, of at least this many.
+  // At capacity, 16 arrivals while 8 or fewer calls are taken is a Poisson
+  // tail of under 1%; at 4 times capacity it takes the time of 4 calls.
+  static constexpr int64_t kOutpacedRatio = 2;
+  static constexpr int64_t kOutpacedMinArrivals = 16;
+
   QueueDelayControl(MonoDelta target, MonoDelta interval) : target_(target), interval_(interval) {}
 
+  // A newcomer was offered to the queue, admitted or not.
+  void OnArrival() {
+    busy_arrivals_++;
+    if (state_ == State::kWatching) arrivals_++;
+  }
   // A call was taken at `now`, having waited `waited`.
   void OnTake(MonoTime now, MonoDelta waited) {
+    busy_takes_++;
     switch (state_) {
       case State::kNormal:
         if (waited > target()) Enter(State::kWatching, now + interval_);
         break;
       case State::kWatching:
+        takes_++;
         if (waited <= target()) {
           Enter(State::kNormal, MonoTime());
         } else if (now >= watch_until_) {
-          Enter(State::kOverloaded, MonoTime());
+          if (arrivals_ * kOverloadTakes >= takes_ * kOverloadArrivals) {
+            Enter(State::kOverloaded, MonoTime());
+          } else {
+            // A standing queue the arrivals do not outrun: it fluctuates.
+            // Watch a new interval (no state change).
+            watch_until_ = now + interval_;
+            arrivals_ = 0;
+            takes_ = 0;
+          }
         }
         break;
       case State::kOverloaded:
         break;  // newest-first takes are short by design: only OnEmpty leaves
     }
   }
-  // The queue has no call left.
-  void OnEmpty() {
+  // The queue has no call left, at `now`. Leaving overload so, it stays
+  // recently_overloaded() for an interval: under a sustained overload the
+  // newest-first queue still empties now and then (a gap between Poisson
+  // arrivals), and what follows is more of the same overload.
+  void OnEmpty(MonoTime now) {
+    busy_arrivals_ = 0;
+    busy_takes_ = 0;
+    if (state_ == State::kOverloaded) recent_until_ = now + interval_;
     if (state_ != State::kNormal) Enter(State::kNormal, MonoTime());
+  }
+  // Overloaded, or left overload less than an interval before `now`.
+  bool recently_overloaded(MonoTime now) const {
+    return state_ == State::kOverloaded || now < recent_until_;
   }
 
   bool overloaded() const { return state_ == State::kOverloaded; }
+  // Since the queue was last empty, calls arrived at least kOutpacedRatio
+  // times as fast as they were taken (kOutpacedMinArrivals of them at
+  // least): an overload the detector has not confirmed yet, or one whose
+  // newest-first queue let the waits fall back under the target.
+  bool outpaced() const {
+    return busy_arrivals_ >= kOutpacedMinArrivals && busy_arrivals_ >= kOutpacedRatio * busy_takes_;
+  }
   State state() const { return state_; }
   // The target in force: the one set, or the floor if that is higher.
   MonoDelta target() const { return floor_ > target_ ? floor_ : target_; }
@@ -67,6 +125,8 @@ class QueueDelayControl {
     if (next == State::kOverloaded) episodes_++;
     state_ = next;
     watch_until_ = watch_until;
+    arrivals_ = 0;
+    takes_ = 0;
   }
   static void CheckLegal(bool legal);
 
@@ -75,6 +135,13 @@ class QueueDelayControl {
   MonoDelta floor_;
   State state_ = State::kNormal;
   MonoTime watch_until_;
+  MonoTime recent_until_;  // recently_overloaded() until then
+  // Newcomers offered and calls taken since the interval watched began,
+  // and since the queue was last empty (outpaced()).
+  int64_t arrivals_ = 0;
+  int64_t takes_ = 0;
+  int64_t busy_arrivals_ = 0;
+  int64_t busy_takes_ = 0;
   uint64_t episodes_ = 0;
 };
 

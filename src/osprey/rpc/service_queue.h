@@ -77,9 +77,10 @@ class ServiceQueue {
     // before calls wait past the target (else only its deadline bounds
     // that wait until then).
     bool admit_by_patience = true;
-    // With overload_control, until overloaded: a call with a deadline is
-    // admitted whenever it can still be answered by it (AdmissionRule).
-    bool admit_to_deadline = false;
+    // With overload_control, until overloaded (or outpaced): a call with a
+    // deadline is admitted whenever it can still be answered by it
+    // (AdmissionRule).
+    bool admit_to_deadline = true;
     MonoDelta delay_target = MonoDelta::FromMilliseconds(5);
     MonoDelta delay_interval = MonoDelta::FromMilliseconds(100);
     // The time a worker takes a call at; tests inject their own.
@@ -150,7 +151,7 @@ class ServiceQueue {
         ++it;
       }
     }
-    if (n > 0 && queue_.empty()) control_.OnEmpty();
+    if (n > 0 && queue_.empty()) control_.OnEmpty(options_.clock());
     return n;
   }
 
@@ -263,6 +264,7 @@ class ServiceQueue {
     if (shutting_down_) return PutResult::kShuttingDown;
     const Call& c = **call;
     const bool overloaded = options_.overload_control && control_.overloaded();
+    if (options_.overload_control) control_.OnArrival();
     // A newcomer pushes out the calls that waited past their patience: while
     // calls keep coming, the old ones would only be served after them.
     if (overloaded && pushed_out != nullptr) ShedStale(c.received_at(), true, pushed_out);
@@ -275,7 +277,10 @@ class ServiceQueue {
     AdmissionRule::State state;
     state.control = control_.state();
     state.target = control_.target();
+    state.outpaced = control_.outpaced();
+    state.recently_overloaded = control_.recently_overloaded(c.received_at());
     state.avg_run_ns = run_time_.ns();
+    state.drain_ns = drain_.ns();
     state.queued = queue_.size();
     state.ahead = pos;
     state.running = wakeups_.running();
@@ -364,7 +369,12 @@ class ServiceQueue {
         queue_.pop_front();
       }
       control_.OnTake(now, now - (*out)->received_at());
-      if (queue_.empty()) control_.OnEmpty();
+      // The time since the last take, if calls waited all along: how fast
+      // the workers drain the queue, all they do between calls included.
+      if (backlogged_) drain_.Add((now - last_take_).ToNanoseconds());
+      last_take_ = now;
+      backlogged_ = !queue_.empty();
+      if (queue_.empty()) control_.OnEmpty(now);
     } else {
       *out = std::move(queue_.front());
       queue_.pop_front();
@@ -397,6 +407,12 @@ class ServiceQueue {
   std::deque<std::unique_ptr<Call>> queue_ OSPREY_GUARDED_BY(mu_);
   bool shutting_down_ OSPREY_GUARDED_BY(mu_) = false;
   RunTimeAverage run_time_ OSPREY_GUARDED_BY(mu_);
+  // The time between takes while calls were waiting (AdmissionRule's
+  // State::drain_ns), and what it is measured from: the last take's time,
+  // and whether calls were left waiting after it.
+  RunTimeAverage drain_ OSPREY_GUARDED_BY(mu_);
+  MonoTime last_take_ OSPREY_GUARDED_BY(mu_);
+  bool backlogged_ OSPREY_GUARDED_BY(mu_) = false;
   WorkerWakeups wakeups_ OSPREY_GUARDED_BY(mu_);
 };
 
