@@ -185,6 +185,14 @@ TEST(AdmissionGoodputTest, OneMillisecondHandlerAtCapacity) {
   EXPECT_EQ(0, today4.late);
   EXPECT_GT(today4.goodput() * 4, 0.99);
   EXPECT_LT(today4.p99_ms(), 20 / 3.0);
+  for (double load : {1.5, 2.0}) {
+    cell.load = load;
+    Outcome o = Simulate(Defaults(50), cell);
+    printf("%.1f C, defaults:                    %s\n", load, o.Describe().c_str());
+    EXPECT_LT(o.late, o.offered / 1000);
+    EXPECT_GT(o.goodput() * load, 0.99);
+  }
+  cell.load = 4;
   Outcome patience4 = Simulate(patience, cell);
   printf("4.0 C, admit_to_deadline=0:         %s\n", patience4.Describe().c_str());
   EXPECT_EQ(0, patience4.late);
