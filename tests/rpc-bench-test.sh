@@ -414,19 +414,22 @@ CHECK="refused as one that would miss its deadline"
 run wouldmiss -server_reactors 1 -worker_threads 1 -rate_schedule 0.5:200 -handler_us 20000 \
   -handler=sleep -call_timeout_ms 50 -queue_delay_target_us 1000000
 check_reason wouldmiss 'would miss its deadline' "the calls queued ahead would have kept it past its deadline: give calls longer timeouts \\(-call_timeout_ms\\)$NOTHING"
-# Waited too long: issue 48's case, smaller. A closed loop of 20 calls of
-# 5 ms for one worker, deadline 1 s: calls wait about 95 ms, past the 5 ms
-# target, so the queue is overloaded and serves the newest first; the
-# oldest wait past their patience (125 ms) and are shed. The queue (50)
-# never holds more than 20; the report said "queue full" before.
+# Waited too long: an open loop of 400 calls/s of 5 ms for one worker (2
+# C), deadline 1 s: calls wait past the 5 ms target and arrive twice as
+# fast as they are taken, so the queue is overloaded and serves the newest
+# first; the oldest wait past their patience (125 ms) and are shed. The
+# queue (50) is never full. (Issue 48's own case, a closed loop of 20
+# calls, is no longer an overload: its queue only holds what the client
+# keeps in flight, as many arriving as taken, and every call meets its
+# deadline.)
 CHECK="refused as having waited too long (issue 48's report)"
-run waitedtoolong -mode async -server_reactors 1 -worker_threads 1 -client_threads 1 \
-  -async_call_concurrency 20 -handler_us 5000 -handler=sleep -call_timeout_ms 1000
+run waitedtoolong -server_reactors 1 -worker_threads 1 -rate_schedule 1.5:400 -handler_us 5000 \
+  -handler=sleep -call_timeout_ms 1000
 check_reason waitedtoolong 'waited too long' "the server is at capacity: overloaded, it served newer calls first$NOTHING"
 grep -q '^Errors:           0$' "$TMP/waitedtoolong.out" ||
   { show "$TMP/waitedtoolong.out"; fail "refusals counted as errors"; }
-grep -Eq '^rpc-bench: [1-9][0-9]* calls refused: [1-9][0-9]* waited too long \(' "$TMP/waitedtoolong.err" ||
-  { show "$TMP/waitedtoolong.err"; fail "the summary on stderr does not name the reason"; }
+# (The open loop prints no summary of refusals on stderr; the closed
+# loop's, naming its reason, is checked with "queue full" below.)
 
 # -------------------------------------------------------------- progress
 # With -run_seconds >= 5 and stderr a terminal, a line a second with the
