@@ -134,15 +134,38 @@ TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
   c.OnEmpty(At(510));
   EXPECT_EQ(State::kNormal, c.state());
   // Recently overloaded for an interval after it emptied (the admission
-  // applies the patience then): until 610 ms.
+  // applies the patience then), and on until an interval of takes past that
+  // one brings calls no faster than 5 for 4 taken.
   EXPECT_TRUE(c.recently_overloaded(At(609)));
-  EXPECT_FALSE(c.recently_overloaded(At(610)));
+  EXPECT_TRUE(c.recently_overloaded(At(610)));
+  c.OnTake(At(611), kShort);  // the interval of takes that began at 101 ends: 1 for 3
+  EXPECT_FALSE(c.recently_overloaded(At(611)));
   // And back: a second episode is counted.
   c.OnTake(At(600), kLong);
   Arrive(&c, 2);
   c.OnTake(At(700), kLong);
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(2u, c.episodes());
+}
+
+// At 1.5 times capacity calls never arrive twice as fast as they are
+// taken (outpaced()), and the newest-first queue empties now and then: the
+// hold keeps the patience while calls keep coming faster than they go.
+TEST(QueueDelayControlTest, TheHoldAfterAnOverloadLastsWhileCallsArriveFasterThanTheyAreTaken) {
+  QueueDelayControl c = In(State::kOverloaded);  // the interval of takes ends at 100
+  c.OnEmpty(At(150));
+  EXPECT_TRUE(c.recently_overloaded(At(300)));
+  for (int ms = 160; ms <= 400; ms += 10) {  // 3 arrivals for 2 takes
+    Arrive(&c, 3);
+    c.OnTake(At(ms), kShort);
+    c.OnTake(At(ms + 5), kShort);
+  }
+  EXPECT_TRUE(c.recently_overloaded(At(405)));
+  for (int ms = 410; ms <= 700; ms += 10) {  // 1 for 1
+    Arrive(&c, 1);
+    c.OnTake(At(ms), kShort);
+  }
+  EXPECT_FALSE(c.recently_overloaded(At(700)));
 }
 
 }  // namespace

@@ -53,11 +53,14 @@ class QueueDelayControl {
   // A newcomer was offered to the queue, admitted or not.
   void OnArrival() {
     busy_arrivals_++;
+    rate_arrivals_++;
     if (state_ == State::kWatching) arrivals_++;
   }
   // A call was taken at `now`, having waited `waited`.
   void OnTake(MonoTime now, MonoDelta waited) {
     busy_takes_++;
+    rate_takes_++;
+    if (now >= rate_until_) EndRateInterval(now);
     switch (state_) {
       case State::kNormal:
         if (waited > target()) Enter(State::kWatching, now + interval_);
@@ -83,18 +86,27 @@ class QueueDelayControl {
     }
   }
   // The queue has no call left, at `now`. Leaving overload so, it stays
-  // recently_overloaded() for an interval: under a sustained overload the
-  // newest-first queue still empties now and then (a gap between Poisson
-  // arrivals), and what follows is more of the same overload.
+  // recently_overloaded() for an interval, and for one more after each
+  // interval that still brought kOverloadArrivals per kOverloadTakes
+  // (EndRateInterval): under a sustained overload the newest-first queue
+  // still empties now and then (a gap between Poisson arrivals, the
+  // patience keeping it short), and what follows is more of the same
+  // overload; at 1.5 times capacity, calls arriving faster than they are
+  // taken but never twice as fast (outpaced()), admission to the deadline
+  // would otherwise fill the queue to the deadline after every such gap
+  // until a whole interval of long waits confirmed the overload again.
   void OnEmpty(MonoTime now) {
     busy_arrivals_ = 0;
     busy_takes_ = 0;
-    if (state_ == State::kOverloaded) recent_until_ = now + interval_;
+    if (state_ == State::kOverloaded) {
+      recent_until_ = now + interval_;
+      holding_ = true;
+    }
     if (state_ != State::kNormal) Enter(State::kNormal, MonoTime());
   }
   // Overloaded, or left overload less than an interval before `now`.
   bool recently_overloaded(MonoTime now) const {
-    return state_ == State::kOverloaded || now < recent_until_;
+    return state_ == State::kOverloaded || now < recent_until_ || holding_;
   }
 
   bool overloaded() const { return state_ == State::kOverloaded; }
@@ -117,6 +129,17 @@ class QueueDelayControl {
  private:
   // The one place the state changes; checks that the move is one the
   // table above allows.
+  // Every interval of takes, whatever the state: the hold on
+  // recently_overloaded() that an overloaded queue's emptying began ends
+  // with the first interval past its first that brought calls no faster
+  // than 5 for 4 taken.
+  void EndRateInterval(MonoTime now) {
+    const bool faster = rate_arrivals_ * kOverloadTakes >= rate_takes_ * kOverloadArrivals;
+    if (!faster && now >= recent_until_) holding_ = false;
+    rate_arrivals_ = 0;
+    rate_takes_ = 0;
+    rate_until_ = now + interval_;
+  }
   void Enter(State next, MonoTime watch_until) {
     const bool legal = (state_ == State::kNormal && next == State::kWatching) ||
                        (state_ == State::kWatching && next != State::kWatching) ||
@@ -142,6 +165,11 @@ class QueueDelayControl {
   int64_t takes_ = 0;
   int64_t busy_arrivals_ = 0;
   int64_t busy_takes_ = 0;
+  // Newcomers and takes in the interval of takes that ends at rate_until_.
+  int64_t rate_arrivals_ = 0;
+  int64_t rate_takes_ = 0;
+  MonoTime rate_until_;
+  bool holding_ = false;  // recently_overloaded() past recent_until_
   uint64_t episodes_ = 0;
 };
 
