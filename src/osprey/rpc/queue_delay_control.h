@@ -42,6 +42,14 @@ class QueueDelayControl {
   // 150.
   static constexpr int64_t kOverloadArrivals = 5;
   static constexpr int64_t kOverloadTakes = 4;
+  // The hold after an overload ends with an interval of takes that brought
+  // fewer than 9 arrivals per 8 takes: lower than the 5 for 4 that enters
+  // overload, so that a sustained 1.5 times capacity (150 arrivals per 100
+  // takes, a standard deviation of 12) does not drop it by chance (3
+  // deviations), where a queue at capacity (100, 10) drops it within an
+  // interval or two.
+  static constexpr int64_t kHoldArrivals = 9;
+  static constexpr int64_t kHoldTakes = 8;
   // outpaced(): twice as many arrivals as takes, of at least this many.
   // At capacity, 16 arrivals while 8 or fewer calls are taken is a Poisson
   // tail of under 1%; at 4 times capacity it takes the time of 4 calls.
@@ -131,10 +139,10 @@ class QueueDelayControl {
   // table above allows.
   // Every interval of takes, whatever the state: the hold on
   // recently_overloaded() that an overloaded queue's emptying began ends
-  // with the first interval past its first that brought calls no faster
-  // than 5 for 4 taken.
+  // with the first interval past its first that brought fewer than
+  // kHoldArrivals calls per kHoldTakes taken.
   void EndRateInterval(MonoTime now) {
-    const bool faster = rate_arrivals_ * kOverloadTakes >= rate_takes_ * kOverloadArrivals;
+    const bool faster = rate_arrivals_ * kHoldTakes >= rate_takes_ * kHoldArrivals;
     if (!faster && now >= recent_until_) holding_ = false;
     rate_arrivals_ = 0;
     rate_takes_ = 0;
