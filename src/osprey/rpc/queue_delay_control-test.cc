@@ -104,6 +104,8 @@ TEST(QueueDelayControlTest, AnIntervalOfLongWaitsWithoutMoreArrivalsThanTakesIsN
 
 TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueWasEmpty) {
   QueueDelayControl c = In(State::kNormal);
+  c.OnTake(At(0), kShort);  // an interval of takes begins, to end at 100 ms
+  c.OnEmpty(At(0));
   Arrive(&c, 15);
   EXPECT_FALSE(c.outpaced());  // under kOutpacedMinArrivals (16)
   Arrive(&c, 1);
@@ -114,7 +116,9 @@ TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueW
   EXPECT_FALSE(c.outpaced());  // 16 for 9
   Arrive(&c, 2);
   EXPECT_TRUE(c.outpaced());  // 18 for 9
-  c.OnEmpty(At(11));          // counted afresh
+  c.OnEmpty(At(11));          // counted afresh since empty,
+  EXPECT_TRUE(c.outpaced());  // but the interval of takes under way has 18 for 9
+  c.OnTake(At(100), kShort);  // which ends: 18 for 10
   EXPECT_FALSE(c.outpaced());
   Arrive(&c, 15);
   EXPECT_FALSE(c.outpaced());
@@ -122,6 +126,31 @@ TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueW
   EXPECT_EQ(16, QueueDelayControl::kOutpacedMinArrivals);
   EXPECT_EQ(5, QueueDelayControl::kOverloadArrivals);
   EXPECT_EQ(4, QueueDelayControl::kOverloadTakes);
+}
+
+// Callers that re-send each refusal at once (a closed loop, no backoff):
+// the queue holds one call, and empties at every take. The count since it
+// was last empty restarts each time; the interval's does not.
+TEST(QueueDelayControlTest, OutpacedOverAWholeIntervalThoughTheQueueEmptiesAtEveryTake) {
+  QueueDelayControl c = In(State::kNormal);
+  Arrive(&c, 1);  // the first call, taken at once: an interval of takes begins
+  c.OnTake(At(0), kShort);
+  c.OnEmpty(At(0));
+  for (int ms = 5; ms <= 200; ms += 5) {
+    Arrive(&c, 40);  // one admitted, the rest refused and sent again
+    c.OnTake(At(ms), kShort);
+    c.OnEmpty(At(ms));
+    Arrive(&c, 1);
+    EXPECT_TRUE(c.outpaced()) << ms << " ms";
+  }
+  EXPECT_FALSE(c.recently_overloaded(At(200)));  // the waits were short
+  // An interval of takes at one arrival for each take ends it.
+  for (int ms = 205; ms <= 310; ms += 5) {
+    c.OnTake(At(ms), kShort);
+    c.OnEmpty(At(ms));
+    Arrive(&c, 1);
+  }
+  EXPECT_FALSE(c.outpaced());
 }
 
 TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {

@@ -118,12 +118,18 @@ class QueueDelayControl {
   }
 
   bool overloaded() const { return state_ == State::kOverloaded; }
-  // Since the queue was last empty, calls arrived at least kOutpacedRatio
-  // times as fast as they were taken (kOutpacedMinArrivals of them at
-  // least): an overload the detector has not confirmed yet, or one whose
-  // newest-first queue let the waits fall back under the target.
+  // Calls arrived at least kOutpacedRatio times as fast as they were taken
+  // (kOutpacedMinArrivals of them at least), since the queue was last
+  // empty, or in the interval of takes under way or the last whole one: an
+  // overload the detector has not confirmed yet, or one whose newest-first
+  // queue let the waits fall back under the target. The intervals' counts
+  // are for callers that re-send each refusal at once: the queue then
+  // empties at every take of its one admitted call, which restarts the
+  // count since it was empty, and after each, admission to the deadline
+  // would queue calls with no slack that the flood then makes late.
   bool outpaced() const {
-    return busy_arrivals_ >= kOutpacedMinArrivals && busy_arrivals_ >= kOutpacedRatio * busy_takes_;
+    return interval_outpaced_ || Outpaces(rate_arrivals_, rate_takes_) ||
+           Outpaces(busy_arrivals_, busy_takes_);
   }
   State state() const { return state_; }
   // The target in force: the one set, or the floor if that is higher.
@@ -144,6 +150,7 @@ class QueueDelayControl {
   void EndRateInterval(MonoTime now) {
     const bool faster = rate_arrivals_ * kHoldTakes >= rate_takes_ * kHoldArrivals;
     if (!faster && now >= recent_until_) holding_ = false;
+    interval_outpaced_ = Outpaces(rate_arrivals_, rate_takes_);
     rate_arrivals_ = 0;
     rate_takes_ = 0;
     rate_until_ = now + interval_;
@@ -160,6 +167,9 @@ class QueueDelayControl {
     takes_ = 0;
   }
   static void CheckLegal(bool legal);
+  static bool Outpaces(int64_t arrivals, int64_t takes) {
+    return arrivals >= kOutpacedMinArrivals && arrivals >= kOutpacedRatio * takes;
+  }
 
   const MonoDelta target_;
   const MonoDelta interval_;
@@ -178,6 +188,8 @@ class QueueDelayControl {
   int64_t rate_takes_ = 0;
   MonoTime rate_until_;
   bool holding_ = false;  // recently_overloaded() past recent_until_
+  // The last whole interval of takes was outpaced (outpaced()).
+  bool interval_outpaced_ = false;
   uint64_t episodes_ = 0;
 };
 
