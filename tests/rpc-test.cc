@@ -2,6 +2,7 @@
 // CalculatorService and client Messengers calling it through generated
 // proxies. RpcTest runs over TCPv4, TCPv6 and a Unix socket.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <filesystem>
@@ -613,6 +614,40 @@ TEST(RpcNamedProxyTest, LocalhostByNameAndANameThatDoesNotResolve) {
   EXPECT_TRUE(s.IsNetworkError()) << s.ToString();
   EXPECT_NE(std::string::npos, s.ToString().find("cannot reach no-such-host.invalid:7050"))
       << s.ToString();
+}
+
+// Issue 48, item 4: a server pinned to one CPU with the default 4 reactors
+// takes turns on it, a context switch each; its default is then 1.
+TEST(RpcBuilderTest, TheDefaultReactorsAreAtMostTheCpusTheProcessMayRunOn) {
+  cpu_set_t all;
+  ASSERT_EQ(0, sched_getaffinity(0, sizeof(all), &all));
+  const int cpus = CPU_COUNT(&all);
+  auto reactors_of = [](MessengerBuilder b) {
+    std::shared_ptr<Messenger> m;
+    Status s = b.Build(&m);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return -1;
+    int n = m->num_reactors();
+    m->Shutdown();
+    return n;
+  };
+  EXPECT_EQ(std::min(cpus, 4), reactors_of(MessengerBuilder("all")));
+  // This thread pinned to its first CPU: Build reads the mask of the thread
+  // that calls it (the reactors it starts inherit it).
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));
+  const int pinned = reactors_of(MessengerBuilder("pinned"));
+  const int asked = reactors_of(MessengerBuilder("asked").set_num_reactors(3));
+  ASSERT_EQ(0, sched_setaffinity(0, sizeof(all), &all));
+  EXPECT_EQ(1, pinned);
+  EXPECT_EQ(3, asked);  // a number set is kept, CPUs or not
 }
 
 TEST(RpcBuilderTest, BadSettingsAreRejected) {

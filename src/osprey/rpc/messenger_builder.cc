@@ -1,6 +1,7 @@
 // MessengerBuilder: its settings and Build, which checks them together
 // and makes the Messenger (split from messenger.cc, issue 48).
 #include <glog/logging.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <utility>
@@ -19,6 +20,16 @@ namespace osprey {
 namespace {
 // A reserve beyond this would be a second pool, not room for probes.
 constexpr size_t kMaxHttpHealthzReserve = 1024;
+
+// set_num_reactors' default: 4, or the CPUs the calling thread may run on
+// when fewer (4 when the mask cannot be read, e.g. over 1024 CPUs).
+int DefaultNumReactors() {
+  constexpr int kMost = 4;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return kMost;
+  return std::clamp(CPU_COUNT(&cpus), 1, kMost);
+}
 }  // namespace
 
 MessengerBuilder::MessengerBuilder(std::string name)
@@ -233,9 +244,10 @@ MessengerBuilder& MessengerBuilder::set_slow_call_threshold(MonoDelta threshold)
 
 Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   const transport::ConnectionOptions& o = *options_;
-  if (num_reactors_ < 1 || num_reactors_ > 1024) {
+  const int num_reactors = num_reactors_.value_or(DefaultNumReactors());
+  if (num_reactors < 1 || num_reactors > 1024) {
     return Status::InvalidArgument("number of reactors must be from 1 to 1024, got " +
-                                   std::to_string(num_reactors_));
+                                   std::to_string(num_reactors));
   }
   if (o.max_frame_size < 64 || o.max_frame_size > wire::kMaxMaxFrameSize) {
     return Status::InvalidArgument(
@@ -407,7 +419,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.hedging = hedging_;
   obs.registry = registry_;
   obs.registry_ttl = registry_ttl_;
-  std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors_, std::move(options), obs));
+  std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());
   if (reflection_) {
