@@ -12,9 +12,10 @@
 //     what turns queued calls into a wait):
 //     a. To the deadline (admit_to_deadline, the default). A newcomer with
 //        a deadline, while the queue is neither overloaded nor outpaced
-//        (QueueDelayControl::outpaced(): calls wait past the target and
-//        arrive at least twice as fast as they are taken) and has not been
-//        overloaded within an interval (recently_overloaded), is admitted
+//        (QueueDelayControl::outpaced(): calls arrive at least twice as
+//        fast as they are taken) and not recently overloaded (within an
+//        interval, or since, while calls kept arriving faster than they
+//        were taken: recently_overloaded), is admitted
 //        whenever it can still be answered by its deadline, and refused
 //        kWouldMissDeadline otherwise (TimeToAnswer()). At capacity, where
 //        Poisson arrivals only make the queue fluctuate, a call that can
@@ -114,7 +115,7 @@ class AdmissionRule {
     // QueueDelayControl::target(): the delay target, or two run times if longer.
     MonoDelta target = MonoDelta::FromMilliseconds(5);
     // QueueDelayControl::outpaced(): calls arrive at least twice as fast as
-    // they are taken, while they wait past the target.
+    // they are taken.
     bool outpaced = false;
     // QueueDelayControl::recently_overloaded(): overloaded, or it left
     // overload (emptied) less than an interval ago.

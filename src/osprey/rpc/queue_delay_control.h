@@ -11,9 +11,9 @@
 // kOverloadArrivals calls for each kOverloadTakes taken (newcomers counted
 // whether admitted or refused); if it did not, a new interval is watched.
 // And calls that arrive at least kOutpacedRatio times as fast as they are
-// taken since the queue was last empty (outpaced()) are an overload all the
-// same, whatever the waits: ServiceQueue's admission then applies the
-// patience.
+// taken, since the queue was last empty or over an interval of takes
+// (outpaced()), are an overload all the same, whatever the waits:
+// ServiceQueue's admission then applies the patience.
 //
 // Why it leaves only when the queue empties: while overloaded the queue
 // serves the newest call first (ServiceQueue), so the waits of the calls

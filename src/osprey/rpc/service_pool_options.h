@@ -44,8 +44,8 @@ struct ServicePoolOptions {
   // deadline is admitted whenever it can still be answered by it (the rest
   // of the running calls, the calls ahead and its own, at the worker's time
   // per call, end by its deadline); its patience applies only once the
-  // queue is overloaded, or while calls wait past the target and arrive at
-  // least twice as fast as they are taken. admit_by_patience then does not
+  // queue is overloaded or recently was, or while calls arrive at least
+  // twice as fast as they are taken. admit_by_patience then does not
   // apply. At capacity a call that can meet its deadline is served (issue
   // 48: 0.95 of capacity and more at 1.0 C), and its answer may come near
   // its deadline rather than within its patience. false: admission by
