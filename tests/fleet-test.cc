@@ -539,7 +539,9 @@ TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
                                 "one slow server, hedging at p95"};
   for (int run = 0; run < 3; ++run) {
     CalculatorServiceProxy proxy(client, run == 0 ? healthy_fleet : slow_fleet);
-    if (run == 2) ASSERT_TRUE(proxy.set_hedging(HedgingPolicy::AtP95()).ok());
+    if (run == 2) {
+      ASSERT_TRUE(proxy.set_hedging(HedgingPolicy::AtP95()).ok());
+    }
     OpenLoop loop;
     // Sleep(200 us) at 1000 calls/s: the slow server's 2 ms is close enough
     // to the others' that power of two choices still sends it a few per

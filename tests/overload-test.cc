@@ -426,7 +426,9 @@ struct RefusingServer {
     for (int i = 0; i < 2; ++i) {
       ctl[i].set_timeout(MonoDelta::FromSeconds(60));
       proxy->SleepAsync(held, &resp[i], &ctl[i], [this] { done->CountDown(); });
-      if (i == 0) ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
+      if (i == 0) {
+        ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
+      }
     }
     ASSERT_TRUE(WaitUntil([&] {
       return MetricOf(server.messenger.get(), "osprey_server_queue_length",
@@ -439,7 +441,9 @@ struct RefusingServer {
   }
   ~RefusingServer() {
     if (server.service != nullptr) server.service->ReleaseHeldSleeps();
-    if (done != nullptr) EXPECT_TRUE(done->WaitFor(MonoDelta::FromSeconds(30)));
+    if (done != nullptr) {
+      EXPECT_TRUE(done->WaitFor(MonoDelta::FromSeconds(30)));
+    }
   }
 };
 

@@ -237,7 +237,9 @@ TEST(ServerSetTest, ReplaceServersKeepsTheEntriesOfServersThatStay) {
   EXPECT_EQ(10, seen[3]);
   // Server 2's Entry is the one it had: its calls go on counting.
   for (const auto& r : f.set->Report()) {
-    if (r.address == "127.0.0.1:2") EXPECT_EQ(12, r.calls);
+    if (r.address == "127.0.0.1:2") {
+      EXPECT_EQ(12, r.calls);
+    }
   }
   f.set->Ended(one, ServerSet::Outcome::kAnswered);  // a stale holder is harmless
   f.set->Ended(two, ServerSet::Outcome::kAnswered);
