@@ -284,8 +284,15 @@ TEST(HedgingTest, AtP95TheDelayIsTheMethodsRecentP95) {
     WorkResponsePB resp;
     RpcController ctl;
     ASSERT_TRUE(proxy.Read(Sleep(), &resp, &ctl).ok());
+    // Each of the first 32 calls started with fewer answers known.
+    if (i == 31) {
+      EXPECT_EQ(0, proxy.hedging_stats().sent);
+    }
   }
-  EXPECT_EQ(0, proxy.hedging_stats().sent);
+  // From then on a healthy fleet's call past the p95 is hedged, as it
+  // should be: about 5% of the other 32 (this asserted none, and failed
+  // 17 runs in 200 on this machine).
+  EXPECT_LE(proxy.hedging_stats().sent, 6);
   // Now s0 slows down: its calls are hedged after about 1 ms, the p95.
   fleet.servers[0]->service->slowness = 200;
   for (int i = 0; i < 4; ++i) {
