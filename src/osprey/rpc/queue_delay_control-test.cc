@@ -40,7 +40,7 @@ TEST(QueueDelayControlTest, NormalStaysNormalWhileCallsWaitNoLongerThanTheTarget
   EXPECT_EQ(State::kNormal, c.state());
   c.OnEmpty(At(3));
   EXPECT_EQ(State::kNormal, c.state());
-  EXPECT_FALSE(c.recently_overloaded(At(3)));
+  EXPECT_FALSE(c.recently_overloaded());
 }
 
 TEST(QueueDelayControlTest, NormalWatchesAfterOneLongWait) {
@@ -69,7 +69,7 @@ TEST(QueueDelayControlTest, WatchingEndsWhenTheQueueEmpties) {
   QueueDelayControl c = In(State::kWatching);
   c.OnEmpty(At(50));
   EXPECT_EQ(State::kNormal, c.state());
-  EXPECT_FALSE(c.recently_overloaded(At(50)));
+  EXPECT_FALSE(c.recently_overloaded());
 }
 
 TEST(QueueDelayControlTest, OverloadedAfterAWholeIntervalOfLongWaits) {
@@ -143,7 +143,7 @@ TEST(QueueDelayControlTest, OutpacedOverAWholeIntervalThoughTheQueueEmptiesAtEve
     Arrive(&c, 1);
     EXPECT_TRUE(c.outpaced()) << ms << " ms";
   }
-  EXPECT_FALSE(c.recently_overloaded(At(200)));  // the waits were short
+  EXPECT_FALSE(c.recently_overloaded());  // the waits were short
   // An interval of takes at one arrival for each take ends it.
   for (int ms = 205; ms <= 310; ms += 5) {
     c.OnTake(At(ms), kShort);
@@ -159,16 +159,15 @@ TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
   c.OnTake(At(101), kShort);
   c.OnTake(At(500), kLong);
   EXPECT_TRUE(c.overloaded());
-  EXPECT_TRUE(c.recently_overloaded(At(500)));
+  EXPECT_TRUE(c.recently_overloaded());
   c.OnEmpty(At(510));
   EXPECT_EQ(State::kNormal, c.state());
   // Recently overloaded for an interval after it emptied (the admission
   // applies the patience then), and on until an interval of takes past that
-  // one brings calls no faster than 5 for 4 taken.
-  EXPECT_TRUE(c.recently_overloaded(At(609)));
-  EXPECT_TRUE(c.recently_overloaded(At(610)));
+  // one brings fewer than 9 calls for 8 taken.
+  EXPECT_TRUE(c.recently_overloaded());
   c.OnTake(At(611), kShort);  // the interval of takes that began at 101 ends: 1 for 3
-  EXPECT_FALSE(c.recently_overloaded(At(611)));
+  EXPECT_FALSE(c.recently_overloaded());
   // And back: a second episode is counted.
   c.OnTake(At(600), kLong);
   Arrive(&c, 2);
@@ -183,18 +182,18 @@ TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
 TEST(QueueDelayControlTest, TheHoldAfterAnOverloadLastsWhileCallsArriveFasterThanTheyAreTaken) {
   QueueDelayControl c = In(State::kOverloaded);  // the interval of takes ends at 100
   c.OnEmpty(At(150));
-  EXPECT_TRUE(c.recently_overloaded(At(300)));
+  EXPECT_TRUE(c.recently_overloaded());
   for (int ms = 160; ms <= 400; ms += 10) {  // 3 arrivals for 2 takes
     Arrive(&c, 3);
     c.OnTake(At(ms), kShort);
     c.OnTake(At(ms + 5), kShort);
   }
-  EXPECT_TRUE(c.recently_overloaded(At(405)));
+  EXPECT_TRUE(c.recently_overloaded());
   for (int ms = 410; ms <= 700; ms += 10) {  // 1 for 1
     Arrive(&c, 1);
     c.OnTake(At(ms), kShort);
   }
-  EXPECT_FALSE(c.recently_overloaded(At(700)));
+  EXPECT_FALSE(c.recently_overloaded());
 }
 
 }  // namespace

@@ -94,8 +94,8 @@ class QueueDelayControl {
     }
   }
   // The queue has no call left, at `now`. Leaving overload so, it stays
-  // recently_overloaded() for an interval, and for one more after each
-  // interval that still brought kOverloadArrivals per kOverloadTakes
+  // recently_overloaded() for an interval, and on until an interval of
+  // takes brings fewer than kHoldArrivals per kHoldTakes
   // (EndRateInterval): under a sustained overload the newest-first queue
   // still empties now and then (a gap between Poisson arrivals, the
   // patience keeping it short), and what follows is more of the same
@@ -107,15 +107,13 @@ class QueueDelayControl {
     busy_arrivals_ = 0;
     busy_takes_ = 0;
     if (state_ == State::kOverloaded) {
-      recent_until_ = now + interval_;
+      hold_at_least_until_ = now + interval_;
       holding_ = true;
     }
     if (state_ != State::kNormal) Enter(State::kNormal, MonoTime());
   }
-  // Overloaded, or left overload less than an interval before `now`.
-  bool recently_overloaded(MonoTime now) const {
-    return state_ == State::kOverloaded || now < recent_until_ || holding_;
-  }
+  // Overloaded, or holding on after it left overload (OnEmpty).
+  bool recently_overloaded() const { return state_ == State::kOverloaded || holding_; }
 
   bool overloaded() const { return state_ == State::kOverloaded; }
   // Calls arrived at least kOutpacedRatio times as fast as they were taken
@@ -141,20 +139,20 @@ class QueueDelayControl {
   uint64_t episodes() const { return episodes_; }
 
  private:
-  // The one place the state changes; checks that the move is one the
-  // table above allows.
   // Every interval of takes, whatever the state: the hold on
   // recently_overloaded() that an overloaded queue's emptying began ends
-  // with the first interval past its first that brought fewer than
-  // kHoldArrivals calls per kHoldTakes taken.
+  // with the first interval ending at least an interval after it that
+  // brought fewer than kHoldArrivals calls per kHoldTakes taken.
   void EndRateInterval(MonoTime now) {
     const bool faster = rate_arrivals_ * kHoldTakes >= rate_takes_ * kHoldArrivals;
-    if (!faster && now >= recent_until_) holding_ = false;
+    if (!faster && now >= hold_at_least_until_) holding_ = false;
     interval_outpaced_ = Outpaces(rate_arrivals_, rate_takes_);
     rate_arrivals_ = 0;
     rate_takes_ = 0;
     rate_until_ = now + interval_;
   }
+  // The one place the state changes; checks that the move is one the
+  // table above allows.
   void Enter(State next, MonoTime watch_until) {
     const bool legal = (state_ == State::kNormal && next == State::kWatching) ||
                        (state_ == State::kWatching && next != State::kWatching) ||
@@ -176,7 +174,7 @@ class QueueDelayControl {
   MonoDelta floor_;
   State state_ = State::kNormal;
   MonoTime watch_until_;
-  MonoTime recent_until_;  // recently_overloaded() until then
+  MonoTime hold_at_least_until_;  // the hold does not end before then
   // Newcomers offered and calls taken since the interval watched began,
   // and since the queue was last empty (outpaced()).
   int64_t arrivals_ = 0;
@@ -187,7 +185,7 @@ class QueueDelayControl {
   int64_t rate_arrivals_ = 0;
   int64_t rate_takes_ = 0;
   MonoTime rate_until_;
-  bool holding_ = false;  // recently_overloaded() past recent_until_
+  bool holding_ = false;  // recently_overloaded() though no longer overloaded
   // The last whole interval of takes was outpaced (outpaced()).
   bool interval_outpaced_ = false;
   uint64_t episodes_ = 0;

@@ -278,7 +278,7 @@ class ServiceQueue {
     state.control = control_.state();
     state.target = control_.target();
     state.outpaced = control_.outpaced();
-    state.recently_overloaded = control_.recently_overloaded(c.received_at());
+    state.recently_overloaded = control_.recently_overloaded();
     state.avg_run_ns = run_time_.ns();
     state.drain_ns = drain_.ns();
     state.queued = queue_.size();
