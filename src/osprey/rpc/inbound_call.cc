@@ -169,11 +169,29 @@ void InboundCall::RespondError(const wire::ErrorStatusPB& error) {
   }
   std::unique_ptr<wire::OutboundFrame> frame;
   Status s = wire::OutboundFrame::EncodeResponse(call_id(), true, error, {}, &frame);
-  if (!s.ok()) {
-    LOG(ERROR) << "cannot encode error response for call " << call_id() << ": " << s.ToString();
+  SendErrorFrame(error.code(), s, std::move(frame));
+}
+
+void InboundCall::RespondSerializedError(wire::ErrorStatusPB::RpcErrorCodePB code,
+                                         std::shared_ptr<const std::string> error_pb) {
+  if (result_tracker_ != nullptr) {
+    RecordAndRespond({true, *error_pb, {}});
     return;
   }
-  CountAnswer(false, error.code());
+  std::unique_ptr<wire::OutboundFrame> frame;
+  Status s =
+      wire::OutboundFrame::EncodeSharedResponse(call_id(), true, std::move(error_pb), &frame);
+  SendErrorFrame(code, s, std::move(frame));
+}
+
+void InboundCall::SendErrorFrame(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& encoded,
+                                 std::unique_ptr<wire::OutboundFrame> frame) {
+  if (!encoded.ok()) {
+    LOG(ERROR) << "cannot encode error response for call " << call_id() << ": "
+               << encoded.ToString();
+    return;
+  }
+  CountAnswer(false, code);
   transport::Connection::QueueResponse(conn_, call_id(), std::move(frame));
 }
 

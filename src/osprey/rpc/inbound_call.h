@@ -91,6 +91,10 @@ class InboundCall : public TrackedCall {
                       std::vector<std::string> sidecars);
   void RespondFailure(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) override;
   void RespondError(const wire::ErrorStatusPB& error);
+  // As RespondError, with the ErrorStatusPB already serialized and shared
+  // (a service queue's refusals): no serialization and no copy per call.
+  void RespondSerializedError(wire::ErrorStatusPB::RpcErrorCodePB code,
+                              std::shared_ptr<const std::string> error_pb);
   // ERROR_INVALID_REQUEST listing `unsupported` in unsupported_feature_flags,
   // as a Kudu server answers a call that requires flags its service lacks.
   void RespondUnsupportedFeatures(const std::vector<uint32_t>& unsupported);
@@ -117,6 +121,10 @@ class InboundCall : public TrackedCall {
   void RecordAndRespond(ResultTracker::Answer answer);
   void SendAnswer(const ResultTracker::Answer& answer, std::unique_ptr<wire::OutboundFrame> frame);
 
+  // Sends an error answer's frame, if `encoded` (how encoding it went) is
+  // OK, and counts it.
+  void SendErrorFrame(wire::ErrorStatusPB::RpcErrorCodePB code, const Status& encoded,
+                      std::unique_ptr<wire::OutboundFrame> frame);
   // Counts the answer's outcome; lists the call if it was slow.
   void CountAnswer(bool ok, wire::ErrorStatusPB::RpcErrorCodePB code);
 };

@@ -200,8 +200,10 @@ void ServicePool::Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why
         break;
     }
   }
-  // Made once (BuildRefusals): a refusal builds no text.
-  call->RespondError(RefusalFor(why));
+  // Made once (BuildRefusals): a refusal builds no text and serializes
+  // nothing; its frame shares the bytes.
+  const Refusal& r = RefusalFor(why);
+  call->RespondSerializedError(r.code, r.error_pb);
 }
 
 // One answer per refusal: every PutResult but kQueued, which is not one.
@@ -209,7 +211,7 @@ static_assert(static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kQueued)
                   static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kExpired) == 7,
               "refusals_ holds one answer per PutResult after kQueued");
 
-const wire::ErrorStatusPB& ServicePool::RefusalFor(Queue::PutResult why) const {
+const ServicePool::Refusal& ServicePool::RefusalFor(Queue::PutResult why) const {
   CHECK(why != Queue::PutResult::kQueued) << "a queued call is not refused";
   return refusals_[static_cast<size_t>(why) - 1];
 }
@@ -219,9 +221,11 @@ void ServicePool::BuildRefusals() {
   const std::string& name = service_->service_name();
   const std::string queue = "the service queue of " + name;
   auto set = [this](R why, wire::ErrorStatusPB::RpcErrorCodePB code, const Status& status) {
-    wire::ErrorStatusPB& e = refusals_[static_cast<size_t>(why) - 1];
+    wire::ErrorStatusPB e;
     e.set_code(code);
     e.set_message(status.ToString());
+    refusals_[static_cast<size_t>(why) - 1] = {
+        code, std::make_shared<std::string>(e.SerializeAsString())};
   };
   const auto busy = wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY;
   set(R::kShuttingDown, wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN,
@@ -326,7 +330,8 @@ ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, Mon
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
     if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
-    call->RespondError(RefusalFor(Queue::PutResult::kExpired));  // made once, as the queue's
+    const Refusal& r = RefusalFor(Queue::PutResult::kExpired);  // made once, as the queue's
+    call->RespondSerializedError(r.code, r.error_pb);
     return nullptr;
   }
   ServerMethodMetrics* metrics = call->metrics();

@@ -208,6 +208,46 @@ TEST(FrameEncoderTest, PartialWritesViaIovecs) {
   EXPECT_TRUE(iov.empty());
 }
 
+// A refusal's frame shares its serialized ErrorStatusPB: the bytes on the
+// wire are those of a ResponseHeader and body protobuf writes, for any call
+// id; a partial write resumes inside the shared bytes; and the frame keeps
+// them alive after the one who made them lets go.
+TEST(FrameEncoderTest, SharedResponseMatchesProtobufAndSurvivesPartialWrites) {
+  ErrorStatusPB err;
+  err.set_code(ErrorStatusPB::ERROR_SERVER_TOO_BUSY);
+  err.set_message(std::string(300, 'x'));  // past the inline prefix
+  for (int32_t call_id : {0, 5, 300, INT32_MAX}) {
+    auto shared = std::make_shared<const std::string>(err.SerializeAsString());
+    std::unique_ptr<OutboundFrame> f;
+    ASSERT_TRUE(OutboundFrame::EncodeSharedResponse(call_id, true, shared, &f).ok());
+    ResponseHeader h;
+    h.set_call_id(call_id);
+    h.set_is_error(true);
+    std::unique_ptr<OutboundFrame> expected;
+    ASSERT_TRUE(OutboundFrame::Encode(&h, err, {}, &expected).ok());
+    const std::string whole = expected->ToString();
+    EXPECT_EQ(Hex(whole), Hex(f->ToString())) << "call id " << call_id;
+    EXPECT_EQ(f->total_size(), whole.size());
+    shared.reset();  // the frame's reference is the last
+
+    std::string sent;
+    while (!f->done()) {  // 7 bytes per writev: crosses from prefix to body
+      std::vector<iovec> iov;
+      f->AppendIovecs(&iov);
+      ASSERT_FALSE(iov.empty());
+      size_t budget = 7, n = 0;
+      for (const iovec& v : iov) {
+        size_t take = std::min(budget - n, v.iov_len);
+        sent.append(static_cast<const char*>(v.iov_base), take);
+        n += take;
+        if (n == budget) break;
+      }
+      f->Advance(&n);
+    }
+    EXPECT_EQ(sent, whole) << "call id " << call_id;
+  }
+}
+
 // --- Decoding ---
 
 template <class Header>

@@ -205,6 +205,20 @@ Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
   return Status::OK();
 }
 
+Status OutboundFrame::EncodeSharedResponse(int32_t call_id, bool is_error,
+                                           std::shared_ptr<const std::string> main,
+                                           std::unique_ptr<OutboundFrame>* out) {
+  std::string header;  // at most 13 bytes: stays in the string's inline buffer
+  PutInt32Field(kResponseCallIdTag, call_id, &header);
+  header.push_back(static_cast<char>(kResponseIsErrorTag));
+  header.push_back(is_error ? 1 : 0);
+  uint8_t* dst;
+  // The main message is not in the prefix: laid out as zero bytes of it.
+  OSPREY_RETURN_NOT_OK(LayOut(header, 0, main->size(), {}, out, &dst));
+  (*out)->shared_main_ = std::move(main);
+  return Status::OK();
+}
+
 std::unique_ptr<OutboundFrame> OutboundFrame::FromBytes(std::string bytes) {
   std::unique_ptr<OutboundFrame> f(new OutboundFrame());
   f->total_size_ = bytes.size();
@@ -241,6 +255,7 @@ void OutboundFrame::AppendIovecs(std::vector<iovec>* iov) const {
     iov->push_back(iovec{const_cast<uint8_t*>(pre.data()) + skip, pre.size() - skip});
     skip = 0;
   }
+  if (shared_main_ != nullptr) add(*shared_main_);
   for (const auto& sc : sidecars_) add(sc);
 }
 
@@ -252,6 +267,7 @@ void OutboundFrame::Advance(size_t* n) {
 
 std::string OutboundFrame::ToString() const {
   std::string s = prefix().ToString();
+  if (shared_main_ != nullptr) s += *shared_main_;
   for (const auto& sc : sidecars_) s += sc;
   return s;
 }

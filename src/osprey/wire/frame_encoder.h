@@ -1,6 +1,7 @@
 // OutboundFrame: one frame ready to send, as a contiguous prefix (length,
 // header, body length and main message) followed by the sidecars, each its
-// own iovec so their bytes are never copied. Tracks how much of it a
+// own iovec so their bytes are never copied (a shared main message, see
+// EncodeSharedResponse, is one too, between them). Tracks how much of it a
 // partial writev already sent. One thread at a time.
 #pragma once
 
@@ -55,6 +56,14 @@ class OutboundFrame {
                                std::vector<std::string> sidecars,
                                std::unique_ptr<OutboundFrame>* out);
 
+  // A response whose main message was serialized once and is shared by
+  // every frame that sends it (a service queue's refusals, thousands a
+  // second under overload): the frame keeps a reference to the bytes and
+  // lays out only its length and header, so it stays in the inline prefix
+  // and costs no serialization. No sidecars.
+  static Status EncodeSharedResponse(int32_t call_id, bool is_error,
+                                     std::shared_ptr<const std::string> main,
+                                     std::unique_ptr<OutboundFrame>* out);
   // A frame of bytes already laid out, such as the connection header.
   static std::unique_ptr<OutboundFrame> FromBytes(std::string bytes);
 
@@ -105,6 +114,8 @@ class OutboundFrame {
   size_t prefix_len_ = 0;  // inline or pooled
   BufferPool::Buffer pooled_prefix_;
   std::string bytes_;  // FromBytes()
+  // EncodeSharedResponse's main message, sent between prefix and sidecars.
+  std::shared_ptr<const std::string> shared_main_;
   std::vector<std::string> sidecars_;
   size_t total_size_ = 0;
   size_t sent_ = 0;
