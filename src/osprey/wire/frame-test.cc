@@ -171,6 +171,31 @@ TEST(FrameEncoderTest, FastRequestHeaderWithRequestIdMatchesProtobuf) {
   EXPECT_EQ(id_pb, std::string(view.request_id_pb()));
 }
 
+// Sends `f` through "writev"s of at most `per_write` bytes, as a congested
+// socket might take it, and returns the bytes sent; checks the frame's
+// count of what remains after each.
+std::string SendInPieces(OutboundFrame* f, size_t per_write) {
+  std::string sent;
+  while (!f->done()) {
+    std::vector<iovec> iov;
+    f->AppendIovecs(&iov);
+    EXPECT_FALSE(iov.empty());
+    if (iov.empty()) break;
+    size_t n = 0;
+    for (const iovec& v : iov) {
+      size_t take = std::min(per_write - n, v.iov_len);
+      sent.append(static_cast<const char*>(v.iov_base), take);
+      n += take;
+      if (n == per_write) break;
+    }
+    size_t left = n;
+    f->Advance(&left);
+    EXPECT_EQ(left, 0u);
+    EXPECT_EQ(f->bytes_remaining(), f->total_size() - sent.size());
+  }
+  return sent;
+}
+
 TEST(FrameEncoderTest, PartialWritesViaIovecs) {
   RequestHeader h = AddCallHeader(7);
   std::unique_ptr<OutboundFrame> f;
@@ -179,25 +204,7 @@ TEST(FrameEncoderTest, PartialWritesViaIovecs) {
   const std::string whole = f->ToString();
   EXPECT_EQ(f->total_size(), whole.size());
 
-  // Send at most 3 bytes per "writev", as a congested socket might.
-  std::string sent;
-  while (!f->done()) {
-    std::vector<iovec> iov;
-    f->AppendIovecs(&iov);
-    ASSERT_FALSE(iov.empty());
-    size_t budget = 3, n = 0;
-    for (const iovec& v : iov) {
-      size_t take = std::min(budget - n, v.iov_len);
-      sent.append(static_cast<const char*>(v.iov_base), take);
-      n += take;
-      if (n == budget) break;
-    }
-    size_t left = n;
-    f->Advance(&left);
-    EXPECT_EQ(left, 0u);
-    EXPECT_EQ(f->bytes_remaining(), whole.size() - sent.size());
-  }
-  EXPECT_EQ(sent, whole);
+  EXPECT_EQ(SendInPieces(f.get(), 3), whole);
 
   // A writev that covered this frame and more leaves the rest for the next.
   size_t extra = 10;
@@ -229,22 +236,8 @@ TEST(FrameEncoderTest, SharedResponseMatchesProtobufAndSurvivesPartialWrites) {
     EXPECT_EQ(Hex(whole), Hex(f->ToString())) << "call id " << call_id;
     EXPECT_EQ(f->total_size(), whole.size());
     shared.reset();  // the frame's reference is the last
-
-    std::string sent;
-    while (!f->done()) {  // 7 bytes per writev: crosses from prefix to body
-      std::vector<iovec> iov;
-      f->AppendIovecs(&iov);
-      ASSERT_FALSE(iov.empty());
-      size_t budget = 7, n = 0;
-      for (const iovec& v : iov) {
-        size_t take = std::min(budget - n, v.iov_len);
-        sent.append(static_cast<const char*>(v.iov_base), take);
-        n += take;
-        if (n == budget) break;
-      }
-      f->Advance(&n);
-    }
-    EXPECT_EQ(sent, whole) << "call id " << call_id;
+    // 7 bytes a writev: one crosses from the prefix into the shared body.
+    EXPECT_EQ(SendInPieces(f.get(), 7), whole) << "call id " << call_id;
   }
 }
 
