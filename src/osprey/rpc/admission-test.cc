@@ -183,10 +183,13 @@ const Cell kCells[] = {
      1000, 4, 4, kList, 20, R::kQueued, kStay, 1, 0, false, true},
     {"to deadline, recently overloaded, 5 ahead", Setting::kDefault, 1, 50, Control::kNormal, 5000,
      1000, 5, 5, kList, 20, R::kOverloaded, kStay, 1, 0, false, true},
+    // A call without a deadline cannot be late: outpaced or recently
+    // overloaded, it is still queued; only a standing queue applies its
+    // patience (the target), as "to deadline, no deadline, watching 5".
     {"to deadline, recently overloaded, no deadline", Setting::kDefault, 1, 50, Control::kNormal,
-     5000, 1000, 5, 5, kList, kNone, R::kOverloaded, kStay, 1, 0, false, true},
+     5000, 1000, 5, 5, kList, kNone, R::kQueued, kStay, 1, 0, false, true},
     {"to deadline, outpaced, no deadline", Setting::kDefault, 1, 50, Control::kNormal, 5000, 1000,
-     5, 5, kList, kNone, R::kOverloaded, kStay, 1, 0, true},
+     5, 5, kList, kNone, R::kQueued, kStay, 1, 0, true},
     // Without admission to the deadline, outpaced and recently overloaded
     // change nothing: patience from the start already.
     {"patience, outpaced, no deadline", Setting::kPatience, 1, 50, Control::kNormal, 5000, 1000, 5,

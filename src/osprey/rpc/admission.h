@@ -29,12 +29,15 @@
 //        calls it would wait behind are at least as many as the workers
 //        run within its patience (AdmitLimit()). Applied to every newcomer
 //        rule a did not decide once calls wait past the target (the
-//        detector watching or overloaded: a standing queue), or while
-//        outpaced or recently overloaded; and without admit_to_deadline,
-//        to those with a deadline from the start (admit_by_patience), so that a sudden overload
-//        builds no queue longer than the patience before the first late take. Overloaded, the queue
-//        runs the newest first, so every queued call counts; else only those ahead of it in the
-//        queue's order.
+//        detector watching or overloaded: a standing queue); before that,
+//        to those with a deadline while outpaced or recently overloaded,
+//        or, without admit_to_deadline, from the start
+//        (admit_by_patience), so that a sudden overload builds no queue
+//        longer than the patience before the first late take. A call
+//        without a deadline cannot be late, and a burst of them that the
+//        bound allows is queued whole. Overloaded, the queue runs the
+//        newest first, so every queued call counts; else only those ahead
+//        of it in the queue's order.
 //     c. Deadline, without admit_to_deadline. Before calls wait past the
 //        target, a newcomer with a deadline that the calls ahead of it
 //        would keep past the deadline (WaitBehind()) is refused
@@ -166,15 +169,17 @@ class AdmissionRule {
       }
       // No newcomer joins more than its patience's worth of work: once
       // calls wait past the target, every newcomer; before that, those with
-      // a deadline too, so that the queue a sudden overload builds before
-      // the first late take is no longer than the patience either. (A call
-      // without a deadline has only the target for patience: it queues
-      // freely until calls wait past it.) Overloaded, every queued call
-      // counts (newest first, the older ones are shed at their patience);
-      // else those ahead of it.
-      const bool by_patience = standing ||
-                               (s_.admit_to_deadline && (q.outpaced || q.recently_overloaded)) ||
-                               (has_deadline && s_.admit_by_patience && !s_.admit_to_deadline);
+      // a deadline too (while outpaced or recently overloaded, or from the
+      // start without admission to the deadline), so that the queue a
+      // sudden overload builds before the first late take is no longer
+      // than the patience either. A call without a deadline cannot be
+      // late: it queues freely until calls wait past the target, and a
+      // burst of them is not refused for outpacing the workers. Overloaded,
+      // every queued call counts (newest first, the older ones are shed at
+      // their patience); else those ahead of it.
+      const bool by_patience =
+          standing || (has_deadline && (s_.admit_to_deadline ? q.outpaced || q.recently_overloaded
+                                                             : s_.admit_by_patience));
       if (by_patience) {
         const bool overloaded = q.control == QueueDelayControl::State::kOverloaded;
         const size_t behind = overloaded ? q.queued : q.ahead;

@@ -659,10 +659,34 @@ TEST(ServiceQueueOverloadTest, ASuddenOverloadQueuesNoMoreThanThePatienceBeforeA
   // Given 10 s, a call still finds room: its patience is 1.25 s.
   auto patient = CallDue(500000, clock, 10000);
   EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&patient));
-  // And one with no deadline has the target alone for patience: outpaced,
-  // refused (before issue 48 it was queued until calls waited past it).
+  // And one with no deadline cannot be late: queued until calls wait past
+  // the target (ABurstOfCallsWithoutADeadlineIsQueuedWholeThoughItOutpaces).
   auto endless = std::make_unique<TestCall>(500001, clock.now);
-  EXPECT_EQ(Queue::PutResult::kOverloaded, q.Put(&endless));
+  EXPECT_EQ(Queue::PutResult::kQueued, q.Put(&endless));
+}
+
+// A burst of calls without a deadline, which the queue's length allows, is
+// queued whole though it outpaces the workers: none of them can be late,
+// so only a standing queue (calls waiting past the target) or the bound
+// refuses them. Found as a flaky TlsRpcTest: 200 async calls in one burst,
+// queue 1,000, and a handler run the loaded machine had stretched; the
+// patience of a call without a deadline (the 5 ms target) then held about
+// 25 of them, and the rest were refused kOverloaded.
+TEST(ServiceQueueOverloadTest, ABurstOfCallsWithoutADeadlineIsQueuedWholeThoughItOutpaces) {
+  FakeClock clock;
+  Queue q(DeadlineOptions(1000, &clock));
+  LearnRunTime(&q, clock, 200000);  // 200 us handlers: 25 of them in 5 ms
+  for (int i = 0; i < 200; ++i) {
+    auto endless = std::make_unique<TestCall>(2000 + i, clock.now);
+    ASSERT_EQ(Queue::PutResult::kQueued, q.Put(&endless)) << "call " << i << " of the burst";
+  }
+  // Calls with a deadline in the same burst still get their patience,
+  // among themselves (they run before the calls without one): 50 ms gives
+  // 6.25 ms, 31 calls of 200 us.
+  auto [queued, why] = FillUntilRefused(&q, clock, 50);
+  EXPECT_EQ(Queue::PutResult::kOverloaded, why);
+  EXPECT_GE(queued, 30);
+  EXPECT_LE(queued, 32);
 }
 
 TEST(ServiceQueueOverloadTest, WithoutAdmitByPatienceOnlyTheDeadlineBoundsTheWaitBeforeALateTake) {
