@@ -200,10 +200,7 @@ void ServicePool::Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why
         break;
     }
   }
-  // Made once (BuildRefusals): a refusal builds no text and serializes
-  // nothing; its frame shares the bytes.
-  const Refusal& r = RefusalFor(why);
-  call->RespondSerializedError(r.code, r.error_pb);
+  SendRefusal(call.get(), why);
 }
 
 // One answer per refusal: every PutResult but kQueued, which is not one.
@@ -211,9 +208,12 @@ static_assert(static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kQueued)
                   static_cast<size_t>(ServiceQueue<InboundCall>::PutResult::kExpired) == 7,
               "refusals_ holds one answer per PutResult after kQueued");
 
-const ServicePool::Refusal& ServicePool::RefusalFor(Queue::PutResult why) const {
+void ServicePool::SendRefusal(InboundCall* call, Queue::PutResult why) const {
   CHECK(why != Queue::PutResult::kQueued) << "a queued call is not refused";
-  return refusals_[static_cast<size_t>(why) - 1];
+  // Made once (BuildRefusals): a refusal builds no text and serializes
+  // nothing; its frame shares the bytes.
+  const Refusal& r = refusals_[static_cast<size_t>(why) - 1];
+  call->RespondSerializedError(r.code, r.error_pb);
 }
 
 void ServicePool::BuildRefusals() {
@@ -330,8 +330,7 @@ ServerMethodMetrics* ServicePool::RunCall(std::unique_ptr<InboundCall> call, Mon
     // The client has given up: don't spend a worker on it.
     VLOG(1) << "skipping call " << call->call_id() << " that waited in the queue past its deadline";
     if (call->metrics() != nullptr) call->metrics()->deadline_expired_in_queue->Increment();
-    const Refusal& r = RefusalFor(Queue::PutResult::kExpired);  // made once, as the queue's
-    call->RespondSerializedError(r.code, r.error_pb);
+    SendRefusal(call.get(), Queue::PutResult::kExpired);  // made once, as the queue's
     return nullptr;
   }
   ServerMethodMetrics* metrics = call->metrics();

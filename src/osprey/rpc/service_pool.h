@@ -82,13 +82,14 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   void Refuse(std::unique_ptr<InboundCall> call, Queue::PutResult why);
   void RefuseAll(Queue::RefusedList* refused);
   void BuildRefusals();
-  // The answer made once for refusal `why` (any PutResult but kQueued):
-  // its code and its ErrorStatusPB, serialized.
+  // Answers `call` with the answer made once for refusal `why` (any
+  // PutResult but kQueued).
+  void SendRefusal(InboundCall* call, Queue::PutResult why) const;
+  // A refusal's code and its ErrorStatusPB, serialized.
   struct Refusal {
     wire::ErrorStatusPB::RpcErrorCodePB code;
     std::shared_ptr<const std::string> error_pb;
   };
-  const Refusal& RefusalFor(Queue::PutResult why) const;
   static Queue::Options QueueOptions(const ServicePoolOptions& options);
   void RunWorker();
   // Leader/follower on the server: after answering the last call in flight
@@ -119,7 +120,7 @@ class ServicePool : public std::enable_shared_from_this<ServicePool> {
   const std::shared_ptr<MessengerMetrics> messenger_metrics_;
   std::unordered_map<const ServiceMethod*, MethodObservers> observers_;
   // The answer to each refusal, by Queue::PutResult after kQueued
-  // (RefusalFor), made once by BuildRefusals. Shared with the frames that
+  // (SendRefusal), made once by BuildRefusals. Shared with the frames that
   // send it, which may outlive the pool in a connection's queue.
   std::array<Refusal, 7> refusals_;
 };

@@ -111,6 +111,16 @@ constexpr uint32_t kResponseCallIdTag = (1 << 3) | 0;
 constexpr uint32_t kResponseIsErrorTag = (2 << 3) | 0;
 constexpr uint32_t kResponseSidecarOffsetsTag = (3 << 3) | 0;
 
+// A ResponseHeader with call_id and is_error, as protobuf writes it: at
+// most 13 bytes, which stay in the string's inline buffer.
+std::string ResponseHeaderFields(int32_t call_id, bool is_error) {
+  std::string header;
+  PutInt32Field(kResponseCallIdTag, call_id, &header);
+  header.push_back(static_cast<char>(kResponseIsErrorTag));
+  header.push_back(is_error ? 1 : 0);
+  return header;
+}
+
 }  // namespace
 
 Status OutboundFrame::BuildRaw(std::string_view header_fields, uint32_t offsets_tag,
@@ -193,10 +203,7 @@ Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
                                      const google::protobuf::MessageLite& main,
                                      std::vector<std::string> sidecars,
                                      std::unique_ptr<OutboundFrame>* out) {
-  std::string header;  // at most 13 bytes: stays in the string's inline buffer
-  PutInt32Field(kResponseCallIdTag, call_id, &header);
-  header.push_back(static_cast<char>(kResponseIsErrorTag));
-  header.push_back(is_error ? 1 : 0);
+  const std::string header = ResponseHeaderFields(call_id, is_error);
   size_t main_len = main.ByteSizeLong();
   uint8_t* dst;
   OSPREY_RETURN_NOT_OK(
@@ -208,10 +215,7 @@ Status OutboundFrame::EncodeResponse(int32_t call_id, bool is_error,
 Status OutboundFrame::EncodeSharedResponse(int32_t call_id, bool is_error,
                                            std::shared_ptr<const std::string> main,
                                            std::unique_ptr<OutboundFrame>* out) {
-  std::string header;  // at most 13 bytes: stays in the string's inline buffer
-  PutInt32Field(kResponseCallIdTag, call_id, &header);
-  header.push_back(static_cast<char>(kResponseIsErrorTag));
-  header.push_back(is_error ? 1 : 0);
+  const std::string header = ResponseHeaderFields(call_id, is_error);
   uint8_t* dst;
   // The main message is not in the prefix: laid out as zero bytes of it.
   OSPREY_RETURN_NOT_OK(LayOut(header, 0, main->size(), {}, out, &dst));
