@@ -20,7 +20,7 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-fuzz"
 fuzzers=(frame_decoder_fuzzer negotiate_fuzzer client_negotiation_fuzzer http_request_parser_fuzzer
-  reflection_answer_fuzzer)
+  reflection_answer_fuzzer etcd_answer_fuzzer)
 jobs="${OSPREY_BUILD_JOBS:-2}"
 
 CXX=clang++ cmake -S "$root" -B "$build" \

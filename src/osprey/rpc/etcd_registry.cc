@@ -22,8 +22,19 @@ void InitCurl() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-size_t AppendToString(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
+// Where a POST's answer goes: at most kMaxEtcdAnswerBytes of it.
+struct BoundedAnswer {
+  std::string* body;
+  bool too_long = false;
+};
+
+size_t AppendToAnswer(char* data, size_t size, size_t n, void* out) {
+  auto* a = static_cast<BoundedAnswer*>(out);
+  if (a->body->size() + size * n > kMaxEtcdAnswerBytes) {
+    a->too_long = true;
+    return 0;  // curl ends the transfer
+  }
+  a->body->append(data, size * n);
   return size * n;
 }
 
@@ -53,16 +64,6 @@ std::string PrefixEnd(std::string prefix) {
     prefix.pop_back();
   }
   return std::string(1, '\0');  // every key
-}
-
-// A registered key's address: its value's "address", else what follows the
-// prefix in the key (a value written by hand).
-std::string AddressOf(const EtcdTarget& target, const std::string& key, const std::string& value) {
-  json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (v.is_object() && v.contains("address") && v["address"].is_string()) {
-    return v["address"].get<std::string>();
-  }
-  return key.substr(std::min(key.size(), target.prefix.size() + 1));
 }
 
 // What we send: parsed JSON of etcd's answer, or why not.
@@ -107,58 +108,6 @@ std::string EtcdTarget::ToString() const {
   std::string s = "etcd://";
   for (size_t i = 0; i < endpoints.size(); ++i) s += (i ? "," : "") + endpoints[i];
   return s + prefix;
-}
-
-std::string Base64Encode(const std::string& in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t n = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
-                 static_cast<uint8_t>(in[i + 2]);
-    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(n >> shift) & 63];
-  }
-  if (i < in.size()) {
-    uint32_t n = static_cast<uint8_t>(in[i]) << 16;
-    if (i + 1 < in.size()) n |= static_cast<uint8_t>(in[i + 1]) << 8;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-bool Base64Decode(const std::string& in, std::string* out) {
-  out->clear();
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z') {
-      v = c - 'A';
-    } else if (c >= 'a' && c <= 'z') {
-      v = c - 'a' + 26;
-    } else if (c >= '0' && c <= '9') {
-      v = c - '0' + 52;
-    } else if (c == '+' || c == '-') {
-      v = 62;
-    } else if (c == '/' || c == '_') {
-      v = 63;
-    } else if (c == '=') {
-      break;
-    } else {
-      return false;
-    }
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out->push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return true;
 }
 
 // --- EtcdHttp ---
@@ -238,13 +187,19 @@ Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelt
     const size_t at = current_.load() % endpoints_.size();
     out->clear();
     CURL* easy = MakePost("http://" + endpoints_[at] + path, body, headers);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToString);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, out);
+    BoundedAnswer answer{out};
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToAnswer);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &answer);
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.ToMilliseconds()));
     long code = 0;
     last = Perform(easy, &code);
     curl_easy_cleanup(easy);
-    if (last.ok() && code != 200) {
+    if (answer.too_long) {
+      out->clear();
+      last = Status::Corruption("etcd at " + endpoints_[at] + " answered " + path +
+                                " with more than " + std::to_string(kMaxEtcdAnswerBytes) +
+                                " bytes (kMaxEtcdAnswerBytes); not read further");
+    } else if (last.ok() && code != 200) {
       last = Status::RemoteError("etcd at " + endpoints_[at] + " answered " + std::to_string(code) +
                                  " to " + path + ": " + out->substr(0, 200));
     }
@@ -382,8 +337,10 @@ void EtcdRegistration::Run() {
       backoff = MonoDelta::FromMilliseconds(100);
       // Keep-alives every third of the TTL: two may be lost before it runs
       // out. Right away while a step remains (the puts after a grant).
-      wait = put_done ? MonoDelta::FromMilliseconds(std::max<int64_t>(granted_ttl, 1) * 1000 / 3)
-                      : MonoDelta();
+      // The TTL is etcd's word: never past the one asked for (a TTL near
+      // INT64_MAX, in ms, would overflow to keep-alives without pause).
+      const int64_t ttl = std::clamp<int64_t>(granted_ttl, 1, ttl_seconds_);
+      wait = put_done ? MonoDelta::FromMilliseconds(ttl * 1000 / 3) : MonoDelta();
     } else {
       if (!failing && !http_.interrupted()) {
         LOG(WARNING) << "cannot keep " << addresses_.front() << " registered in "
@@ -434,24 +391,34 @@ void EtcdRegistration::Withdraw() {
 // --- EtcdWatcher ---
 
 EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change)
-    : target_(std::move(target)), on_change_(std::move(on_change)), http_(target_.endpoints) {}
+    : target_(std::move(target)),
+      on_change_(std::move(on_change)),
+      http_(target_.endpoints),
+      table_(target_.prefix) {}
 
 EtcdWatcher::~EtcdWatcher() { Stop(); }
 
 int64_t EtcdWatcher::revision() const {
   MutexLock l(mu_);
-  return revision_;
+  return table_.revision();
 }
 
 void EtcdWatcher::Publish() {
   std::vector<std::string> addresses;
   {
     MutexLock l(mu_);
-    for (const auto& [key, address] : servers_) addresses.push_back(address);
+    addresses = table_.Addresses();
   }
-  std::sort(addresses.begin(), addresses.end());
-  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
   on_change_(addresses);
+}
+
+void EtcdWatcher::LogRefusedServers() {
+  std::string unused;
+  if (table_.refused() == refused_logged_ || !refused_log_.Allow(MonoTime::Now(), &unused)) return;
+  LOG(WARNING) << "etcd " << target_.ToString() << " lists more than " << kMaxEtcdServers
+               << " servers (kMaxEtcdServers): " << table_.refused() - refused_logged_
+               << " more not kept";
+  refused_logged_ = table_.refused();
 }
 
 Status EtcdWatcher::Load(MonoDelta timeout) {
@@ -459,24 +426,11 @@ Status EtcdWatcher::Load(MonoDelta timeout) {
   json range{{"key", Base64Encode(from)}, {"range_end", Base64Encode(PrefixEnd(from))}};
   std::string answer;
   OSPREY_RETURN_NOT_OK(http_.Post("/v3/kv/range", range.dump(), timeout, &answer));
-  json j;
-  OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
-  std::map<std::string, std::string> servers;
-  if (j.contains("kvs") && j["kvs"].is_array()) {
-    for (const json& kv : j["kvs"]) {
-      std::string key, value;
-      if (!Base64Decode(kv.value("key", ""), &key) ||
-          !Base64Decode(kv.value("value", ""), &value)) {
-        continue;
-      }
-      servers[key] = AddressOf(target_, key, value);
-    }
-  }
   {
     MutexLock l(mu_);
-    servers_ = std::move(servers);
-    revision_ = j.contains("header") ? Int64Of(j["header"], "revision") : 0;
+    OSPREY_RETURN_NOT_OK(table_.LoadRange(answer));
     need_load_ = false;
+    LogRefusedServers();
   }
   Publish();
   return Status::OK();
@@ -498,47 +452,24 @@ void EtcdWatcher::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool EtcdWatcher::OnWatchMessage(const std::string& line) {
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
-    LOG(WARNING) << "etcd watch of " << target_.ToString() << ": not JSON: " << line.substr(0, 200);
-    return false;
-  }
-  if (j.contains("error")) {
-    LOG(WARNING) << "etcd watch of " << target_.ToString() << " failed: " << line.substr(0, 200);
-    return false;
-  }
-  const json& r = j.contains("result") ? j["result"] : j;
-  if (Int64Of(r, "compact_revision") > 0) {
-    // The revision we would resume from is compacted away: read it all.
-    LOG(INFO) << "etcd watch of " << target_.ToString() << ": revision compacted; reading again";
-    MutexLock l(mu_);
-    need_load_ = true;
-    return false;
-  }
-  if (r.value("canceled", false)) return false;
-  if (r.value("created", false) && !connected_.exchange(true)) {
-    MutexLock l(mu_);
-    LOG(INFO) << "watching " << target_.ToString() << " from revision " << revision_ + 1 << " ("
-              << servers_.size() << " servers)";
-  }
-  if (!r.contains("events") || !r["events"].is_array() || r["events"].empty()) return true;
+bool EtcdWatcher::OnWatchMessage(std::string_view message) {
+  EtcdWatchStep step;
   {
     MutexLock l(mu_);
-    for (const json& ev : r["events"]) {
-      if (!ev.contains("kv")) continue;
-      const json& kv = ev["kv"];
-      std::string key, value;
-      if (!Base64Decode(kv.value("key", ""), &key)) continue;
-      if (ev.value("type", "PUT") == "DELETE") {
-        servers_.erase(key);
-      } else if (Base64Decode(kv.value("value", ""), &value)) {
-        servers_[key] = AddressOf(target_, key, value);
-      }
-      revision_ = std::max(revision_, Int64Of(kv, "mod_revision"));
+    step = table_.ApplyWatchMessage(message);
+    LogRefusedServers();
+    if (step.next == EtcdWatchStep::Next::kReadAgain) need_load_ = true;
+    if (step.created && !connected_.exchange(true)) {
+      LOG(INFO) << "watching " << target_.ToString() << " from revision " << table_.revision() + 1
+                << " (" << table_.size() << " servers)";
     }
   }
-  Publish();
+  if (step.next != EtcdWatchStep::Next::kContinue) {
+    LOG(WARNING) << "etcd watch of " << target_.ToString() << " ended: " << step.why
+                 << (step.next == EtcdWatchStep::Next::kReadAgain ? "; reading it all again" : "");
+    return false;
+  }
+  if (step.changed) Publish();
   return true;
 }
 
@@ -547,25 +478,31 @@ Status EtcdWatcher::Watch() {
   int64_t start;
   {
     MutexLock l(mu_);
-    start = revision_ + 1;
+    start = table_.revision() + 1;  // at most INT64_MAX (EtcdServerTable)
   }
   json create{{"create_request",
                {{"key", Base64Encode(from)},
                 {"range_end", Base64Encode(PrefixEnd(from))},
                 {"start_revision", std::to_string(start)}}}};
-  pending_.clear();
   // The gateway writes one JSON object per line.
-  return http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1),
-                      [this](const char* data, size_t n) {
-                        pending_.append(data, n);
-                        size_t nl;
-                        while ((nl = pending_.find('\n')) != std::string::npos) {
-                          std::string line = pending_.substr(0, nl);
-                          pending_.erase(0, nl + 1);
-                          if (!line.empty() && !OnWatchMessage(line)) return false;
-                        }
-                        return true;
-                      });
+  EtcdLineSplitter lines;
+  bool too_long = false, ended = false;
+  Status s = http_.Stream(
+      "/v3/watch", create.dump(), MonoDelta::FromSeconds(1), [&](const char* data, size_t n) {
+        auto r = lines.Feed(std::string_view(data, n),
+                            [this](std::string_view m) { return OnWatchMessage(m); });
+        if (r == EtcdLineSplitter::Result::kMore) return true;
+        (r == EtcdLineSplitter::Result::kTooLong ? too_long : ended) = true;
+        return false;
+      });
+  if (ended) return Status::OK();  // a message ended it, and said why (OnWatchMessage)
+  if (!too_long) return s;
+  // Its events are lost with it.
+  MutexLock l(mu_);
+  need_load_ = true;
+  return Status::Corruption("a message of the watch ran past " +
+                            std::to_string(kMaxEtcdAnswerBytes) +
+                            " bytes (kMaxEtcdAnswerBytes); not read further, reading it all again");
 }
 
 void EtcdWatcher::Run() {
@@ -596,10 +533,11 @@ void EtcdWatcher::Run() {
     {
       MutexLock l(mu_);
       if (was_connected || !logged) {
-        LOG(WARNING) << "etcd " << target_.ToString() << " unreachable ("
-                     << (s.ok() ? std::string("the watch ended") : s.ToString())
-                     << "); keeping the last " << servers_.size()
-                     << " servers and watching again from revision " << revision_ + 1;
+        LOG(WARNING) << "etcd " << target_.ToString()
+                     << (s.ok() ? std::string(": the watch ended")
+                                : " unreachable (" + s.ToString() + ")")
+                     << "; keeping the last " << table_.size()
+                     << " servers and watching again from revision " << table_.revision() + 1;
         logged = true;
       }
       if (was_connected) reconnects_.fetch_add(1, std::memory_order_relaxed);

@@ -14,14 +14,16 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "osprey/base/log_rate_limiter.h"
 #include "osprey/base/monotime.h"
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/etcd_answers.h"
 
 namespace osprey {
 
@@ -39,10 +41,6 @@ struct EtcdTarget {
   std::string ToString() const;
 };
 
-std::string Base64Encode(const std::string& in);
-// False if `in` is not base64.
-bool Base64Decode(const std::string& in, std::string* out);
-
 // POSTs of JSON to etcd's gateway, with libcurl. One thread at a time makes
 // requests (its owner's background thread); Interrupt() may come from any
 // thread, and makes the request under way and every later one return
@@ -57,7 +55,9 @@ class EtcdHttp {
 
   // POSTs `body` to `path` on the endpoint that answered last, then on the
   // others; *out gets the answer's body. NetworkError when none answers
-  // within `timeout` each, RemoteError when etcd answers other than 200.
+  // within `timeout` each, RemoteError when etcd answers other than 200,
+  // Corruption when its answer runs past kMaxEtcdAnswerBytes (read no
+  // further).
   Status Post(const std::string& path, const std::string& body, MonoDelta timeout,
               std::string* out);
   // A streaming POST (/v3/watch) to one endpoint (the next after a
@@ -126,10 +126,12 @@ class EtcdRegistration {
 // `on_change` with every server's address after each change (on that
 // thread). While etcd is unreachable it keeps the last set and logs so;
 // when etcd answers again it resumes the watch from its revision (no full
-// read unless etcd compacted that revision away), after a backoff with
-// jitter (100 ms doubling to 1 s) so that many clients do not come back at
-// once. Load before Start, from the owner's thread; Stop and the accessors:
-// any thread.
+// read unless etcd compacted that revision away, or a message was lost),
+// after a backoff with jitter (100 ms doubling to 1 s) so that many clients
+// do not come back at once. Whatever etcd sends, it holds at most
+// kMaxEtcdAnswerBytes of it and kMaxEtcdServers servers (EtcdServerTable).
+// Load before Start, from the owner's thread; Stop and the accessors: any
+// thread.
 class EtcdWatcher {
  public:
   using OnChange = std::function<void(const std::vector<std::string>& addresses)>;
@@ -155,9 +157,11 @@ class EtcdWatcher {
   void Run() OSPREY_EXCLUDES(mu_);
   // One watch stream from revision_ + 1, until it ends.
   Status Watch() OSPREY_EXCLUDES(mu_);
-  // A line of the watch stream; false to end the stream.
-  bool OnWatchMessage(const std::string& line) OSPREY_EXCLUDES(mu_);
+  // A message of the watch stream; false to end the stream.
+  bool OnWatchMessage(std::string_view message) OSPREY_EXCLUDES(mu_);
   void Publish() OSPREY_EXCLUDES(mu_);
+  // Logs keys the table would not keep since it last did.
+  void LogRefusedServers() OSPREY_REQUIRES(mu_);
 
   const EtcdTarget target_;
   const OnChange on_change_;
@@ -169,9 +173,11 @@ class EtcdWatcher {
   CondVar cv_;
   bool stop_ OSPREY_GUARDED_BY(mu_) = false;
   bool need_load_ OSPREY_GUARDED_BY(mu_) = true;
-  int64_t revision_ OSPREY_GUARDED_BY(mu_) = 0;  // the last revision seen in full
-  std::map<std::string, std::string> servers_ OSPREY_GUARDED_BY(mu_);  // key -> address
-  std::string pending_;  // the thread's: a watch message not yet whole
+  EtcdServerTable table_ OSPREY_GUARDED_BY(mu_);
+  // table_.refused() when last logged; logged at most once in 10 s, since
+  // etcd may list more with every message.
+  int64_t refused_logged_ OSPREY_GUARDED_BY(mu_) = 0;
+  LogRateLimiter refused_log_{1, MonoDelta::FromSeconds(10)};
 };
 
 }  // namespace osprey

@@ -1,0 +1,225 @@
+#include "osprey/rpc/etcd_answers.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "glog/logging.h"
+
+namespace osprey {
+namespace {
+
+using nlohmann::json;
+
+json Parse(std::string_view text) {
+  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+// A revision etcd wrote (the gateway writes int64 fields as JSON strings),
+// or 0 if it is missing, not a number, or out of 0 .. INT64_MAX - 1.
+int64_t RevisionOf(const json& j, const char* field) {
+  if (!j.is_object()) return 0;
+  auto it = j.find(field);
+  if (it == j.end()) return 0;
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    return v < static_cast<uint64_t>(INT64_MAX) ? static_cast<int64_t>(v) : 0;
+  }
+  if (it->is_number_integer()) {
+    const int64_t v = it->get<int64_t>();
+    return v >= 0 && v < INT64_MAX ? v : 0;
+  }
+  if (!it->is_string()) return 0;
+  const std::string& s = it->get_ref<const std::string&>();
+  if (s.empty() || s.size() > 19) return 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return 0;  // strtoll would also take blanks and signs
+  }
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), nullptr, 10);
+  return errno == 0 && v < INT64_MAX ? v : 0;
+}
+
+// A boolean field of an object, false if it is missing or not a boolean
+// (json::value would throw, on the watcher's thread).
+bool BoolOf(const json& j, const char* field) {
+  if (!j.is_object()) return false;
+  auto it = j.find(field);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+// A string field of an object, or "" if it is missing or not a string.
+std::string StringOf(const json& j, const char* field) {
+  if (!j.is_object()) return "";
+  auto it = j.find(field);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+std::string Base64Encode(std::string_view in) {
+  CHECK_LE(in.size(), static_cast<size_t>(INT_MAX / 2)) << "too long to encode";
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+bool Base64Decode(std::string_view in, std::string* out) {
+  out->clear();
+  // EVP_DecodeBlock also takes surrounding blanks and pads '=' with zero
+  // bytes: only the exact form is let through to it.
+  if (in.size() % 4 != 0 || in.size() > static_cast<size_t>(INT_MAX / 2)) return false;
+  size_t padding = 0;
+  while (padding < 2 && padding < in.size() && in[in.size() - 1 - padding] == '=') padding++;
+  for (size_t i = 0; i + padding < in.size(); ++i) {
+    const char c = in[i];
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+          c == '/')) {
+      return false;
+    }
+  }
+  if (in.empty()) return true;
+  out->resize(in.size() / 4 * 3);
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out->data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  if (n < 0 || static_cast<size_t>(n) != out->size()) {
+    out->clear();
+    return false;
+  }
+  out->resize(out->size() - padding);
+  return true;
+}
+
+EtcdLineSplitter::Result EtcdLineSplitter::Feed(
+    std::string_view data, const std::function<bool(std::string_view)>& on_line) {
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    const std::string_view piece = data.substr(0, nl);  // all of it when there is no '\n'
+    if (pending_.size() + piece.size() > max_line_bytes_) {
+      pending_.clear();
+      return Result::kTooLong;
+    }
+    if (nl == std::string_view::npos) {
+      pending_.append(piece);
+      return Result::kMore;
+    }
+    data.remove_prefix(nl + 1);
+    bool go_on = true;
+    if (pending_.empty()) {
+      if (!piece.empty()) go_on = on_line(piece);  // whole in this read: not copied
+    } else {
+      pending_.append(piece);
+      go_on = on_line(pending_);
+      pending_.clear();
+    }
+    if (!go_on) return Result::kStopped;
+  }
+  return Result::kMore;
+}
+
+bool EtcdServerTable::Put(const std::string& key, const std::string& value) {
+  std::string address;
+  const json v = Parse(value);
+  address = StringOf(v, "address");
+  if (address.empty() && key.size() > prefix_.size() + 1) address = key.substr(prefix_.size() + 1);
+  if (address.empty()) return false;  // nothing to call
+  auto it = servers_.find(key);
+  if (it == servers_.end()) {
+    if (servers_.size() >= max_servers_) {
+      refused_++;
+      return false;
+    }
+    servers_.emplace(key, std::move(address));
+    return true;
+  }
+  if (it->second == address) return false;
+  it->second = std::move(address);
+  return true;
+}
+
+Status EtcdServerTable::LoadRange(std::string_view answer) {
+  const json j = Parse(answer);
+  if (!j.is_object()) {
+    return Status::Corruption("etcd answered a range with something other than a JSON object: " +
+                              std::string(answer.substr(0, 200)));
+  }
+  servers_.clear();
+  auto kvs = j.find("kvs");
+  if (kvs != j.end() && kvs->is_array()) {
+    for (const json& kv : *kvs) {
+      std::string key, value;
+      if (Base64Decode(StringOf(kv, "key"), &key) && Base64Decode(StringOf(kv, "value"), &value)) {
+        Put(key, value);
+      }
+    }
+  }
+  auto header = j.find("header");
+  revision_ = header != j.end() ? RevisionOf(*header, "revision") : 0;
+  return Status::OK();
+}
+
+EtcdWatchStep EtcdServerTable::ApplyWatchMessage(std::string_view message) {
+  EtcdWatchStep step;
+  const json j = Parse(message);
+  if (!j.is_object()) {
+    // A message lost: the events in it are not known.
+    step.next = EtcdWatchStep::Next::kReadAgain;
+    step.why = "not JSON: " + std::string(message.substr(0, 200));
+    return step;
+  }
+  if (j.contains("error")) {
+    step.next = EtcdWatchStep::Next::kWatchAgain;
+    step.why = "etcd said: " + std::string(message.substr(0, 200));
+    return step;
+  }
+  auto result = j.find("result");
+  const json& r = result != j.end() ? *result : j;
+  if (RevisionOf(r, "compact_revision") > 0) {
+    // The revision it would resume from is compacted away.
+    step.next = EtcdWatchStep::Next::kReadAgain;
+    step.why = "the revision to watch from is compacted";
+    return step;
+  }
+  if (!r.is_object()) return step;
+  if (BoolOf(r, "canceled")) {
+    step.next = EtcdWatchStep::Next::kWatchAgain;
+    step.why = "etcd canceled the watch: " + StringOf(r, "cancel_reason");
+    return step;
+  }
+  step.created = BoolOf(r, "created");
+  auto events = r.find("events");
+  if (events == r.end() || !events->is_array()) return step;
+  for (const json& ev : *events) {
+    if (!ev.is_object()) continue;
+    auto kv = ev.find("kv");
+    if (kv == ev.end() || !kv->is_object()) continue;
+    std::string key, value;
+    if (!Base64Decode(StringOf(*kv, "key"), &key)) continue;
+    if (StringOf(ev, "type") == "DELETE") {
+      step.changed |= servers_.erase(key) > 0;
+    } else if (Base64Decode(StringOf(*kv, "value"), &value)) {
+      step.changed |= Put(key, value);
+    }
+    revision_ = std::max(revision_, RevisionOf(*kv, "mod_revision"));
+  }
+  return step;
+}
+
+std::vector<std::string> EtcdServerTable::Addresses() const {
+  std::vector<std::string> out;
+  out.reserve(servers_.size());
+  for (const auto& [key, address] : servers_) out.push_back(address);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace osprey
