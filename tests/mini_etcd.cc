@@ -40,8 +40,9 @@ int FreeLoopbackPort() {
 
 bool MiniEtcd::Available() { return access(kBinary, X_OK) == 0; }
 
-Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out) {
+Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls) {
   std::unique_ptr<MiniEtcd> etcd(new MiniEtcd());
+  if (tls != nullptr) etcd->tls_ = *tls;
   std::string tmpl = (std::filesystem::temp_directory_path() / "osprey-etcd-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) return Status::IOError("mkdtemp failed");
   etcd->dir_ = tmpl;
@@ -56,7 +57,8 @@ Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out) {
 }
 
 Status MiniEtcd::Launch() {
-  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string client =
+      (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(client_port_);
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   std::vector<std::string> args = {
       kBinary, "--name", "osprey-test", "--data-dir", dir_ + "/data", "--listen-client-urls",
@@ -64,6 +66,18 @@ Status MiniEtcd::Launch() {
       "--initial-advertise-peer-urls", peer, "--initial-cluster", "osprey-test=" + peer,
       // A quick election after a restart; leases may be as short as 1 s.
       "--heartbeat-interval", "50", "--election-timeout", "500"};
+  if (tls_) {
+    for (const std::string& a :
+         {std::string("--cert-file"), tls_->cert_file, std::string("--key-file"), tls_->key_file}) {
+      args.push_back(a);
+    }
+    if (!tls_->client_ca_file.empty()) {
+      for (const std::string& a : {std::string("--client-cert-auth"),
+                                   std::string("--trusted-ca-file"), tls_->client_ca_file}) {
+        args.push_back(a);
+      }
+    }
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -81,7 +95,7 @@ Status MiniEtcd::Launch() {
   }
   pid_ = pid;
   // Ready when it answers a read (it has elected itself leader).
-  EtcdHttp http({endpoint()});
+  EtcdHttp http({endpoint()}, tls_.has_value(), tls_ ? tls_->check : EtcdTlsFiles{});
   const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(15);
   for (int i = 0; i < 300 && MonoTime::Now() < deadline; ++i) {
     std::string answer;

@@ -8,9 +8,11 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "osprey/base/status.h"
+#include "osprey/rpc/etcd_registry.h"
 
 namespace osprey::test {
 
@@ -19,8 +21,19 @@ class MiniEtcd {
   static constexpr const char* kBinary = "/usr/bin/etcd";
   // Whether etcd is installed (tests skip without it).
   static bool Available();
-  // Starts etcd and waits until it answers (a few seconds at most).
-  static Status Start(std::unique_ptr<MiniEtcd>* out);
+  // etcd serving HTTPS to its clients with `cert_file` and `key_file`;
+  // with `client_ca_file`, it also requires a client certificate that CA
+  // signed (--client-cert-auth); it must also trust cert_file, which
+  // etcd's gateway presents to etcd's own gRPC port. `check` is what its
+  // start-up check presents (the CA that signed cert_file, and a client
+  // certificate).
+  struct Tls {
+    std::string cert_file, key_file, client_ca_file;
+    EtcdTlsFiles check;
+  };
+  // Starts etcd and waits until it answers (a few seconds at most); over
+  // TLS with `tls`.
+  static Status Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls = nullptr);
   ~MiniEtcd();  // kills it, removes the directory
 
   // Stops it (SIGKILL by PID: an outage, not a farewell) / starts it again
@@ -28,9 +41,12 @@ class MiniEtcd {
   Status Stop();
   Status Restart();
 
-  // "127.0.0.1:PORT", and "etcd://127.0.0.1:PORT/PREFIX".
+  // "127.0.0.1:PORT", and "etcd://127.0.0.1:PORT/PREFIX" (etcds:// over
+  // TLS).
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
-  std::string Target(const std::string& prefix) const { return "etcd://" + endpoint() + prefix; }
+  std::string Target(const std::string& prefix) const {
+    return (tls_ ? "etcds://" : "etcd://") + endpoint() + prefix;
+  }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -40,6 +56,7 @@ class MiniEtcd {
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
+  std::optional<Tls> tls_;
 };
 
 }  // namespace osprey::test

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cert_test_util.h"
 #include "child_server.h"
 #include "contract_test_util.h"
 #include "mini_etcd.h"
@@ -123,6 +125,20 @@ TEST(RegistryTest, BadRegistryTargetsAreRefusedByBuild) {
   ASSERT_TRUE(EtcdTarget::Parse("etcd://a:1,b:2/svc/calc/", &t).ok());
   EXPECT_EQ((std::vector<std::string>{"a:1", "b:2"}), t.endpoints);
   EXPECT_EQ("/svc/calc", t.prefix);
+  EXPECT_FALSE(t.tls);
+  ASSERT_TRUE(EtcdTarget::Parse("etcds://a:1/svc", &t).ok());
+  EXPECT_TRUE(t.tls);
+  EXPECT_EQ(std::vector<std::string>{"a:1"}, t.endpoints);
+  EXPECT_EQ("etcds://a:1/svc", t.ToString());
+  EXPECT_TRUE(EtcdTarget::Parse("etcds:/a:1/svc", &t).IsInvalidArgument());
+  // etcd's TLS files: readable, a certificate with its key.
+  Status s = MessengerBuilder("x").set_etcd_tls("/nonexistent/ca.pem").Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(std::string::npos, s.ToString().find("cannot read /nonexistent/ca.pem"))
+      << s.ToString();
+  s = MessengerBuilder("x").set_etcd_tls("", "/etc/hostname").Build(&m);
+  EXPECT_NE(std::string::npos, s.ToString().find("both a certificate file and its key"))
+      << s.ToString();
   std::string decoded;
   for (const std::string s : {"", "a", "ab", "abc", "abcd", "/reg/127.0.0.1:4000"}) {
     ASSERT_TRUE(Base64Decode(Base64Encode(s), &decoded));
@@ -165,6 +181,88 @@ TEST(DiscoveryTest, ServersThatRegisterGetCallsAndOnesWhoseKeyGoesGetNone) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(b.address.ToString(), AddVia(proxy));
   EXPECT_EQ(before, a.service->adds_run.load());
   EXPECT_EQ(1u, proxy.servers().size());
+}
+
+// etcd over TLS ("etcds://", MessengerBuilder::set_etcd_tls), etcd
+// requiring client certificates (--client-cert-auth). The attackers: a man
+// in the middle of a client's etcd (plain HTTP would let it list servers of
+// its choosing), here an etcd whose certificate the client's CA did not
+// sign; and a client without a certificate etcd's CA signed.
+class EtcdTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_ETCD();
+    etcd_id_ = test::MakeCert(dir_, "etcd");
+    client_id_ = test::MakeCert(dir_, "etcd-client");
+    files_ = {etcd_id_.cert, client_id_.cert, client_id_.key};
+    // etcd's gateway calls etcd's own gRPC port with etcd's certificate, so
+    // the CA etcd trusts for clients trusts that one too (in a deployment,
+    // one CA signs both).
+    const std::string client_cas = dir_.path() + "/client-cas.pem";
+    std::ofstream(client_cas) << std::ifstream(client_id_.cert).rdbuf()
+                              << std::ifstream(etcd_id_.cert).rdbuf();
+    MiniEtcd::Tls tls{etcd_id_.cert, etcd_id_.key, client_cas, files_};
+    Status s = MiniEtcd::Start(&etcd_, &tls);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  // A watcher's first read of `prefix` with `files`.
+  Status LoadWith(const EtcdTlsFiles& files) {
+    EtcdTarget target;
+    EXPECT_TRUE(EtcdTarget::Parse(etcd_->Target("/calc"), &target).ok());
+    target.tls_files = files;
+    EtcdWatcher watcher(target, [](const std::vector<std::string>&) {});
+    return watcher.Load(MonoDelta::FromSeconds(5));
+  }
+
+  test::TempDir dir_;
+  test::CertFiles etcd_id_, client_id_;
+  EtcdTlsFiles files_;
+  std::unique_ptr<MiniEtcd> etcd_;
+};
+
+TEST_F(EtcdTlsTest, AServerRegistersAndIsFoundAndCalledOverTls) {
+  Watchdog dog(std::chrono::seconds(30));
+  ASSERT_EQ(0u, etcd_->Target("/calc").rfind("etcds://", 0));
+  auto client = MakeClient(1, MessengerBuilder("client").set_etcd_tls(
+                                  files_.ca_file, files_.cert_file, files_.key_file));
+  CalculatorServiceProxy proxy(client, etcd_->Target("/calc"));
+  EXPECT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+  TestServer server;
+  ASSERT_TRUE(server
+                  .Start(1, ServicePoolOptions(),
+                         MessengerBuilder("calc")
+                             .set_registry(etcd_->Target("/calc"))
+                             .set_etcd_tls(files_.ca_file, files_.cert_file, files_.key_file))
+                  .ok());
+  EXPECT_TRUE(WaitUntil([&] { return AddVia(proxy) == server.address.ToString(); },
+                        MonoDelta::FromSeconds(2)))
+      << "the server registered over TLS got no call";
+  server.messenger->Drain(MonoDelta::FromSeconds(2));
+  EXPECT_TRUE(WaitUntil([&] { return proxy.servers().empty(); }, MonoDelta::FromSeconds(2)))
+      << "the drained server's key did not go";
+}
+
+TEST_F(EtcdTlsTest, AClientThatDoesNotTrustEtcdsCertificateReadsNothing) {
+  const test::CertFiles stranger = test::MakeCert(dir_, "stranger-ca");
+  Status s = LoadWith({stranger.cert, files_.cert_file, files_.key_file});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string::npos, s.ToString().find("certificate")) << s.ToString();
+  std::cerr << "an etcd the client does not trust: " << s.ToString() << "\n";
+  // Nor with the system's CAs, which did not sign it either.
+  EXPECT_FALSE(LoadWith({"", files_.cert_file, files_.key_file}).ok());
+  ASSERT_TRUE(LoadWith(files_).ok());
+}
+
+TEST_F(EtcdTlsTest, AClientWithoutACertificateEtcdTrustsIsRefused) {
+  EXPECT_FALSE(LoadWith({files_.ca_file, "", ""}).ok());
+  const test::CertFiles stranger = test::MakeCert(dir_, "stranger");
+  EXPECT_FALSE(LoadWith({files_.ca_file, stranger.cert, stranger.key}).ok());
+  // And plain HTTP to it answers nothing a client takes.
+  EtcdTarget plain;
+  ASSERT_TRUE(EtcdTarget::Parse("etcd://" + etcd_->endpoint() + "/calc", &plain).ok());
+  EtcdWatcher watcher(plain, [](const std::vector<std::string>&) {});
+  EXPECT_FALSE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
 }
 
 // --- Server processes (test_server), a client at a steady open-loop rate ---

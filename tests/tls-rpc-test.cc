@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "cert_test_util.h"
 #include "forging_relay.h"
 #include "hostile_test_util.h"
 #include "osprey/base/countdown_latch.h"
@@ -35,36 +36,9 @@ namespace {
 using transport::TlsContext;
 using transport::TlsSession;
 
-// A certificate and key made by the test, as PEM files. The certificate is
-// its own CA, so it doubles as the CA bundle of whoever should trust it.
-struct CertFiles {
-  std::string cert, key;
-};
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "osprey-tls-XXXXXX").string();
-    EXPECT_NE(nullptr, mkdtemp(tmpl.data()));
-    path_ = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-CertFiles MakeCert(const TempDir& dir, const std::string& name) {
-  std::string cert, key;
-  // Every address the tests dial, so that clients checking the host pass.
-  Status s = TlsContext::MakeSelfSigned(name, &cert, &key, "IP:127.0.0.1,IP:::1,DNS:localhost");
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  CertFiles f{dir.path() + "/" + name + ".crt", dir.path() + "/" + name + ".key"};
-  std::ofstream(f.cert) << cert;
-  std::ofstream(f.key) << key;
-  return f;
-}
+using test::CertFiles;
+using test::MakeCert;
+using test::TempDir;
 
 // Both sides present `id` and trust only certificates signed by `ca`.
 MessengerBuilder TlsBuilder(const std::string& name, RpcEncryption policy, const CertFiles* id,

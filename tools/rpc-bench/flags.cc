@@ -80,9 +80,17 @@ DEFINE_int32(drain_grace_ms, 10000,
              "exits 0; at the latest this many milliseconds after the signal, 0 to 3600000");
 DEFINE_string(register_at, "",
               "-server_only: register the address it listens on in etcd, "
-              "etcd://HOST:PORT[,HOST:PORT]/PREFIX (MessengerBuilder::set_registry, a 5 s "
+              "etcd://HOST:PORT[,HOST:PORT]/PREFIX or etcds:// for TLS "
+              "(MessengerBuilder::set_registry, a 5 s "
               "lease kept alive; SIGTERM's drain withdraws it first), so that clients on that "
               "target find it; empty: nowhere");
+DEFINE_string(etcd_ca_file, "",
+              "etcds:// targets (-register_at, -server_address): the CA file that signed etcd's "
+              "certificate (MessengerBuilder::set_etcd_tls); empty: the system's CAs");
+DEFINE_string(etcd_cert_file, "",
+              "etcds:// targets: the certificate presented to an etcd that requires one "
+              "(--client-cert-auth), with -etcd_key_file; empty: none");
+DEFINE_string(etcd_key_file, "", "etcds:// targets: the key of -etcd_cert_file");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
             "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
@@ -264,7 +272,8 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_sasl_protocol_name(FLAGS_sasl_protocol_name)
       .set_spin_before_sleep(MonoDelta::FromMicroseconds(FLAGS_spin_before_sleep_us))
       .set_caller_reads(FLAGS_caller_reads)
-      .set_worker_reads(FLAGS_worker_reads);
+      .set_worker_reads(FLAGS_worker_reads)
+      .set_etcd_tls(FLAGS_etcd_ca_file, FLAGS_etcd_cert_file, FLAGS_etcd_key_file);
   return b;
 }
 
@@ -324,6 +333,9 @@ constexpr HelpLine kHelp[] = {
     {"server_only", "only serve, on -listen, until SIGINT or SIGTERM"},
     {"drain_grace_ms", "-server_only: SIGTERM drains for at most this long"},
     {"register_at", "-server_only: register in etcd://HOST:PORT/PREFIX"},
+    {"etcd_ca_file", "etcds:// targets: the CA of etcd's certificate"},
+    {"etcd_cert_file", "etcds:// targets: a client certificate for etcd"},
+    {"etcd_key_file", "etcds:// targets: its key"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},
     {"metrics", "count calls; serve /metrics, /rpcz and more"},

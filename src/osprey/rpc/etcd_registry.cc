@@ -80,9 +80,10 @@ Status ParseAnswer(const std::string& body, json* out) {
 
 Status EtcdTarget::Parse(const std::string& target, EtcdTarget* out) {
   const std::string usage =
-      "target '" + target + "': expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
+      "target '" + target + "': expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX (etcds:// for TLS)";
   if (!IsEtcd(target)) return Status::InvalidArgument(usage);
-  std::string rest = target.substr(7);
+  const bool tls = target.rfind("etcds://", 0) == 0;
+  std::string rest = target.substr(tls ? 8 : 7);
   size_t slash = rest.find('/');
   if (slash == std::string::npos || slash == 0) return Status::InvalidArgument(usage);
   EtcdTarget t;
@@ -100,20 +101,24 @@ Status EtcdTarget::Parse(const std::string& target, EtcdTarget* out) {
   t.prefix = rest.substr(slash);
   while (t.prefix.size() > 1 && t.prefix.back() == '/') t.prefix.pop_back();
   if (t.prefix.size() < 2) return Status::InvalidArgument(usage + " (the prefix is empty)");
+  t.tls = tls;
   *out = std::move(t);
   return Status::OK();
 }
 
 std::string EtcdTarget::ToString() const {
-  std::string s = "etcd://";
+  std::string s = tls ? "etcds://" : "etcd://";
   for (size_t i = 0; i < endpoints.size(); ++i) s += (i ? "," : "") + endpoints[i];
   return s + prefix;
 }
 
 // --- EtcdHttp ---
 
-EtcdHttp::EtcdHttp(std::vector<std::string> endpoints)
-    : endpoints_(std::move(endpoints)), multi_((InitCurl(), curl_multi_init())) {
+EtcdHttp::EtcdHttp(std::vector<std::string> endpoints, bool tls, EtcdTlsFiles files)
+    : endpoints_(std::move(endpoints)),
+      tls_(tls),
+      files_(std::move(files)),
+      multi_((InitCurl(), curl_multi_init())) {
   CHECK(!endpoints_.empty());
   CHECK(multi_ != nullptr) << "curl_multi_init failed";
 }
@@ -128,6 +133,10 @@ void EtcdHttp::Interrupt() {
 Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
   CURLM* multi = static_cast<CURLM*>(multi_);
   CURL* easy = static_cast<CURL*>(easy_handle);
+  // curl's own account of a failure ("SSL certificate problem: ..."),
+  // more than curl_easy_strerror's line.
+  char detail[CURL_ERROR_SIZE] = {};
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, detail);
   curl_multi_add_handle(multi, easy);
   Status result;
   // Ends when curl does (its timeouts bound a POST; a watch lasts until it
@@ -146,7 +155,8 @@ Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
         done = true;
         if (msg->data.result != CURLE_OK) {
           result =
-              Status::NetworkError(std::string("etcd: ") + curl_easy_strerror(msg->data.result));
+              Status::NetworkError(std::string("etcd: ") + curl_easy_strerror(msg->data.result) +
+                                   (detail[0] != '\0' ? std::string(": ") + detail : ""));
         }
       }
     }
@@ -155,16 +165,28 @@ Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
   }
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, http_code);
   curl_multi_remove_handle(multi, easy);
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);  // `detail` goes now
   return result;
 }
 
-namespace {
-
-// An easy handle for a JSON POST to `url`; the caller sets where the
-// answer goes.
-CURL* MakePost(const std::string& url, const std::string& body, curl_slist* headers) {
+// An easy handle for a JSON POST of `body` to `path` on endpoint `at`; the
+// caller sets where the answer goes.
+void* EtcdHttp::MakePost(size_t at, const std::string& path, const std::string& body,
+                         curl_slist* headers) const {
   CURL* easy = curl_easy_init();
-  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  const std::string url = (tls_ ? "https://" : "http://") + endpoints_[at] + path;
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());  // curl copies it
+  if (tls_) {
+    // Verified (curl's defaults, set again so that no default can undo
+    // them): the chain leads to the CA, the name or address is HOST's.
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!files_.ca_file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, files_.ca_file.c_str());
+    if (!files_.cert_file.empty()) {
+      curl_easy_setopt(easy, CURLOPT_SSLCERT, files_.cert_file.c_str());
+      curl_easy_setopt(easy, CURLOPT_SSLKEY, files_.key_file.c_str());
+    }
+  }
   curl_easy_setopt(easy, CURLOPT_POST, 1L);
   curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.c_str());
   curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
@@ -177,8 +199,6 @@ CURL* MakePost(const std::string& url, const std::string& body, curl_slist* head
   return easy;
 }
 
-}  // namespace
-
 Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelta timeout,
                       std::string* out) {
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
@@ -186,7 +206,7 @@ Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelt
   for (size_t tries = 0; tries < endpoints_.size(); ++tries) {
     const size_t at = current_.load() % endpoints_.size();
     out->clear();
-    CURL* easy = MakePost("http://" + endpoints_[at] + path, body, headers);
+    CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
     BoundedAnswer answer{out};
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToAnswer);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &answer);
@@ -215,7 +235,7 @@ Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDe
                         const std::function<bool(const char*, size_t)>& on_data) {
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   const size_t at = current_.load() % endpoints_.size();
-  CURL* easy = MakePost("http://" + endpoints_[at] + path, body, headers);
+  CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, CallOnData);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &on_data);
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
@@ -243,7 +263,7 @@ EtcdRegistration::EtcdRegistration(EtcdTarget target, std::vector<std::string> a
       addresses_(std::move(addresses)),
       // etcd's leases count whole seconds.
       ttl_seconds_(std::max<int64_t>(1, (ttl.ToMilliseconds() + 999) / 1000)),
-      http_(target_.endpoints) {}
+      http_(target_.endpoints, target_.tls, target_.tls_files) {}
 
 EtcdRegistration::~EtcdRegistration() { Withdraw(); }
 
@@ -376,7 +396,7 @@ void EtcdRegistration::Withdraw() {
   if (lease == 0) return;
   // Revoking deletes the keys now, rather than when the TTL runs out: the
   // clients stop sending here within a watch event.
-  EtcdHttp http(target_.endpoints);
+  EtcdHttp http(target_.endpoints, target_.tls, target_.tls_files);
   std::string answer;
   Status s = http.Post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump(),
                        MonoDelta::FromSeconds(1), &answer);
@@ -393,7 +413,7 @@ void EtcdRegistration::Withdraw() {
 EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change)
     : target_(std::move(target)),
       on_change_(std::move(on_change)),
-      http_(target_.endpoints),
+      http_(target_.endpoints, target_.tls, target_.tls_files),
       table_(target_.prefix) {}
 
 EtcdWatcher::~EtcdWatcher() { Stop(); }

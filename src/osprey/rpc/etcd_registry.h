@@ -25,16 +25,34 @@
 #include "osprey/base/status.h"
 #include "osprey/rpc/etcd_answers.h"
 
+struct curl_slist;
+
 namespace osprey {
 
-// A parsed "etcd://HOST:PORT[,HOST:PORT...]/PREFIX". A value; any thread.
+// How a client reaches an etcd over TLS (an "etcds://" target): the CA
+// file that signed etcd's certificate (empty: the system's CAs), and this
+// process's certificate and key, for an etcd that requires them
+// (--client-cert-auth; empty: none). A value; any thread.
+struct EtcdTlsFiles {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// A parsed "etcd://HOST:PORT[,HOST:PORT...]/PREFIX", or "etcds://..." for
+// HTTPS, etcd's certificate verified and its name checked against HOST. A
+// value; any thread.
 struct EtcdTarget {
   std::vector<std::string> endpoints;  // "HOST:PORT", each an etcd member
   std::string prefix;                  // "/PREFIX", without a trailing '/'
+  bool tls = false;                    // etcds://
+  EtcdTlsFiles tls_files;              // not in the URL: MessengerBuilder::set_etcd_tls
 
-  static bool IsEtcd(const std::string& target) { return target.rfind("etcd://", 0) == 0; }
-  // InvalidArgument unless `target` is etcd://, names at least one
-  // HOST:PORT and a non-empty prefix.
+  static bool IsEtcd(const std::string& target) {
+    return target.rfind("etcd://", 0) == 0 || target.rfind("etcds://", 0) == 0;
+  }
+  // InvalidArgument unless `target` is etcd:// or etcds://, names at least
+  // one HOST:PORT and a non-empty prefix.
   static Status Parse(const std::string& target, EtcdTarget* out);
   // The key a server at `address` registers under.
   std::string KeyOf(const std::string& address) const { return prefix + "/" + address; }
@@ -48,7 +66,8 @@ struct EtcdTarget {
 // joined without waiting for a watch that may last forever.
 class EtcdHttp {
  public:
-  explicit EtcdHttp(std::vector<std::string> endpoints);
+  // `tls`: HTTPS with `files` (EtcdTlsFiles).
+  explicit EtcdHttp(std::vector<std::string> endpoints, bool tls = false, EtcdTlsFiles files = {});
   ~EtcdHttp();
   EtcdHttp(const EtcdHttp&) = delete;
   EtcdHttp& operator=(const EtcdHttp&) = delete;
@@ -74,7 +93,12 @@ class EtcdHttp {
   // Runs the transfer set up on `easy` (a CURL*) to its end; *http_code
   // gets the HTTP status.
   Status Perform(void* easy, long* http_code);
+  // A CURL* for a POST of `body` to `path` on endpoints_[at].
+  void* MakePost(size_t at, const std::string& path, const std::string& body,
+                 curl_slist* headers) const;
   const std::vector<std::string> endpoints_;
+  const bool tls_;
+  const EtcdTlsFiles files_;
   std::atomic<size_t> current_{0};
   std::atomic<bool> interrupted_{false};
   void* const multi_;  // CURLM*: made and freed with this; wakeup is thread-safe

@@ -199,6 +199,7 @@ void Messenger::Register(const Sockaddr& bound) {
   EtcdTarget target;
   Status parsed = EtcdTarget::Parse(guard_settings_.registry, &target);
   CHECK(parsed.ok()) << parsed.ToString();  // Build checked it
+  target.tls_files = etcd_tls_files();
   auto reg = std::make_unique<EtcdRegistration>(
       std::move(target), std::vector<std::string>{address}, guard_settings_.registry_ttl);
   reg->Start();
@@ -212,6 +213,11 @@ void Messenger::Register(const Sockaddr& bound) {
   MutexLock l(mu_);
   if (shut_down_) return;  // a shutdown began meanwhile: `reg` withdraws as it goes
   registration_ = std::move(reg);
+}
+
+EtcdTlsFiles Messenger::etcd_tls_files() const {
+  return {guard_settings_.etcd_ca_file, guard_settings_.etcd_cert_file,
+          guard_settings_.etcd_key_file};
 }
 
 void Messenger::WithdrawRegistration() {

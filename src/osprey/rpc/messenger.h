@@ -57,6 +57,7 @@ struct ParkedConnection;
 }  // namespace transport
 class ClientMethodMetrics;
 class EtcdRegistration;
+struct EtcdTlsFiles;
 class HttpEndpoints;
 class MessengerMetrics;
 class Messenger;
@@ -317,6 +318,15 @@ class MessengerBuilder {
   // when the TTL runs out. A wildcard listen address (0.0.0.0) registers
   // the host's name. Empty: off (the default).
   MessengerBuilder& set_registry(std::string target, MonoDelta ttl = MonoDelta::FromSeconds(5));
+  // etcd over TLS, for "etcds://" targets (the registry's, and proxies'
+  // made on this messenger): the CA file that signed etcd's certificate
+  // (empty: the system's CAs), and the certificate and key this process
+  // presents to an etcd that requires them (--client-cert-auth; both or
+  // neither). etcd's certificate must name the HOST of the target. Build
+  // fails if a file cannot be read. Unset: the system's CAs, no
+  // certificate.
+  MessengerBuilder& set_etcd_tls(std::string ca_file, std::string cert_file = "",
+                                 std::string key_file = "");
 
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
@@ -345,6 +355,7 @@ class MessengerBuilder {
   ClientGuardOptions guards_;
   std::string registry_;
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
+  std::string etcd_ca_file_, etcd_cert_file_, etcd_key_file_;
   HedgingPolicy hedging_;
 };
 
@@ -426,6 +437,8 @@ class Messenger {
     // Where Listen registers the server (set_registry); empty: nowhere.
     std::string registry;
     MonoDelta registry_ttl;
+    // etcds:// targets' files (set_etcd_tls).
+    std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
     // Proxies' hedging until they set their own (set_hedging).
     HedgingPolicy hedging;
   };
@@ -434,6 +447,8 @@ class Messenger {
   std::shared_ptr<ServerGuards> GuardsFor(const Sockaddr& server, bool retrying);
   bool client_throttling() const { return guard_settings_.guards.client_throttling; }
   const HedgingPolicy& default_hedging() const { return guard_settings_.hedging; }
+  // set_etcd_tls's files, for etcds:// targets.
+  EtcdTlsFiles etcd_tls_files() const;
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);

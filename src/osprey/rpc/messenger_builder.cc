@@ -2,8 +2,11 @@
 // and makes the Messenger (split from messenger.cc, issue 48).
 #include <glog/logging.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "osprey/rpc/etcd_registry.h"
@@ -232,6 +235,14 @@ MessengerBuilder& MessengerBuilder::set_registry(std::string target, MonoDelta t
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_etcd_tls(std::string ca_file, std::string cert_file,
+                                                 std::string key_file) {
+  etcd_ca_file_ = std::move(ca_file);
+  etcd_cert_file_ = std::move(cert_file);
+  etcd_key_file_ = std::move(key_file);
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -415,10 +426,23 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
       return Status::InvalidArgument("set_registry: the TTL must be at least 1 s");
     }
   }
+  if (etcd_cert_file_.empty() != etcd_key_file_.empty()) {
+    return Status::InvalidArgument(
+        "set_etcd_tls: give both a certificate file and its key file, or neither");
+  }
+  for (const std::string* f : {&etcd_ca_file_, &etcd_cert_file_, &etcd_key_file_}) {
+    if (!f->empty() && access(f->c_str(), R_OK) != 0) {
+      return Status::InvalidArgument("set_etcd_tls: cannot read " + *f + ": " +
+                                     std::strerror(errno));
+    }
+  }
   if (Status bad = hedging_.Validate(); !bad.ok()) return bad.CloneAndPrepend("set_hedging");
   obs.hedging = hedging_;
   obs.registry = registry_;
   obs.registry_ttl = registry_ttl_;
+  obs.etcd_ca_file = etcd_ca_file_;
+  obs.etcd_cert_file = etcd_cert_file_;
+  obs.etcd_key_file = etcd_key_file_;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());

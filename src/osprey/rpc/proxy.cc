@@ -89,7 +89,9 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {
   if (ServerSet::IsSetTarget(host_port_)) {
-    servers_status_ = ServerSet::Make(host_port_, ServerSet::Options(), &servers_);
+    ServerSet::Options options;
+    options.etcd_tls = messenger_->etcd_tls_files();
+    servers_status_ = ServerSet::Make(host_port_, std::move(options), &servers_);
     if (servers_ != nullptr && EtcdTarget::IsEtcd(host_port_) && messenger_->metrics_->counting()) {
       AddRegistryMetrics(messenger_->metrics(), host_port_, servers_);
     }

@@ -44,6 +44,7 @@ Status ServerSet::Make(const std::string& target, Options options,
   const bool is_etcd = EtcdTarget::IsEtcd(target);
   if (is_etcd) {
     OSPREY_RETURN_NOT_OK(EtcdTarget::Parse(target, &etcd));
+    etcd.tls_files = options.etcd_tls;
   } else if (target.rfind("dns:", 0) == 0) {
     dns = target.substr(4);
     std::vector<Sockaddr> all;

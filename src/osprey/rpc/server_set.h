@@ -35,11 +35,10 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
+#include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/load_balancer.h"
 
 namespace osprey {
-
-class EtcdWatcher;
 
 class ServerSet {
  public:
@@ -57,6 +56,7 @@ class ServerSet {
     MonoDelta resolve_period = MonoDelta::FromSeconds(30);
     std::function<MonoTime()> clock;   // null: MonoTime::Now
     std::function<uint64_t()> random;  // null: a generator per thread
+    EtcdTlsFiles etcd_tls;             // "etcds://" targets: MessengerBuilder::set_etcd_tls
   };
 
   // How an attempt sent to a server ended, for what the set learns of it.
