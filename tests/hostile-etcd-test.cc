@@ -211,6 +211,28 @@ struct Published {
     std::lock_guard<std::mutex> l(mu);
     return last;
   }
+  size_t Most() {
+    std::lock_guard<std::mutex> l(mu);
+    return most;
+  }
+};
+
+// A watcher of `etcd`'s /svc, loaded (Load's status in `loaded`) and
+// started, and what it published.
+struct Watching {
+  explicit Watching(const FakeEtcd& etcd)
+      : watcher(TargetOf(etcd), [this](const std::vector<std::string>& a) { published.Set(a); }) {
+    loaded = watcher.Load(MonoDelta::FromSeconds(5));
+    if (loaded.ok()) watcher.Start();
+  }
+  static EtcdTarget TargetOf(const FakeEtcd& etcd) {
+    EtcdTarget target;
+    EXPECT_TRUE(EtcdTarget::Parse(etcd.Target(), &target).ok());
+    return target;
+  }
+  Published published;  // before the watcher, which publishes to it
+  EtcdWatcher watcher;
+  Status loaded;
 };
 
 // Waits at most `seconds` for `done`.
@@ -247,12 +269,8 @@ TEST(HostileEtcdTest, AWatchMessageThatNeverEndsIsCutAtTheBound) {
     etcd.HoldUntilClosed(fd);
     return false;
   });
-  EtcdTarget target;
-  ASSERT_TRUE(EtcdTarget::Parse(etcd.Target(), &target).ok());
-  Published published;
-  EtcdWatcher watcher(target, [&](const std::vector<std::string>& a) { published.Set(a); });
-  ASSERT_TRUE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
-  watcher.Start();
+  Watching w(etcd);
+  ASSERT_TRUE(w.loaded.ok()) << w.loaded.ToString();
   ASSERT_TRUE(WaitFor([&] { return flood_done.load(); }, 60)) << "the flood never ended";
   EXPECT_LT(flood_sent.load(), kFlood) << "the watcher took the whole never-ending message";
   // The kernel's buffers hold some of what was sent; the watcher no more
@@ -260,8 +278,8 @@ TEST(HostileEtcdTest, AWatchMessageThatNeverEndsIsCutAtTheBound) {
   EXPECT_LE(flood_sent.load(), kMaxEtcdAnswerBytes + (32u << 20));
   EXPECT_TRUE(WaitFor([&] { return ranges.load() >= 2; }, 10))
       << "the watcher did not read the prefix again after the message it lost";
-  EXPECT_EQ(std::vector<std::string>{"127.0.0.1:1"}, published.Get());
-  watcher.Stop();
+  EXPECT_EQ(std::vector<std::string>{"127.0.0.1:1"}, w.published.Get());
+  w.watcher.Stop();
 }
 
 // A range answer without end: Load stops reading it at the bound and says
@@ -314,22 +332,18 @@ TEST(HostileEtcdTest, MoreServersThanTheBoundAreNotKept) {
     etcd.HoldUntilClosed(fd);
     return false;
   });
-  EtcdTarget target;
-  ASSERT_TRUE(EtcdTarget::Parse(etcd.Target(), &target).ok());
-  Published published;
-  EtcdWatcher watcher(target, [&](const std::vector<std::string>& a) { published.Set(a); });
-  ASSERT_TRUE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
-  watcher.Start();
+  Watching w(etcd);
+  ASSERT_TRUE(w.loaded.ok()) << w.loaded.ToString();
   // The revision moves before the watcher publishes (outside its lock):
   // wait for what it published.
-  ASSERT_TRUE(WaitFor([&] { return published.Get().size() == kMaxEtcdServers - 1; }, 30))
-      << published.Get().size() << " servers published at revision " << watcher.revision();
-  EXPECT_EQ(100, watcher.revision());
-  std::vector<std::string> last = published.Get();
+  ASSERT_TRUE(WaitFor([&] { return w.published.Get().size() == kMaxEtcdServers - 1; }, 30))
+      << w.published.Get().size() << " servers published at revision " << w.watcher.revision();
+  EXPECT_EQ(100, w.watcher.revision());
+  std::vector<std::string> last = w.published.Get();
   EXPECT_EQ(kMaxEtcdServers - 1, last.size());
-  EXPECT_EQ(kMaxEtcdServers, published.most);
+  EXPECT_EQ(kMaxEtcdServers, w.published.Most());
   EXPECT_EQ(last.end(), std::find(last.begin(), last.end(), "127.0.0.1:1"));
-  watcher.Stop();
+  w.watcher.Stop();
 }
 
 // Fields of the wrong type where etcd writes a boolean or a string: the
@@ -350,17 +364,13 @@ TEST(HostileEtcdTest, FieldsOfTheWrongTypeAreReadAsMissing) {
     etcd.HoldUntilClosed(fd);
     return false;
   });
-  EtcdTarget target;
-  ASSERT_TRUE(EtcdTarget::Parse(etcd.Target(), &target).ok());
-  Published published;
-  EtcdWatcher watcher(target, [&](const std::vector<std::string>& a) { published.Set(a); });
-  ASSERT_TRUE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
-  watcher.Start();
+  Watching w(etcd);
+  ASSERT_TRUE(w.loaded.ok()) << w.loaded.ToString();
   const std::vector<std::string> both = {"127.0.0.1:1", "127.0.0.1:2"};
-  EXPECT_TRUE(WaitFor([&] { return published.Get() == both; }, 30))
-      << published.Get().size() << " servers published";
-  EXPECT_EQ(6, watcher.revision());
-  watcher.Stop();
+  EXPECT_TRUE(WaitFor([&] { return w.published.Get() == both; }, 30))
+      << w.published.Get().size() << " servers published";
+  EXPECT_EQ(6, w.watcher.revision());
+  w.watcher.Stop();
 }
 
 // A lease granted for near INT64_MAX seconds: keep-alives still come every
