@@ -40,7 +40,7 @@ int FreeLoopbackPort() {
 
 bool MiniEtcd::Available() { return access(kBinary, X_OK) == 0; }
 
-Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls) {
+Status MiniEtcd::Make(const Tls* tls, std::unique_ptr<MiniEtcd>* out) {
   std::unique_ptr<MiniEtcd> etcd(new MiniEtcd());
   if (tls != nullptr) etcd->tls_ = *tls;
   std::string tmpl = (std::filesystem::temp_directory_path() / "osprey-etcd-XXXXXX").string();
@@ -51,19 +51,60 @@ Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls) {
   if (etcd->client_port_ == 0 || etcd->peer_port_ == 0 || etcd->client_port_ == etcd->peer_port_) {
     return Status::IOError("no free loopback ports for etcd");
   }
+  etcd->initial_cluster_ = etcd->name_ + "=" + etcd->peer_url();
+  *out = std::move(etcd);
+  return Status::OK();
+}
+
+Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls) {
+  std::unique_ptr<MiniEtcd> etcd;
+  OSPREY_RETURN_NOT_OK(Make(tls, &etcd));
   OSPREY_RETURN_NOT_OK(etcd->Launch());
   *out = std::move(etcd);
   return Status::OK();
 }
 
+Status MiniEtcd::StartCluster(int members, std::vector<std::unique_ptr<MiniEtcd>>* out) {
+  std::vector<std::unique_ptr<MiniEtcd>> cluster(static_cast<size_t>(members));
+  std::string initial;
+  for (int i = 0; i < members; ++i) {
+    OSPREY_RETURN_NOT_OK(Make(nullptr, &cluster[static_cast<size_t>(i)]));
+    MiniEtcd& m = *cluster[static_cast<size_t>(i)];
+    m.name_ = "m" + std::to_string(i);
+    initial += (i > 0 ? "," : "") + m.name_ + "=" + m.peer_url();
+  }
+  // All started before any is waited for: none answers before a quorum.
+  for (auto& m : cluster) {
+    m->initial_cluster_ = initial;
+    OSPREY_RETURN_NOT_OK(m->Spawn());
+  }
+  for (auto& m : cluster) OSPREY_RETURN_NOT_OK(m->WaitReady());
+  *out = std::move(cluster);
+  return Status::OK();
+}
+
+std::string MiniEtcd::ClusterTarget(const std::vector<std::unique_ptr<MiniEtcd>>& cluster,
+                                    const std::string& prefix) {
+  std::string endpoints;
+  for (const auto& m : cluster) endpoints += (endpoints.empty() ? "" : ",") + m->endpoint();
+  return "etcd://" + endpoints + prefix;
+}
+
+std::string MiniEtcd::peer_url() const { return "http://127.0.0.1:" + std::to_string(peer_port_); }
+
 Status MiniEtcd::Launch() {
+  OSPREY_RETURN_NOT_OK(Spawn());
+  return WaitReady();
+}
+
+Status MiniEtcd::Spawn() {
   const std::string client =
       (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(client_port_);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  const std::string peer = peer_url();
   std::vector<std::string> args = {
-      kBinary, "--name", "osprey-test", "--data-dir", dir_ + "/data", "--listen-client-urls",
-      client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-      "--initial-advertise-peer-urls", peer, "--initial-cluster", "osprey-test=" + peer,
+      kBinary, "--name", name_, "--data-dir", dir_ + "/data", "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", initial_cluster_,
       // A quick election after a restart; leases may be as short as 1 s.
       "--heartbeat-interval", "50", "--election-timeout", "500"};
   if (tls_) {
@@ -94,7 +135,12 @@ Status MiniEtcd::Launch() {
     _exit(127);
   }
   pid_ = pid;
-  // Ready when it answers a read (it has elected itself leader).
+  return Status::OK();
+}
+
+Status MiniEtcd::WaitReady() {
+  const std::string log = dir_ + "/etcd.log";
+  // Ready when it answers a read (its cluster has a leader).
   EtcdHttp http({endpoint()}, tls_.has_value(), tls_ ? tls_->check : EtcdTlsFiles{});
   const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(15);
   for (int i = 0; i < 300 && MonoTime::Now() < deadline; ++i) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "osprey/base/status.h"
 #include "osprey/rpc/etcd_registry.h"
@@ -34,6 +35,13 @@ class MiniEtcd {
   // Starts etcd and waits until it answers (a few seconds at most); over
   // TLS with `tls`.
   static Status Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls = nullptr);
+  // A cluster of `members` (3: one may go, and the others keep a quorum),
+  // each its own process, directory and ports; ready when every member
+  // answers.
+  static Status StartCluster(int members, std::vector<std::unique_ptr<MiniEtcd>>* out);
+  // "etcd://M0,M1,.../PREFIX": every member of `cluster`.
+  static std::string ClusterTarget(const std::vector<std::unique_ptr<MiniEtcd>>& cluster,
+                                   const std::string& prefix);
   ~MiniEtcd();  // kills it, removes the directory
 
   // Stops it (SIGKILL by PID: an outage, not a farewell) / starts it again
@@ -51,7 +59,14 @@ class MiniEtcd {
 
  private:
   MiniEtcd() = default;
-  Status Launch();
+  // A member not yet started: its directory and ports, alone in its cluster.
+  static Status Make(const Tls* tls, std::unique_ptr<MiniEtcd>* out);
+  std::string peer_url() const;
+  Status Launch();     // Spawn, then WaitReady
+  Status Spawn();      // the process, not waited for
+  Status WaitReady();  // until it answers a read
+  std::string name_ = "osprey-test";
+  std::string initial_cluster_;  // --initial-cluster
   std::string dir_;
   int client_port_ = 0;
   int peer_port_ = 0;

@@ -477,5 +477,63 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
   EXPECT_GE(RegistryMetric(c, "osprey_client_registry_reconnects_total", target), 1);
 }
 
+// A cluster of 3 etcd members, the target naming all three; a server
+// registered and a client watching, at 200 calls/s. The member both reach
+// first (the target's first) is killed: the registration's keep-alives go
+// to another member (its key outlives its 2 s lease), the watch moves too
+// (a server that registers after is found), and no call fails.
+TEST(RegistryProcessTest, AnEtcdMemberLostMovesTheWatchAndTheKeepAlivesToAnother) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  std::vector<std::unique_ptr<MiniEtcd>> cluster;
+  Status started = MiniEtcd::StartCluster(3, &cluster);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  const std::string target = MiniEtcd::ClusterTarget(cluster, "/members");
+  constexpr int kTtl = 2;
+  RegisteredFleet fleet;
+  ASSERT_TRUE(fleet.Add(target, kTtl).ok());
+  auto client = MakeClient(1);
+  Messenger* c = client.get();
+  CalculatorServiceProxy proxy(client, target);
+  ASSERT_EQ(1u, proxy.servers().size());
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  const MonoTime begin = MonoTime::Now();
+  MonoDelta killed_at, joined_at;
+  std::thread events([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_TRUE(cluster[0]->Stop().ok());
+    killed_at = MonoTime::Now() - begin;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    Status s = fleet.Add(target, kTtl);  // through the members left
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    joined_at = MonoTime::Now() - begin;
+  });
+  std::vector<CallRecord> calls = RunOpenLoop(&proxy, 200, MonoDelta::FromSeconds(6), begin);
+  events.join();
+  ASSERT_EQ(2u, fleet.addrs.size());
+  std::string first;
+  EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
+  MonoDelta first_on_new = MonoDelta::Max();
+  for (const CallRecord& c : calls) {
+    if (c.status.ok() && c.server == fleet.addrs[1].ToString()) {
+      first_on_new = std::min(first_on_new, c.at);
+    }
+  }
+  std::cerr << "member 0 killed at " << killed_at.ToString() << "; a server registered at "
+            << joined_at.ToString() << " took its first call at " << first_on_new.ToString()
+            << "\n";
+  // More than twice the TTL after the kill: kept alive through another.
+  auto keys = Keys(*cluster[1], "/members");
+  EXPECT_EQ(1u, keys.count("/members/" + fleet.addrs[0].ToString()))
+      << "the first server's key did not outlive its lease";
+  EXPECT_EQ(1u, keys.count("/members/" + fleet.addrs[1].ToString()));
+  EXPECT_LE(first_on_new, joined_at + MonoDelta::FromSeconds(3))
+      << "a server registered after the member went was not found";
+  EXPECT_TRUE(proxy.registry_connected());
+  EXPECT_EQ(2u, proxy.servers().size());
+  EXPECT_GE(RegistryMetric(c, "osprey_client_registry_reconnects_total", target), 1);
+}
+
 }  // namespace
 }  // namespace osprey::rpc_test
