@@ -399,5 +399,41 @@ TEST(HostileEtcdTest, AnEndlessLeaseIsKeptAliveAtTheTtlAskedFor) {
   registration.Withdraw();
 }
 
+// A member that takes a watch and never answers it (a hung process: the
+// kernel still accepts its connections), first of two: the watcher leaves
+// it after 3 s for the other, and follows that one. Before, it waited on
+// the first forever, a registry that said nothing.
+TEST(HostileEtcdTest, AMemberThatNeverAnswersAWatchIsLeftForTheNext) {
+  FakeEtcd silent([&](const std::string& path, const std::string&, int fd) {
+    if (path == "/v3/kv/range") return FakeEtcd::Answer(fd, RangeAnswer(1));
+    silent.HoldUntilClosed(fd);  // the watch: not a byte
+    return false;
+  });
+  FakeEtcd good([&](const std::string& path, const std::string&, int fd) {
+    if (path == "/v3/kv/range") return FakeEtcd::Answer(fd, RangeAnswer(1));
+    const std::string put =
+        R"({"result":{"events":[{"type":"PUT","kv":)" + KeyValue("127.0.0.1:2", 6) + "}]}}\n";
+    if (!FakeEtcd::StartStream(fd) || !FakeEtcd::SendAll(fd, kCreated + put)) return false;
+    good.HoldUntilClosed(fd);
+    return false;
+  });
+  EtcdTarget target;
+  ASSERT_TRUE(EtcdTarget::Parse(silent.Target(), &target).ok());
+  EtcdTarget other;
+  ASSERT_TRUE(EtcdTarget::Parse(good.Target(), &other).ok());
+  target.endpoints.push_back(other.endpoints[0]);
+  Published published;
+  EtcdWatcher watcher(target, [&](const std::vector<std::string>& a) { published.Set(a); });
+  ASSERT_TRUE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
+  const MonoTime start = MonoTime::Now();
+  watcher.Start();
+  const std::vector<std::string> both = {"127.0.0.1:1", "127.0.0.1:2"};
+  EXPECT_TRUE(WaitFor([&] { return watcher.connected() && published.Get() == both; }, 15))
+      << "still waiting on the member that never answers";
+  std::cerr << "watching through the other member after " << (MonoTime::Now() - start).ToString()
+            << "\n";
+  watcher.Stop();
+}
+
 }  // namespace
 }  // namespace osprey

@@ -169,6 +169,16 @@ Status MiniEtcd::Stop() {
   return Status::OK();
 }
 
+Status MiniEtcd::Pause() {
+  if (pid_ <= 0) return Status::IllegalState("etcd is not running");
+  return kill(pid_, SIGSTOP) == 0 ? Status::OK() : Status::IOError("SIGSTOP failed");
+}
+
+Status MiniEtcd::Resume() {
+  if (pid_ <= 0) return Status::IllegalState("etcd is not running");
+  return kill(pid_, SIGCONT) == 0 ? Status::OK() : Status::IOError("SIGCONT failed");
+}
+
 Status MiniEtcd::Restart() {
   if (pid_ > 0) return Status::IllegalState("etcd is running");
   return Launch();

@@ -48,6 +48,11 @@ class MiniEtcd {
   // on the same ports and data directory.
   Status Stop();
   Status Restart();
+  // SIGSTOP / SIGCONT by PID: a member that hangs. Its sockets stay open
+  // and the kernel still accepts connections, but nothing answers; its
+  // peers lose it as if it were cut off.
+  Status Pause();
+  Status Resume();
 
   // "127.0.0.1:PORT", and "etcd://127.0.0.1:PORT/PREFIX" (etcds:// over
   // TLS).

@@ -535,5 +535,46 @@ TEST(RegistryProcessTest, AnEtcdMemberLostMovesTheWatchAndTheKeepAlivesToAnother
   EXPECT_GE(RegistryMetric(c, "osprey_client_registry_reconnects_total", target), 1);
 }
 
+// A cluster of 3 whose other two members hang (SIGSTOP): the member a
+// client watches through has no leader, so its view may be stale. The
+// client says so (registry_connected() false, from etcd's "no leader"), no
+// call fails meanwhile, and once the members are back it watches again and
+// finds a server registered then. Before: the watch stayed up on the
+// member without a leader, and the client said it was connected.
+TEST(RegistryProcessTest, AMemberWithoutALeaderIsNotTakenForAWorkingRegistry) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(90));
+  std::vector<std::unique_ptr<MiniEtcd>> cluster;
+  Status started = MiniEtcd::StartCluster(3, &cluster);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  const std::string target = MiniEtcd::ClusterTarget(cluster, "/quorum");
+  RegisteredFleet fleet;
+  ASSERT_TRUE(fleet.Add(target, 5).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, target);
+  ASSERT_EQ(1u, proxy.servers().size());
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  ASSERT_TRUE(cluster[1]->Pause().ok());
+  ASSERT_TRUE(cluster[2]->Pause().ok());
+  const MonoTime paused = MonoTime::Now();
+  const bool noticed =
+      WaitUntil([&] { return !proxy.registry_connected(); }, MonoDelta::FromSeconds(15));
+  std::cerr << "without a leader: the client "
+            << (noticed ? "noticed after " : "did not notice in ")
+            << (MonoTime::Now() - paused).ToString() << "\n";
+  EXPECT_TRUE(noticed) << "the client still says its registry works";
+  Status s;
+  EXPECT_EQ(fleet.addrs[0].ToString(), AddVia(proxy, &s)) << s.ToString();
+
+  ASSERT_TRUE(cluster[1]->Resume().ok());
+  ASSERT_TRUE(cluster[2]->Resume().ok());
+  EXPECT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(15)))
+      << "the client did not watch again once the members were back";
+  ASSERT_TRUE(fleet.Add(target, 5).ok());
+  EXPECT_TRUE(WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(5)))
+      << "a server registered after the members came back was not found";
+}
+
 }  // namespace
 }  // namespace osprey::rpc_test

@@ -109,6 +109,16 @@ TEST(EtcdLineSplitterTest, ALineAtTheBoundPassesAndOneByteMoreEndsTheStream) {
   }
 }
 
+TEST(EtcdLineSplitterTest, TheRestIsTakenWhole) {
+  EtcdLineSplitter split(100);
+  Lines lines;
+  EXPECT_EQ(EtcdLineSplitter::Result::kMore, split.Feed("{\"a\":1}\n{\"error\"", lines.fn()));
+  EXPECT_EQ(std::vector<std::string>{"{\"a\":1}"}, lines.got);
+  EXPECT_EQ("{\"error\"", split.TakeRest());
+  EXPECT_EQ(0u, split.buffered());
+  EXPECT_EQ("", split.TakeRest());
+}
+
 TEST(EtcdLineSplitterTest, StopsWhereTheReaderSaysSo) {
   EtcdLineSplitter split(100);
   Lines lines;

@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "osprey/base/status.h"
@@ -54,6 +55,9 @@ class EtcdLineSplitter {
   Result Feed(std::string_view data, const std::function<bool(std::string_view)>& on_line);
   // Bytes of a line not yet whole.
   size_t buffered() const { return pending_.size(); }
+  // Takes them: at the stream's clean end they are its last message (etcd
+  // ends a watch's last message, its error, without a newline).
+  std::string TakeRest() { return std::exchange(pending_, std::string()); }
 
  private:
   const size_t max_line_bytes_;

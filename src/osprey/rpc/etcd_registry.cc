@@ -130,7 +130,7 @@ void EtcdHttp::Interrupt() {
   curl_multi_wakeup(static_cast<CURLM*>(multi_));
 }
 
-Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
+Status EtcdHttp::Perform(void* easy_handle, long* http_code, const std::function<bool()>& give_up) {
   CURLM* multi = static_cast<CURLM*>(multi_);
   CURL* easy = static_cast<CURL*>(easy_handle);
   // curl's own account of a failure ("SSL certificate problem: ..."),
@@ -161,6 +161,10 @@ Status EtcdHttp::Perform(void* easy_handle, long* http_code) {
       }
     }
     if (done) break;
+    if (give_up && give_up()) {
+      result = Status::TimedOut("etcd did not answer in time");
+      break;
+    }
     curl_multi_poll(multi, nullptr, 0, 500, nullptr);
   }
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, http_code);
@@ -232,16 +236,28 @@ Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelt
 }
 
 Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
+                        MonoDelta first_answer_timeout,
                         const std::function<bool(const char*, size_t)>& on_data) {
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  // etcd's require-leader (gRPC metadata "hasleader", which the gateway
+  // takes from Grpc-Metadata- headers): without it a member cut off from
+  // its cluster keeps the watch open, and its clients believe a registry
+  // that can no longer tell them anything.
+  headers = curl_slist_append(headers, "Grpc-Metadata-hasleader: true");
   const size_t at = current_.load() % endpoints_.size();
   CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
+  bool answered = false;
+  const std::function<bool(const char*, size_t)> noted = [&](const char* data, size_t n) {
+    answered = true;
+    return on_data(data, n);
+  };
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, CallOnData);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &on_data);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &noted);
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(connect_timeout.ToMilliseconds()));
+  const MonoTime answer_by = MonoTime::Now() + first_answer_timeout;
   long code = 0;
-  Status s = Perform(easy, &code);
+  Status s = Perform(easy, &code, [&] { return !answered && MonoTime::Now() >= answer_by; });
   curl_easy_cleanup(easy);
   curl_slist_free_all(headers);
   if (s.ok() && code != 200) {
@@ -507,14 +523,25 @@ Status EtcdWatcher::Watch() {
   // The gateway writes one JSON object per line.
   EtcdLineSplitter lines;
   bool too_long = false, ended = false;
-  Status s = http_.Stream(
-      "/v3/watch", create.dump(), MonoDelta::FromSeconds(1), [&](const char* data, size_t n) {
-        auto r = lines.Feed(std::string_view(data, n),
-                            [this](std::string_view m) { return OnWatchMessage(m); });
-        if (r == EtcdLineSplitter::Result::kMore) return true;
-        (r == EtcdLineSplitter::Result::kTooLong ? too_long : ended) = true;
-        return false;
-      });
+  Status s =
+      http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1), MonoDelta::FromSeconds(3),
+                   [&](const char* data, size_t n) {
+                     auto r = lines.Feed(std::string_view(data, n),
+                                         [this](std::string_view m) { return OnWatchMessage(m); });
+                     if (r == EtcdLineSplitter::Result::kMore) return true;
+                     (r == EtcdLineSplitter::Result::kTooLong ? too_long : ended) = true;
+                     return false;
+                   });
+  if (s.ok() && !too_long) {
+    // Ended cleanly by etcd: what is left is its last message, which etcd
+    // writes without a newline ("no leader" among them). Whatever ended
+    // it, the next watch goes to the next member (a failed stream moved
+    // there already).
+    const std::string last = lines.TakeRest();
+    if (!ended && !last.empty()) OnWatchMessage(last);
+    http_.NextEndpoint();
+    return Status::OK();
+  }
   if (ended) return Status::OK();  // a message ended it, and said why (OnWatchMessage)
   if (!too_long) return s;
   // Its events are lost with it.

@@ -81,18 +81,28 @@ class EtcdHttp {
               std::string* out);
   // A streaming POST (/v3/watch) to one endpoint (the next after a
   // failure): `on_data` gets each piece of the answer as it comes, until
-  // the stream ends, breaks, on_data returns false, or Interrupt().
+  // the stream ends, breaks, on_data returns false, or Interrupt(). The
+  // member must answer within `first_answer_timeout` (TimedOut): one that
+  // accepts connections and answers nothing (a hung process) is left for
+  // the next. It must have a leader (etcd's require-leader metadata): a
+  // member cut off from its cluster ends the stream ("no leader") rather
+  // than keep it open with nothing to say.
   Status Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
+                MonoDelta first_answer_timeout,
                 const std::function<bool(const char*, size_t)>& on_data);
   void Interrupt();
   bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
-  // The endpoint requests go to first ("HOST:PORT").
+  // The endpoint requests go to first ("HOST:PORT"), and a move to the
+  // next (a member that ended a watch cleanly: without a leader, or
+  // stopping).
   std::string endpoint() const { return endpoints_[current_.load() % endpoints_.size()]; }
+  void NextEndpoint() { current_.fetch_add(1); }
 
  private:
-  // Runs the transfer set up on `easy` (a CURL*) to its end; *http_code
-  // gets the HTTP status.
-  Status Perform(void* easy, long* http_code);
+  // Runs the transfer set up on `easy` (a CURL*) to its end, or until
+  // `give_up` (asked about every 500 ms; may be null) says so (TimedOut);
+  // *http_code gets the HTTP status.
+  Status Perform(void* easy, long* http_code, const std::function<bool()>& give_up = nullptr);
   // A CURL* for a POST of `body` to `path` on endpoints_[at].
   void* MakePost(size_t at, const std::string& path, const std::string& body,
                  curl_slist* headers) const;
