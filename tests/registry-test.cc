@@ -327,6 +327,15 @@ struct RegisteredFleet {
   }
 };
 
+// When `server` answered its first call of `calls` (Max if never).
+MonoDelta FirstAnswerFrom(const std::vector<CallRecord>& calls, const Sockaddr& server) {
+  MonoDelta first = MonoDelta::Max();
+  for (const CallRecord& c : calls) {
+    if (c.status.ok() && c.server == server.ToString()) first = std::min(first, c.at);
+  }
+  return first;
+}
+
 int FailedCalls(const std::vector<CallRecord>& calls, std::string* first) {
   int failed = 0;
   for (const CallRecord& c : calls) {
@@ -373,12 +382,7 @@ TEST(RegistryProcessTest, AServerJoiningUnderLoadTakesCallsAndAKilledOneIsForgot
   std::string first;
   EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
 
-  MonoDelta first_on_new = MonoDelta::Max();
-  for (const CallRecord& c : calls) {
-    if (c.status.ok() && c.server == fleet.addrs[3].ToString()) {
-      first_on_new = std::min(first_on_new, c.at);
-    }
-  }
+  const MonoDelta first_on_new = FirstAnswerFrom(calls, fleet.addrs[3]);
   std::cerr << "4th server joined at " << joined_at.ToString() << ", first call at "
             << first_on_new.ToString() << "; server killed at " << killed_at.ToString()
             << ", key gone at " << key_gone_at.ToString() << "\n";
@@ -454,11 +458,9 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
   EXPECT_EQ(0, connected_metric_during.load()) << "/metrics did not say etcd was unreachable";
   // During the outage every one of the three kept serving.
   std::map<std::string, int> during;
-  MonoDelta first_on_new = MonoDelta::Max();
+  const MonoDelta first_on_new = FirstAnswerFrom(calls, fleet.addrs[3]);
   for (const CallRecord& c : calls) {
-    if (!c.status.ok()) continue;
-    if (c.at > stopped_at && c.at < restarted_at) ++during[c.server];
-    if (c.server == fleet.addrs[3].ToString()) first_on_new = std::min(first_on_new, c.at);
+    if (c.status.ok() && c.at > stopped_at && c.at < restarted_at) ++during[c.server];
   }
   for (int i = 0; i < 3; ++i) {
     EXPECT_GT(during[fleet.addrs[i].ToString()], 50) << "server " << i << " during the outage";
@@ -514,12 +516,7 @@ TEST(RegistryProcessTest, AnEtcdMemberLostMovesTheWatchAndTheKeepAlivesToAnother
   ASSERT_EQ(2u, fleet.addrs.size());
   std::string first;
   EXPECT_EQ(0, FailedCalls(calls, &first)) << "e.g. " << first;
-  MonoDelta first_on_new = MonoDelta::Max();
-  for (const CallRecord& c : calls) {
-    if (c.status.ok() && c.server == fleet.addrs[1].ToString()) {
-      first_on_new = std::min(first_on_new, c.at);
-    }
-  }
+  const MonoDelta first_on_new = FirstAnswerFrom(calls, fleet.addrs[1]);
   std::cerr << "member 0 killed at " << killed_at.ToString() << "; a server registered at "
             << joined_at.ToString() << " took its first call at " << first_on_new.ToString()
             << "\n";
