@@ -257,6 +257,28 @@ TEST(EtcdServerTableTest, RevisionsOutsideZeroToBelowInt64MaxAreIgnored) {
   EXPECT_EQ(17, t.revision());
 }
 
+TEST(EtcdLeaseTest, GrantAndKeepAliveAnswersAreRead) {
+  EtcdLease lease;
+  ASSERT_TRUE(ParseEtcdLease(R"({"header":{},"ID":"7587","TTL":"5"})", &lease).ok());
+  EXPECT_EQ(7587, lease.id);
+  EXPECT_EQ(5, lease.ttl_seconds);
+  ASSERT_TRUE(ParseEtcdLease(R"({"result":{"ID":"7587","TTL":"4"}})", &lease).ok());
+  EXPECT_EQ(4, lease.ttl_seconds);
+  // etcd no longer has it: no TTL.
+  ASSERT_TRUE(ParseEtcdLease(R"({"result":{"ID":"7587"}})", &lease).ok());
+  EXPECT_EQ(0, lease.ttl_seconds);
+  // Negative, past int64, or not numbers: 0; up to INT64_MAX, as etcd said.
+  ASSERT_TRUE(ParseEtcdLease(R"({"ID":"-3","TTL":"9223372036854775807"})", &lease).ok());
+  EXPECT_EQ(0, lease.id);
+  EXPECT_EQ(INT64_MAX, lease.ttl_seconds);
+  ASSERT_TRUE(ParseEtcdLease(R"({"ID":"9223372036854775808","TTL":" 5"})", &lease).ok());
+  EXPECT_EQ(0, lease.id);
+  EXPECT_EQ(0, lease.ttl_seconds);
+  ASSERT_TRUE(ParseEtcdLease(R"({"result":"odd","ID":true})", &lease).ok());
+  EXPECT_EQ(0, lease.id);
+  EXPECT_TRUE(ParseEtcdLease("<html>", &lease).IsCorruption());
+}
+
 TEST(EtcdServerTableTest, PastTheBoundNewKeysAreCountedNotKeptUntilDeletionsMakeRoom) {
   EtcdServerTable t("/svc", /*max_servers=*/2);
   ASSERT_TRUE(t.LoadRange(R"({"kvs":[)" + Kv("/svc/a", R"({"address":"h:1"})", "1") + "," +

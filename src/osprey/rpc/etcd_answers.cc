@@ -19,19 +19,20 @@ json Parse(std::string_view text) {
   return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 
-// A revision etcd wrote (the gateway writes int64 fields as JSON strings),
-// or 0 if it is missing, not a number, or out of 0 .. INT64_MAX - 1.
-int64_t RevisionOf(const json& j, const char* field) {
+// An int64 field etcd wrote (a revision, a lease's ID or TTL; the gateway
+// writes them as JSON strings), or 0 if it is missing, not a number, or out
+// of 0 .. max. Revisions stop at INT64_MAX - 1, so that the next is one too.
+int64_t Int64Of(const json& j, const char* field, int64_t max = INT64_MAX - 1) {
   if (!j.is_object()) return 0;
   auto it = j.find(field);
   if (it == j.end()) return 0;
   if (it->is_number_unsigned()) {
     const uint64_t v = it->get<uint64_t>();
-    return v < static_cast<uint64_t>(INT64_MAX) ? static_cast<int64_t>(v) : 0;
+    return v <= static_cast<uint64_t>(max) ? static_cast<int64_t>(v) : 0;
   }
   if (it->is_number_integer()) {
     const int64_t v = it->get<int64_t>();
-    return v >= 0 && v < INT64_MAX ? v : 0;
+    return v >= 0 && v <= max ? v : 0;
   }
   if (!it->is_string()) return 0;
   const std::string& s = it->get_ref<const std::string&>();
@@ -41,7 +42,7 @@ int64_t RevisionOf(const json& j, const char* field) {
   }
   errno = 0;
   const long long v = std::strtoll(s.c_str(), nullptr, 10);
-  return errno == 0 && v < INT64_MAX ? v : 0;
+  return errno == 0 && v <= max ? v : 0;
 }
 
 // A boolean field of an object, false if it is missing or not a boolean
@@ -162,7 +163,7 @@ Status EtcdServerTable::LoadRange(std::string_view answer) {
     }
   }
   auto header = j.find("header");
-  revision_ = header != j.end() ? RevisionOf(*header, "revision") : 0;
+  revision_ = header != j.end() ? Int64Of(*header, "revision") : 0;
   return Status::OK();
 }
 
@@ -182,7 +183,7 @@ EtcdWatchStep EtcdServerTable::ApplyWatchMessage(std::string_view message) {
   }
   auto result = j.find("result");
   const json& r = result != j.end() ? *result : j;
-  if (RevisionOf(r, "compact_revision") > 0) {
+  if (Int64Of(r, "compact_revision") > 0) {
     // The revision it would resume from is compacted away.
     step.next = EtcdWatchStep::Next::kReadAgain;
     step.why = "the revision to watch from is compacted";
@@ -208,9 +209,24 @@ EtcdWatchStep EtcdServerTable::ApplyWatchMessage(std::string_view message) {
     } else if (Base64Decode(StringOf(*kv, "value"), &value)) {
       step.changed |= Put(key, value);
     }
-    revision_ = std::max(revision_, RevisionOf(*kv, "mod_revision"));
+    revision_ = std::max(revision_, Int64Of(*kv, "mod_revision"));
   }
   return step;
+}
+
+Status ParseEtcdLease(std::string_view answer, EtcdLease* out) {
+  const json j = Parse(answer);
+  if (!j.is_object()) {
+    return Status::Corruption(
+        "etcd answered a lease request with something other than a JSON "
+        "object: " +
+        std::string(answer.substr(0, 200)));
+  }
+  auto result = j.find("result");
+  const json& r = result != j.end() ? *result : j;
+  out->id = Int64Of(r, "ID", INT64_MAX);
+  out->ttl_seconds = Int64Of(r, "TTL", INT64_MAX);
+  return Status::OK();
 }
 
 std::vector<std::string> EtcdServerTable::Addresses() const {

@@ -1,6 +1,7 @@
 // What etcd's gRPC-JSON gateway answers a client that reads and watches the
 // servers under a prefix, decoded: the range answer, the watch stream split
-// into its messages, each message applied to the table of servers. Pure: no
+// into its messages, each message applied to the table of servers; and a
+// server's lease. Pure: no
 // sockets, threads or clocks. EtcdWatcher (etcd_registry.h) feeds it what
 // it reads; fuzz/etcd_answer_fuzzer.cc feeds it anything.
 //
@@ -36,6 +37,18 @@ constexpr size_t kMaxEtcdServers = 10000;
 // padding), by OpenSSL. Decode: false unless `in` is exactly that.
 std::string Base64Encode(std::string_view in);
 bool Base64Decode(std::string_view in, std::string* out);
+
+// A lease as etcd's answer to /v3/lease/grant ({"ID", "TTL"}) or to
+// /v3/lease/keepalive ({"result": {"ID", "TTL"}}) reports it; a field
+// missing, negative or not a number reads 0 (a TTL of 0: etcd no longer
+// has the lease). The TTL is etcd's word, up to INT64_MAX: its user bounds
+// it (EtcdRegistration keeps the lease alive at the TTL it asked for). Corruption if the answer is
+// not a JSON object.
+struct EtcdLease {
+  int64_t id = 0;
+  int64_t ttl_seconds = 0;
+};
+Status ParseEtcdLease(std::string_view answer, EtcdLease* out);
 
 // A watch stream's messages: one JSON object per line. One stream's; one
 // thread at a time.

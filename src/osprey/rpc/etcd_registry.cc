@@ -43,15 +43,6 @@ size_t CallOnData(char* data, size_t size, size_t n, void* fn) {
   return on_data(data, size * n) ? size * n : 0;  // 0: curl ends the transfer
 }
 
-// etcd's gateway writes int64 fields as JSON strings.
-int64_t Int64Of(const json& j, const char* field) {
-  auto it = j.find(field);
-  if (it == j.end()) return 0;
-  if (it->is_string()) return std::strtoll(it->get<std::string>().c_str(), nullptr, 10);
-  if (it->is_number_integer()) return it->get<int64_t>();
-  return 0;
-}
-
 // The end of the range of keys starting with `prefix`: its last byte plus
 // one (etcd's "range_end").
 std::string PrefixEnd(std::string prefix) {
@@ -64,16 +55,6 @@ std::string PrefixEnd(std::string prefix) {
     prefix.pop_back();
   }
   return std::string(1, '\0');  // every key
-}
-
-// What we send: parsed JSON of etcd's answer, or why not.
-Status ParseAnswer(const std::string& body, json* out) {
-  *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded() || !out->is_object()) {
-    return Status::Corruption("etcd answered something other than a JSON object: " +
-                              body.substr(0, 200));
-  }
-  return Status::OK();
 }
 
 }  // namespace
@@ -305,13 +286,13 @@ int64_t EtcdRegistration::lease() const {
 Status EtcdRegistration::Step(int64_t* lease, bool* put_done, int64_t* granted_ttl) {
   const MonoDelta timeout = MonoDelta::FromSeconds(1);
   std::string answer;
-  json j;
   if (*lease == 0) {
     OSPREY_RETURN_NOT_OK(
         http_.Post("/v3/lease/grant", json{{"TTL", ttl_seconds_}}.dump(), timeout, &answer));
-    OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
-    *lease = Int64Of(j, "ID");
-    *granted_ttl = Int64Of(j, "TTL");
+    EtcdLease granted;
+    OSPREY_RETURN_NOT_OK(ParseEtcdLease(answer, &granted));
+    *lease = granted.id;
+    *granted_ttl = granted.ttl_seconds;
     if (*lease == 0) return Status::RemoteError("etcd granted no lease: " + answer);
     *put_done = false;
   }
@@ -328,9 +309,9 @@ Status EtcdRegistration::Step(int64_t* lease, bool* put_done, int64_t* granted_t
   }
   OSPREY_RETURN_NOT_OK(http_.Post("/v3/lease/keepalive",
                                   json{{"ID", std::to_string(*lease)}}.dump(), timeout, &answer));
-  OSPREY_RETURN_NOT_OK(ParseAnswer(answer, &j));
-  const json& result = j.contains("result") ? j["result"] : j;
-  if (Int64Of(result, "TTL") <= 0) {
+  EtcdLease kept;
+  OSPREY_RETURN_NOT_OK(ParseEtcdLease(answer, &kept));
+  if (kept.ttl_seconds <= 0) {
     // etcd no longer has it (it expired while we could not reach etcd):
     // our keys went with it, so register again at once.
     LOG(WARNING) << "etcd lease " << *lease << " of " << target_.ToString()
@@ -339,7 +320,7 @@ Status EtcdRegistration::Step(int64_t* lease, bool* put_done, int64_t* granted_t
     *put_done = false;
     return Status::OK();
   }
-  *granted_ttl = Int64Of(result, "TTL");
+  *granted_ttl = kept.ttl_seconds;
   return Status::OK();
 }
 
