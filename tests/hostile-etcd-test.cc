@@ -435,5 +435,69 @@ TEST(HostileEtcdTest, AMemberThatNeverAnswersAWatchIsLeftForTheNext) {
   watcher.Stop();
 }
 
+// A member whose watch is created and then silent, as a quiet prefix's is.
+// After 1 s of silence the watcher asks it for a read of the prefix's own
+// key (no server's: a small answer). One that answers 200 is kept, probe
+// after probe; one that answers 503 is left, the watch made again.
+TEST(HostileEtcdTest, ASilentWatchIsKeptWhileItsMemberAnswersProbesAndLeftWhenOneFails) {
+  struct Member {
+    explicit Member(bool fail) : fail_probes(fail) {}
+    const bool fail_probes;
+    std::atomic<int> probes{0};
+    std::mutex mu;
+    std::string probe_body;
+  };
+  auto serve = [](Member* m, FakeEtcd* self, const std::string& path, const std::string& body,
+                  int fd) {
+    if (path == "/v3/kv/range") {
+      if (json::parse(body).contains("range_end")) return FakeEtcd::Answer(fd, RangeAnswer(1));
+      {
+        std::lock_guard<std::mutex> l(m->mu);
+        m->probe_body = body;
+      }
+      m->probes.fetch_add(1);
+      if (!m->fail_probes) return FakeEtcd::Answer(fd, R"({"header":{"revision":"5"}})");
+      const std::string busy = R"({"error":"etcdserver: request timed out","code":14})";
+      return FakeEtcd::SendAll(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: " +
+                                       std::to_string(busy.size()) + "\r\n\r\n" + busy);
+    }
+    if (!FakeEtcd::StartStream(fd) || !FakeEtcd::SendAll(fd, kCreated)) return false;
+    self->HoldUntilClosed(fd);
+    return false;
+  };
+  Member alive{false}, failing{true};
+  FakeEtcd alive_etcd([&](const std::string& p, const std::string& b, int fd) {
+    return serve(&alive, &alive_etcd, p, b, fd);
+  });
+  FakeEtcd failing_etcd([&](const std::string& p, const std::string& b, int fd) {
+    return serve(&failing, &failing_etcd, p, b, fd);
+  });
+  EtcdWatchTimeouts timeouts;
+  timeouts.probe_after = MonoDelta::FromSeconds(1);
+  auto watch = [&](FakeEtcd* etcd) {
+    EtcdTarget target;
+    EXPECT_TRUE(EtcdTarget::Parse(etcd->Target(), &target).ok());
+    auto w = std::make_unique<EtcdWatcher>(
+        target, [](const std::vector<std::string>&) {}, timeouts);
+    EXPECT_TRUE(w->Load(MonoDelta::FromSeconds(5)).ok());
+    w->Start();
+    return w;
+  };
+  auto kept = watch(&alive_etcd);
+  auto left = watch(&failing_etcd);
+  EXPECT_TRUE(WaitFor([&] { return left->reconnects() >= 1; }, 10))
+      << "the watch stayed on a member whose probe failed";
+  EXPECT_TRUE(WaitFor([&] { return alive.probes.load() >= 3; }, 10));
+  EXPECT_TRUE(kept->connected());
+  EXPECT_EQ(0, kept->reconnects()) << "a silent watch whose member answers its probes was left";
+  {
+    std::lock_guard<std::mutex> l(alive.mu);
+    EXPECT_EQ(json({{"key", Base64Encode("/svc")}, {"keys_only", true}}),
+              json::parse(alive.probe_body));
+  }
+  kept->Stop();
+  left->Stop();
+}
+
 }  // namespace
 }  // namespace osprey

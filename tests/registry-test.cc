@@ -139,6 +139,10 @@ TEST(RegistryTest, BadRegistryTargetsAreRefusedByBuild) {
   s = MessengerBuilder("x").set_etcd_tls("", "/etc/hostname").Build(&m);
   EXPECT_NE(std::string::npos, s.ToString().find("both a certificate file and its key"))
       << s.ToString();
+  s = MessengerBuilder("x").set_etcd_watch_probe(MonoDelta::FromMilliseconds(-1)).Build(&m);
+  EXPECT_NE(std::string::npos, s.ToString().find("set_etcd_watch_probe: the silence must be zero"))
+      << s.ToString();
+  EXPECT_TRUE(MessengerBuilder("x").set_etcd_watch_probe(MonoDelta()).Build(&m).ok());
   std::string decoded;
   for (const std::string s : {"", "a", "ab", "abc", "abcd", "/reg/127.0.0.1:4000"}) {
     ASSERT_TRUE(Base64Decode(Base64Encode(s), &decoded));
@@ -571,6 +575,52 @@ TEST(RegistryProcessTest, AMemberWithoutALeaderIsNotTakenForAWorkingRegistry) {
   ASSERT_TRUE(fleet.Add(target, 5).ok());
   EXPECT_TRUE(WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(5)))
       << "a server registered after the members came back was not found";
+}
+
+// A cluster of 3; the member a client watches through hangs (SIGSTOP)
+// after the watch began, while the other two go on. Its TCP stays up, so
+// only silence says anything: the client probes the member after 1 s of
+// it, leaves it when the probe goes unanswered, and watches through
+// another, where it finds a server registered meanwhile. First, a healthy
+// watch as silent: its probes are answered and it is kept. Before: the
+// watch stayed on the hung member, and the client said it was connected
+// and never learnt of the new server.
+TEST(RegistryProcessTest, AMemberThatHangsMidWatchIsLeftForAnother) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  std::vector<std::unique_ptr<MiniEtcd>> cluster;
+  Status started = MiniEtcd::StartCluster(3, &cluster);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  const std::string target = MiniEtcd::ClusterTarget(cluster, "/hung");
+  RegisteredFleet fleet;
+  ASSERT_TRUE(fleet.Add(target, 5).ok());
+  auto client =
+      MakeClient(1, MessengerBuilder("client").set_etcd_watch_probe(MonoDelta::FromSeconds(1)));
+  Messenger* c = client.get();
+  CalculatorServiceProxy proxy(client, target);
+  ASSERT_EQ(1u, proxy.servers().size());
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  // Silent and healthy for 3.5 s: probed about three times, kept.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_TRUE(proxy.registry_connected());
+  EXPECT_EQ(0, RegistryMetric(c, "osprey_client_registry_reconnects_total", target))
+      << "a silent watch on a member that answers its probes was given up";
+
+  ASSERT_TRUE(cluster[0]->Pause().ok());  // the target's first: the watch's
+  const MonoTime paused = MonoTime::Now();
+  ASSERT_TRUE(fleet.Add(target, 5).ok());  // through the members left
+  const bool found =
+      WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(15));
+  std::cerr << "member 0 hung: a server registered meanwhile was "
+            << (found ? "found after " : "not found in ") << (MonoTime::Now() - paused).ToString()
+            << "\n";
+  EXPECT_TRUE(found) << "the client stayed on the hung member";
+  EXPECT_TRUE(proxy.registry_connected());
+  EXPECT_GE(RegistryMetric(c, "osprey_client_registry_reconnects_total", target), 1);
+  Status s;
+  EXPECT_NE("", AddVia(proxy, &s)) << s.ToString();
+  EXPECT_TRUE(cluster[0]->Resume().ok());
 }
 
 }  // namespace

@@ -91,6 +91,10 @@ DEFINE_string(etcd_cert_file, "",
               "etcds:// targets: the certificate presented to an etcd that requires one "
               "(--client-cert-auth), with -etcd_key_file; empty: none");
 DEFINE_string(etcd_key_file, "", "etcds:// targets: the key of -etcd_cert_file");
+DEFINE_int32(etcd_watch_probe_ms, 5000,
+             "etcd targets (-server_address): a watch silent this long asks its member for a "
+             "read, and leaves a member that does not answer within 2 s for the next "
+             "(MessengerBuilder::set_etcd_watch_probe); 0: off, up to 3600000");
 DEFINE_bool(metrics, true,
             "count calls in the messengers' metrics; the server (in-process or -server_only) "
             "also serves /metrics, /rpcz, /connections and /healthz over HTTP on its port");
@@ -273,7 +277,8 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_spin_before_sleep(MonoDelta::FromMicroseconds(FLAGS_spin_before_sleep_us))
       .set_caller_reads(FLAGS_caller_reads)
       .set_worker_reads(FLAGS_worker_reads)
-      .set_etcd_tls(FLAGS_etcd_ca_file, FLAGS_etcd_cert_file, FLAGS_etcd_key_file);
+      .set_etcd_tls(FLAGS_etcd_ca_file, FLAGS_etcd_cert_file, FLAGS_etcd_key_file)
+      .set_etcd_watch_probe(MonoDelta::FromMilliseconds(FLAGS_etcd_watch_probe_ms));
   return b;
 }
 
@@ -336,6 +341,7 @@ constexpr HelpLine kHelp[] = {
     {"etcd_ca_file", "etcds:// targets: the CA of etcd's certificate"},
     {"etcd_cert_file", "etcds:// targets: a client certificate for etcd"},
     {"etcd_key_file", "etcds:// targets: its key"},
+    {"etcd_watch_probe_ms", "etcd targets: probe a silent member (0: off)"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},
     {"metrics", "count calls; serve /metrics, /rpcz and more"},
@@ -535,6 +541,10 @@ void ValidateFlags() {
   if (FLAGS_drain_grace_ms < 0 || FLAGS_drain_grace_ms > 3600000) {
     BadFlag("-drain_grace_ms must be from 0 to 3600000, got " +
             std::to_string(FLAGS_drain_grace_ms));
+  }
+  if (FLAGS_etcd_watch_probe_ms < 0 || FLAGS_etcd_watch_probe_ms > 3600000) {
+    BadFlag("-etcd_watch_probe_ms must be from 0 (off) to 3600000, got " +
+            std::to_string(FLAGS_etcd_watch_probe_ms));
   }
   if (!FLAGS_server_only && !FLAGS_register_at.empty()) {
     BadFlag("-register_at registers a -server_only server; it takes no effect otherwise");

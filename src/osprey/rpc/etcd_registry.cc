@@ -111,7 +111,8 @@ void EtcdHttp::Interrupt() {
   curl_multi_wakeup(static_cast<CURLM*>(multi_));
 }
 
-Status EtcdHttp::Perform(void* easy_handle, long* http_code, const std::function<bool()>& give_up) {
+Status EtcdHttp::Perform(void* easy_handle, long* http_code, const std::function<bool()>& give_up,
+                         const std::function<void(void*, int)>& on_other_done) {
   CURLM* multi = static_cast<CURLM*>(multi_);
   CURL* easy = static_cast<CURL*>(easy_handle);
   // curl's own account of a failure ("SSL certificate problem: ..."),
@@ -132,13 +133,15 @@ Status EtcdHttp::Perform(void* easy_handle, long* http_code, const std::function
     int left = 0;
     bool done = false;
     while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
-      if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy) {
-        done = true;
-        if (msg->data.result != CURLE_OK) {
-          result =
-              Status::NetworkError(std::string("etcd: ") + curl_easy_strerror(msg->data.result) +
-                                   (detail[0] != '\0' ? std::string(": ") + detail : ""));
-        }
+      if (msg->msg != CURLMSG_DONE) continue;
+      if (msg->easy_handle != easy) {
+        if (on_other_done) on_other_done(msg->easy_handle, msg->data.result);
+        continue;
+      }
+      done = true;
+      if (msg->data.result != CURLE_OK) {
+        result = Status::NetworkError(std::string("etcd: ") + curl_easy_strerror(msg->data.result) +
+                                      (detail[0] != '\0' ? std::string(": ") + detail : ""));
       }
     }
     if (done) break;
@@ -217,7 +220,7 @@ Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelt
 }
 
 Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
-                        MonoDelta first_answer_timeout,
+                        const EtcdWatchTimeouts& timeouts, const std::string& probe_body,
                         const std::function<bool(const char*, size_t)>& on_data) {
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   // etcd's require-leader (gRPC metadata "hasleader", which the gateway
@@ -227,20 +230,64 @@ Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDe
   headers = curl_slist_append(headers, "Grpc-Metadata-hasleader: true");
   const size_t at = current_.load() % endpoints_.size();
   CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
-  bool answered = false;
+  EtcdWatchLiveness liveness(timeouts, MonoTime::Now());
   const std::function<bool(const char*, size_t)> noted = [&](const char* data, size_t n) {
-    answered = true;
+    liveness.OnData(MonoTime::Now());
     return on_data(data, n);
   };
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, CallOnData);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &noted);
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(connect_timeout.ToMilliseconds()));
-  const MonoTime answer_by = MonoTime::Now() + first_answer_timeout;
+  // The liveness probe (EtcdWatchLiveness): a linearizable range on the
+  // same member, on the same multi handle, so that the stream goes on
+  // meanwhile. One at a time.
+  CURL* probe = nullptr;
+  std::string probe_answer;
+  BoundedAnswer probe_bounded{&probe_answer};
+  const auto end_probe = [&] {
+    curl_multi_remove_handle(static_cast<CURLM*>(multi_), probe);
+    curl_easy_cleanup(probe);
+    probe = nullptr;
+  };
+  const auto give_up = [&] {
+    switch (liveness.Tick(MonoTime::Now())) {
+      case EtcdWatchLiveness::Action::kWait:
+        return false;
+      case EtcdWatchLiveness::Action::kGiveUp:
+        return true;
+      case EtcdWatchLiveness::Action::kProbe:
+        probe_answer.clear();
+        probe = static_cast<CURL*>(MakePost(at, "/v3/kv/range", probe_body, headers));
+        curl_easy_setopt(probe, CURLOPT_WRITEFUNCTION, AppendToAnswer);
+        curl_easy_setopt(probe, CURLOPT_WRITEDATA, &probe_bounded);
+        // Past the liveness's own timeout: it decides, curl only cleans up.
+        curl_easy_setopt(probe, CURLOPT_TIMEOUT_MS,
+                         static_cast<long>(timeouts.probe_timeout.ToMilliseconds() + 1000));
+        curl_multi_add_handle(static_cast<CURLM*>(multi_), probe);
+        return false;
+    }
+    return false;
+  };
+  const auto on_probe_done = [&](void* handle, int result) {
+    if (handle != probe) return;
+    long code = 0;
+    curl_easy_getinfo(probe, CURLINFO_RESPONSE_CODE, &code);
+    if (result == CURLE_OK && code == 200) {
+      liveness.OnProbeAnswered(MonoTime::Now());
+    } else {
+      liveness.OnProbeFailed(result != CURLE_OK ? curl_easy_strerror(static_cast<CURLcode>(result))
+                                                : "etcd answered " + std::to_string(code) + ": " +
+                                                      probe_answer.substr(0, 200));
+    }
+    end_probe();
+  };
   long code = 0;
-  Status s = Perform(easy, &code, [&] { return !answered && MonoTime::Now() >= answer_by; });
+  Status s = Perform(easy, &code, give_up, on_probe_done);
+  if (probe != nullptr) end_probe();
   curl_easy_cleanup(easy);
   curl_slist_free_all(headers);
+  if (s.IsTimedOut()) s = Status::TimedOut(liveness.why());
   if (s.ok() && code != 200) {
     s = Status::RemoteError("etcd at " + endpoints_[at] + " answered " + std::to_string(code) +
                             " to " + path);
@@ -407,9 +454,10 @@ void EtcdRegistration::Withdraw() {
 
 // --- EtcdWatcher ---
 
-EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change)
+EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change, EtcdWatchTimeouts timeouts)
     : target_(std::move(target)),
       on_change_(std::move(on_change)),
+      timeouts_(timeouts),
       http_(target_.endpoints, target_.tls, target_.tls_files),
       table_(target_.prefix) {}
 
@@ -504,8 +552,12 @@ Status EtcdWatcher::Watch() {
   // The gateway writes one JSON object per line.
   EtcdLineSplitter lines;
   bool too_long = false, ended = false;
+  // The liveness probe reads one key, the prefix itself (no server's), so
+  // its answer is a header: linearizable, it needs the member and its
+  // leader.
+  const json probe{{"key", Base64Encode(target_.prefix)}, {"keys_only", true}};
   Status s =
-      http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1), MonoDelta::FromSeconds(3),
+      http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1), timeouts_, probe.dump(),
                    [&](const char* data, size_t n) {
                      auto r = lines.Feed(std::string_view(data, n),
                                          [this](std::string_view m) { return OnWatchMessage(m); });

@@ -24,6 +24,7 @@
 #include "osprey/base/mutex.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/etcd_answers.h"
+#include "osprey/rpc/etcd_watch_liveness.h"
 
 struct curl_slist;
 
@@ -82,13 +83,16 @@ class EtcdHttp {
   // A streaming POST (/v3/watch) to one endpoint (the next after a
   // failure): `on_data` gets each piece of the answer as it comes, until
   // the stream ends, breaks, on_data returns false, or Interrupt(). The
-  // member must answer within `first_answer_timeout` (TimedOut): one that
-  // accepts connections and answers nothing (a hung process) is left for
-  // the next. It must have a leader (etcd's require-leader metadata): a
-  // member cut off from its cluster ends the stream ("no leader") rather
-  // than keep it open with nothing to say.
+  // member must stay alive by `timeouts` (EtcdWatchLiveness; TimedOut
+  // with the reason): it must answer within their first_answer, and, once
+  // the stream is silent for their probe_after, answer a POST of
+  // `probe_body` to /v3/kv/range within their probe_timeout. So a hung
+  // member, before or after its first answer, is left for the next. It
+  // must have a leader (etcd's require-leader metadata): a member cut off
+  // from its cluster ends the stream ("no leader") rather than keep it
+  // open with nothing to say.
   Status Stream(const std::string& path, const std::string& body, MonoDelta connect_timeout,
-                MonoDelta first_answer_timeout,
+                const EtcdWatchTimeouts& timeouts, const std::string& probe_body,
                 const std::function<bool(const char*, size_t)>& on_data);
   void Interrupt();
   bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
@@ -101,8 +105,10 @@ class EtcdHttp {
  private:
   // Runs the transfer set up on `easy` (a CURL*) to its end, or until
   // `give_up` (asked about every 500 ms; may be null) says so (TimedOut);
-  // *http_code gets the HTTP status.
-  Status Perform(void* easy, long* http_code, const std::function<bool()>& give_up = nullptr);
+  // *http_code gets the HTTP status. Other transfers `give_up` added to
+  // the multi handle meanwhile end in `on_other_done` (handle, CURLcode).
+  Status Perform(void* easy, long* http_code, const std::function<bool()>& give_up = nullptr,
+                 const std::function<void(void*, int)>& on_other_done = nullptr);
   // A CURL* for a POST of `body` to `path` on endpoints_[at].
   void* MakePost(size_t at, const std::string& path, const std::string& body,
                  curl_slist* headers) const;
@@ -162,14 +168,17 @@ class EtcdRegistration {
 // when etcd answers again it resumes the watch from its revision (no full
 // read unless etcd compacted that revision away, or a message was lost),
 // after a backoff with jitter (100 ms doubling to 1 s) so that many clients
-// do not come back at once. Whatever etcd sends, it holds at most
-// kMaxEtcdAnswerBytes of it and kMaxEtcdServers servers (EtcdServerTable).
-// Load before Start, from the owner's thread; Stop and the accessors: any
-// thread.
+// do not come back at once. A member that stops answering while its
+// connection stays up (a hung process) is left for the next once a probe
+// after a silence goes unanswered (EtcdWatchLiveness). Whatever etcd
+// sends, it holds at most kMaxEtcdAnswerBytes of it and kMaxEtcdServers
+// servers (EtcdServerTable). Load before Start, from the owner's thread; Stop and the accessors:
+// any thread.
 class EtcdWatcher {
  public:
   using OnChange = std::function<void(const std::vector<std::string>& addresses)>;
-  EtcdWatcher(EtcdTarget target, OnChange on_change);
+  // `timeouts`: how long a member may stay silent (EtcdWatchLiveness).
+  EtcdWatcher(EtcdTarget target, OnChange on_change, EtcdWatchTimeouts timeouts = {});
   ~EtcdWatcher();  // Stop()
   EtcdWatcher(const EtcdWatcher&) = delete;
   EtcdWatcher& operator=(const EtcdWatcher&) = delete;
@@ -199,6 +208,7 @@ class EtcdWatcher {
 
   const EtcdTarget target_;
   const OnChange on_change_;
+  const EtcdWatchTimeouts timeouts_;
   EtcdHttp http_;  // Load's, then the thread's
   std::thread thread_;
   std::atomic<bool> connected_{false};

@@ -327,6 +327,13 @@ class MessengerBuilder {
   // certificate.
   MessengerBuilder& set_etcd_tls(std::string ca_file, std::string cert_file = "",
                                  std::string key_file = "");
+  // etcd targets of proxies made on this messenger: a watch that has been
+  // silent for `after_silence` asks its member for a read (2 s to answer);
+  // without an answer the client watches through the next member. A member
+  // that hangs with its connection up is so left within about
+  // `after_silence` + 2 s. Zero: off (such a member then holds the watch
+  // until it answers again or its connection breaks). Default 5 s.
+  MessengerBuilder& set_etcd_watch_probe(MonoDelta after_silence);
 
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
@@ -356,6 +363,7 @@ class MessengerBuilder {
   std::string registry_;
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
   std::string etcd_ca_file_, etcd_cert_file_, etcd_key_file_;
+  std::optional<MonoDelta> etcd_watch_probe_after_;  // unset: EtcdWatchTimeouts's
   HedgingPolicy hedging_;
 };
 
@@ -439,6 +447,7 @@ class Messenger {
     MonoDelta registry_ttl;
     // etcds:// targets' files (set_etcd_tls).
     std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
+    MonoDelta etcd_watch_probe_after;  // set_etcd_watch_probe
     // Proxies' hedging until they set their own (set_hedging).
     HedgingPolicy hedging;
   };
@@ -449,6 +458,7 @@ class Messenger {
   const HedgingPolicy& default_hedging() const { return guard_settings_.hedging; }
   // set_etcd_tls's files, for etcds:// targets.
   EtcdTlsFiles etcd_tls_files() const;
+  MonoDelta etcd_watch_probe_after() const { return guard_settings_.etcd_watch_probe_after; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);

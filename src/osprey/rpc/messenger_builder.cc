@@ -243,6 +243,11 @@ MessengerBuilder& MessengerBuilder::set_etcd_tls(std::string ca_file, std::strin
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_etcd_watch_probe(MonoDelta after_silence) {
+  etcd_watch_probe_after_ = after_silence;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -436,6 +441,11 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
                                      std::strerror(errno));
     }
   }
+  const MonoDelta etcd_watch_probe_after =
+      etcd_watch_probe_after_.value_or(EtcdWatchTimeouts().probe_after);
+  if (etcd_watch_probe_after < MonoDelta()) {
+    return Status::InvalidArgument("set_etcd_watch_probe: the silence must be zero (off) or more");
+  }
   if (Status bad = hedging_.Validate(); !bad.ok()) return bad.CloneAndPrepend("set_hedging");
   obs.hedging = hedging_;
   obs.registry = registry_;
@@ -443,6 +453,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.etcd_ca_file = etcd_ca_file_;
   obs.etcd_cert_file = etcd_cert_file_;
   obs.etcd_key_file = etcd_key_file_;
+  obs.etcd_watch_probe_after = etcd_watch_probe_after;
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());

@@ -81,8 +81,11 @@ Status ServerSet::Make(const std::string& target, Options options,
   auto set = std::make_shared<ServerSet>(std::move(servers), std::move(dns), std::move(options));
   if (is_etcd) {
     ServerSet* raw = set.get();
+    EtcdWatchTimeouts timeouts;
+    timeouts.probe_after = set->options_.etcd_watch_probe_after;
     set->watcher_ = std::make_unique<EtcdWatcher>(
-        etcd, [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); });
+        etcd, [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); },
+        timeouts);
     // The first read now, so the first calls have servers; if etcd does
     // not answer, the set starts empty and the watcher keeps trying.
     Status loaded = set->watcher_->Load(MonoDelta::FromSeconds(2));
