@@ -1,11 +1,12 @@
 // What a client of etcd decodes from it (etcd_answers.h), fed arbitrary
 // bytes in arbitrary pieces: a watch stream split into messages, each
 // applied to a table of servers; the whole input as a range answer, as a
-// lease answer, and as base64. It must never crash, leak, hang or throw
-// (the watcher's thread would end the process), and each bound must hold:
-// no line buffered past its bound, no more servers than the table's,
-// revisions from 0 to below INT64_MAX, addresses sorted and each once, a
-// lease's fields not negative, base64 decoded back to what encodes to it.
+// lease answer, as an authentication's token, and as base64. It must never
+// crash, leak, hang or throw (the watcher's thread would end the process),
+// and each bound must hold: no line buffered past its bound, no more
+// servers than the table's, revisions from 0 to below INT64_MAX, addresses
+// sorted and each once, a lease's fields not negative, a token one
+// header's visible ASCII, base64 decoded back to what encodes to it.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const osprey::Status ls = osprey::ParseEtcdLease(in, &lease);
   Check(ls.ok() || ls.IsCorruption(), "a lease answer parses or is Corruption");
   Check(lease.id >= 0 && lease.ttl_seconds >= 0, "a lease's fields not negative");
+
+  std::string token = "unchanged";
+  const osprey::Status ts = osprey::ParseEtcdToken(in, &token);
+  Check(ts.ok() || ts.IsCorruption(), "a token answer parses or is Corruption");
+  if (ts.ok()) {
+    Check(!token.empty() && token.size() <= osprey::kMaxEtcdTokenBytes, "a token within its bound");
+    for (char c : token) Check(c > 0x20 && c < 0x7f, "a token that is one header value");
+  } else {
+    Check(token == "unchanged", "a refused token is not kept");
+  }
 
   std::string decoded;
   if (Base64Decode(in, &decoded)) {

@@ -436,8 +436,8 @@ TEST(HostileEtcdTest, AMemberThatNeverAnswersAWatchIsLeftForTheNext) {
 }
 
 // A member whose watch is created and then silent, as a quiet prefix's is.
-// After 1 s of silence the watcher asks it for a read of the prefix's own
-// key (no server's: a small answer). One that answers 200 is kept, probe
+// After 1 s of silence the watcher asks it for a read of the key "/svc/"
+// (no server's, but inside the prefix: a small answer). One that answers 200 is kept, probe
 // after probe; one that answers 503 is left, the watch made again.
 TEST(HostileEtcdTest, ASilentWatchIsKeptWhileItsMemberAnswersProbesAndLeftWhenOneFails) {
   struct Member {
@@ -492,7 +492,7 @@ TEST(HostileEtcdTest, ASilentWatchIsKeptWhileItsMemberAnswersProbesAndLeftWhenOn
   EXPECT_EQ(0, kept->reconnects()) << "a silent watch whose member answers its probes was left";
   {
     std::lock_guard<std::mutex> l(alive.mu);
-    EXPECT_EQ(json({{"key", Base64Encode("/svc")}, {"keys_only", true}}),
+    EXPECT_EQ(json({{"key", Base64Encode("/svc/")}, {"keys_only", true}}),
               json::parse(alive.probe_body));
   }
   kept->Stop();

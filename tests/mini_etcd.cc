@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -56,9 +57,11 @@ Status MiniEtcd::Make(const Tls* tls, std::unique_ptr<MiniEtcd>* out) {
   return Status::OK();
 }
 
-Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls) {
+Status MiniEtcd::Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls,
+                       std::vector<std::string> extra_args) {
   std::unique_ptr<MiniEtcd> etcd;
   OSPREY_RETURN_NOT_OK(Make(tls, &etcd));
+  etcd->extra_args_ = std::move(extra_args);
   OSPREY_RETURN_NOT_OK(etcd->Launch());
   *out = std::move(etcd);
   return Status::OK();
@@ -119,6 +122,7 @@ Status MiniEtcd::Spawn() {
       }
     }
   }
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -141,7 +145,7 @@ Status MiniEtcd::Spawn() {
 Status MiniEtcd::WaitReady() {
   const std::string log = dir_ + "/etcd.log";
   // Ready when it answers a read (its cluster has a leader).
-  EtcdHttp http({endpoint()}, tls_.has_value(), tls_ ? tls_->check : EtcdTlsFiles{});
+  EtcdHttp http({endpoint()}, tls_.has_value(), tls_ ? tls_->check : EtcdTlsFiles{}, root_);
   const MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(15);
   for (int i = 0; i < 300 && MonoTime::Now() < deadline; ++i) {
     std::string answer;
@@ -157,6 +161,33 @@ Status MiniEtcd::WaitReady() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return Status::TimedOut("etcd did not answer on " + endpoint() + "; see " + log);
+}
+
+Status MiniEtcd::EnableAuth(const std::vector<User>& users) {
+  if (!tls_) return Status::IllegalState("etcd's passwords go only over TLS: start it with Tls");
+  EtcdHttp http({endpoint()}, true, tls_->check);
+  const auto post = [&](const char* path, const nlohmann::json& body) {
+    std::string answer;
+    return http.Post(path, body.dump(), MonoDelta::FromSeconds(5), &answer);
+  };
+  const EtcdCredentials root{"root", "root-" + std::to_string(getpid()) + "-" + dir_};
+  OSPREY_RETURN_NOT_OK(
+      post("/v3/auth/user/add", {{"name", root.user}, {"password", root.password}}));
+  OSPREY_RETURN_NOT_OK(post("/v3/auth/user/grant", {{"user", root.user}, {"role", "root"}}));
+  for (const User& u : users) {
+    OSPREY_RETURN_NOT_OK(post("/v3/auth/role/add", {{"name", u.name}}));
+    OSPREY_RETURN_NOT_OK(
+        post("/v3/auth/role/grant", {{"name", u.name},
+                                     {"perm",
+                                      {{"permType", "READWRITE"},
+                                       {"key", Base64Encode(u.prefix + "/")},
+                                       {"range_end", Base64Encode(u.prefix + "0")}}}}));
+    OSPREY_RETURN_NOT_OK(post("/v3/auth/user/add", {{"name", u.name}, {"password", u.password}}));
+    OSPREY_RETURN_NOT_OK(post("/v3/auth/user/grant", {{"user", u.name}, {"role", u.name}}));
+  }
+  OSPREY_RETURN_NOT_OK(post("/v3/auth/enable", nlohmann::json::object()));
+  root_ = root;
+  return Status::OK();
 }
 
 Status MiniEtcd::Stop() {

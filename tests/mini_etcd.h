@@ -33,8 +33,9 @@ class MiniEtcd {
     EtcdTlsFiles check;
   };
   // Starts etcd and waits until it answers (a few seconds at most); over
-  // TLS with `tls`.
-  static Status Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls = nullptr);
+  // TLS with `tls`; `extra_args` go to etcd's command line.
+  static Status Start(std::unique_ptr<MiniEtcd>* out, const Tls* tls = nullptr,
+                      std::vector<std::string> extra_args = {});
   // A cluster of `members` (3: one may go, and the others keep a quorum),
   // each its own process, directory and ports; ready when every member
   // answers.
@@ -53,6 +54,16 @@ class MiniEtcd {
   // peers lose it as if it were cut off.
   Status Pause();
   Status Resume();
+
+  // Turns etcd's authentication on (over TLS only): a root user with a
+  // password of its own (root()), and each of `users` with a role that
+  // may read and write the keys under its prefix ("PREFIX/..."), nothing
+  // else. From then on this MiniEtcd checks readiness as root.
+  struct User {
+    std::string name, password, prefix;
+  };
+  Status EnableAuth(const std::vector<User>& users);
+  const EtcdCredentials& root() const { return root_; }
 
   // "127.0.0.1:PORT", and "etcd://127.0.0.1:PORT/PREFIX" (etcds:// over
   // TLS).
@@ -77,6 +88,8 @@ class MiniEtcd {
   int peer_port_ = 0;
   pid_t pid_ = -1;
   std::optional<Tls> tls_;
+  std::vector<std::string> extra_args_;
+  EtcdCredentials root_;  // empty until EnableAuth
 };
 
 }  // namespace osprey::test

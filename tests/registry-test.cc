@@ -70,6 +70,15 @@ std::unique_ptr<MiniEtcd> StartEtcd() {
   return etcd;
 }
 
+// The client's registry series on its /metrics for `target`, or -1 when
+// it has none.
+double RegistryMetric(Messenger* m, const std::string& name, const std::string& target) {
+  for (const MetricValue& v : m->metrics()->Snapshot()) {
+    if (v.name == name && v.labels == MetricLabels{{"target", target}}) return v.value;
+  }
+  return -1;
+}
+
 // One Add through `proxy`: the server that answered, or empty if it failed.
 std::string AddVia(CalculatorServiceProxy& proxy, Status* status = nullptr) {
   AddRequestPB req;
@@ -269,6 +278,163 @@ TEST_F(EtcdTlsTest, AClientWithoutACertificateEtcdTrustsIsRefused) {
   EXPECT_FALSE(watcher.Load(MonoDelta::FromSeconds(5)).ok());
 }
 
+// etcd with authentication on (its RBAC), over TLS: the gateway knows a
+// client only by the token it got for a user's password. Tokens live 1 s
+// here (--auth-token-ttl 1), so that every test also renews them. The
+// attackers: a client with a wrong password, and a user of another team
+// reaching for this team's servers (its role grants only /other).
+class EtcdAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_ETCD();
+    etcd_id_ = test::MakeCert(dir_, "etcd");
+    MiniEtcd::Tls tls{etcd_id_.cert, etcd_id_.key, "", {etcd_id_.cert, "", ""}};
+    Status s = MiniEtcd::Start(&etcd_, &tls, {"--auth-token-ttl", "1"});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = etcd_->EnableAuth({{"svc", "svc-secret", "/calc"}, {"other", "other-secret", "/other"}});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    svc_password_ = PasswordFile("svc", "svc-secret\n");
+  }
+
+  std::string PasswordFile(const std::string& name, const std::string& text) {
+    const std::string path = dir_.path() + "/" + name + ".password";
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  MessengerBuilder As(const std::string& name, const std::string& user,
+                      const std::string& password_file) {
+    return MessengerBuilder(name)
+        .set_etcd_tls(etcd_id_.cert)
+        .set_etcd_credentials(user, password_file);
+  }
+
+  // A watcher's first read of /calc as `credentials`.
+  Status LoadAs(const EtcdCredentials& credentials) {
+    EtcdTarget target;
+    EXPECT_TRUE(EtcdTarget::Parse(etcd_->Target("/calc"), &target).ok());
+    target.tls_files = {etcd_id_.cert, "", ""};
+    target.credentials = credentials;
+    EtcdWatcher watcher(target, [](const std::vector<std::string>&) {});
+    return watcher.Load(MonoDelta::FromSeconds(5));
+  }
+
+  test::TempDir dir_;
+  test::CertFiles etcd_id_;
+  std::unique_ptr<MiniEtcd> etcd_;
+  std::string svc_password_;
+};
+
+// A server and a client, both as "svc": the server registers, the client
+// finds and calls it, and 6 s later (its lease is 5 s, kept alive every
+// 1.7 s, each time with a token etcd has forgotten) it is still there.
+// Then etcd restarts: the watch, made again, is canceled for its stale
+// token ("invalid auth token"), asks for a new one, and finds a server
+// registered after; that server's drain takes its key away.
+TEST_F(EtcdAuthTest, AServerAndAClientWithAUserFindEachOtherAcrossExpiredTokensAndARestart) {
+  Watchdog dog(std::chrono::seconds(60));
+  const std::string target = etcd_->Target("/calc");
+  // Without the watch's probe, which would also renew the client's token:
+  // the watch made again after the restart must learn from etcd itself
+  // that its token is stale.
+  auto client = MakeClient(1, As("client", "svc", svc_password_).set_etcd_watch_probe(MonoDelta()));
+  Messenger* c = client.get();
+  CalculatorServiceProxy proxy(client, target);
+  EXPECT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+  TestServer a;
+  ASSERT_TRUE(
+      a.Start(1, ServicePoolOptions(), As("calc", "svc", svc_password_).set_registry(target)).ok());
+  EXPECT_TRUE(
+      WaitUntil([&] { return AddVia(proxy) == a.address.ToString(); }, MonoDelta::FromSeconds(3)))
+      << "the server registered as svc got no call";
+  // A second client probes its silent watch every second, as the user may:
+  // a read inside the prefix, answered (or refused for a stale token, the
+  // member alive all the same), so its watch is kept.
+  auto prober = MakeClient(
+      1, As("prober", "svc", svc_password_).set_etcd_watch_probe(MonoDelta::FromSeconds(1)));
+  CalculatorServiceProxy probing(prober, target);
+  EXPECT_TRUE(WaitUntil([&] { return probing.registry_connected(); }, MonoDelta::FromSeconds(5)));
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  EXPECT_EQ(1u, proxy.servers().size()) << "the lease was not kept alive past expired tokens";
+  EXPECT_EQ(a.address.ToString(), AddVia(proxy));
+  EXPECT_EQ(0, RegistryMetric(prober.get(), "osprey_client_registry_reconnects_total", target))
+      << "a watch whose member answered its probes was given up";
+  EXPECT_EQ(a.address.ToString(), AddVia(probing));
+
+  ASSERT_TRUE(etcd_->Stop().ok());
+  ASSERT_TRUE(etcd_->Restart().ok());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return RegistryMetric(c, "osprey_client_registry_reconnects_total", target) >= 1 &&
+               proxy.registry_connected();
+      },
+      MonoDelta::FromSeconds(10)))
+      << "the watch was not made again after the restart";
+  TestServer b;
+  ASSERT_TRUE(
+      b.Start(1, ServicePoolOptions(), As("calc", "svc", svc_password_).set_registry(target)).ok());
+  EXPECT_TRUE(WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(5)))
+      << "a server registered after the restart was not found";
+  b.messenger->Drain(MonoDelta::FromSeconds(2));
+  EXPECT_TRUE(WaitUntil([&] { return proxy.servers().size() == 1; }, MonoDelta::FromSeconds(3)))
+      << "the drained server's key did not go";
+}
+
+TEST_F(EtcdAuthTest, AWrongPasswordOrAnotherTeamsUserReadsNothingAndIsToldWhy) {
+  Status s = LoadAs({"svc", "guess"});
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("authentication failed")) << s.ToString();
+  EXPECT_EQ(std::string::npos, s.ToString().find("guess")) << "the message holds the password";
+  std::cerr << "a wrong password: " << s.ToString() << "\n";
+  s = LoadAs({"other", "other-secret"});
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("permission denied")) << s.ToString();
+  std::cerr << "another team's user: " << s.ToString() << "\n";
+  s = LoadAs({});
+  EXPECT_FALSE(s.ok()) << "no user at all read an etcd with authentication on";
+  ASSERT_TRUE(LoadAs({"svc", "svc-secret"}).ok());
+
+  // A server with the wrong password is not registered, and says why.
+  EtcdTarget target;
+  ASSERT_TRUE(EtcdTarget::Parse(etcd_->Target("/calc"), &target).ok());
+  target.tls_files = {etcd_id_.cert, "", ""};
+  target.credentials = {"svc", "guess"};
+  EtcdRegistration registration(target, {"127.0.0.1:1"}, MonoDelta::FromSeconds(5));
+  registration.Start();
+  EXPECT_FALSE(registration.WaitRegistered(MonoDelta::FromSeconds(2)));
+}
+
+TEST_F(EtcdAuthTest, APasswordIsNeverSentInTheClear) {
+  // Plain HTTP to the same etcd: refused before any byte is sent, by the
+  // registry's Build and by a proxy's target.
+  const std::string plain = "etcd://" + etcd_->endpoint() + "/calc";
+  std::shared_ptr<Messenger> m;
+  Status s = As("calc", "svc", svc_password_).set_registry(plain).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("only over TLS")) << s.ToString();
+  auto client = MakeClient(1, As("client", "svc", svc_password_));
+  CalculatorServiceProxy proxy(client, plain);
+  AddVia(proxy, &s);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("only over TLS")) << s.ToString();
+  // The password file: read at Build, its first line, never echoed.
+  for (const auto& [file, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/pw", "cannot read /nonexistent/pw"},
+           {PasswordFile("empty", "\n"), "holds no password"},
+           {PasswordFile("long", std::string(1025, 'p')), "longer than 1 KiB"}}) {
+    s = As("client", "svc", file).Build(&m);
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(std::string::npos, s.ToString().find(why)) << s.ToString();
+  }
+  s = As("client", "svc", "").Build(&m);
+  EXPECT_NE(std::string::npos, s.ToString().find("both a user and a password file"))
+      << s.ToString();
+  ASSERT_TRUE(As("client", "svc", PasswordFile("crlf", "svc-secret\r\nignored\n")).Build(&m).ok());
+  CalculatorServiceProxy crlf(m, etcd_->Target("/calc"));
+  EXPECT_TRUE(WaitUntil([&] { return crlf.registry_connected(); }, MonoDelta::FromSeconds(5)))
+      << "the first line of a CRLF file is not the password";
+}
+
 // --- Server processes (test_server), a client at a steady open-loop rate ---
 
 struct CallRecord {
@@ -403,15 +569,6 @@ TEST(RegistryProcessTest, AServerJoiningUnderLoadTakesCallsAndAKilledOneIsForgot
   // And the client forgot it.
   for (const auto& r : proxy.servers()) EXPECT_NE(fleet.addrs[0].ToString(), r.address);
   EXPECT_EQ(3u, proxy.servers().size());
-}
-
-// The client's registry series on its /metrics for `target`, or -1 when
-// it has none.
-double RegistryMetric(Messenger* m, const std::string& name, const std::string& target) {
-  for (const MetricValue& v : m->metrics()->Snapshot()) {
-    if (v.name == name && v.labels == MetricLabels{{"target", target}}) return v.value;
-  }
-  return -1;
 }
 
 // etcd stopped for 5 s under load: no call fails, calls keep going to the

@@ -522,6 +522,8 @@ for bad in "-client_threads 0" "-client_threads -1" "-run_seconds 0" "-mode=bogu
            "-register_at=etcd://127.0.0.1:2379/x" "-server_only -register_at=notatarget" \
            "-etcd_ca_file=/nonexistent/ca.pem" "-server_only -etcd_cert_file=/etc/hostname" \
            "-etcd_watch_probe_ms=-1" "-etcd_watch_probe_ms=3600001" \
+           "-server_only -etcd_user=svc" "-server_only -etcd_user=svc -etcd_password_file=/nonexistent" \
+           "-server_only -etcd_user=svc -etcd_password_file=/etc/hostname -register_at=etcd://127.0.0.1:9/x" \
            "-hedge=p95" "-server_address=127.0.0.1:9 -hedge=2" "-hedge=bogus" \
            "-server_address=127.0.0.1:9,127.0.0.1:10 -hedge=-1" \
            "-server_address=127.0.0.1:9,127.0.0.1:10 -hedge_max_share=2"; do

@@ -91,6 +91,10 @@ DEFINE_string(etcd_cert_file, "",
               "etcds:// targets: the certificate presented to an etcd that requires one "
               "(--client-cert-auth), with -etcd_key_file; empty: none");
 DEFINE_string(etcd_key_file, "", "etcds:// targets: the key of -etcd_cert_file");
+DEFINE_string(etcd_user, "",
+              "etcds:// targets: the user of an etcd with authentication on, with "
+              "-etcd_password_file (MessengerBuilder::set_etcd_credentials); empty: none");
+DEFINE_string(etcd_password_file, "", "-etcd_user: the file whose first line is its password");
 DEFINE_int32(etcd_watch_probe_ms, 5000,
              "etcd targets (-server_address): a watch silent this long asks its member for a "
              "read, and leaves a member that does not answer within 2 s for the next "
@@ -278,6 +282,7 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_caller_reads(FLAGS_caller_reads)
       .set_worker_reads(FLAGS_worker_reads)
       .set_etcd_tls(FLAGS_etcd_ca_file, FLAGS_etcd_cert_file, FLAGS_etcd_key_file)
+      .set_etcd_credentials(FLAGS_etcd_user, FLAGS_etcd_password_file)
       .set_etcd_watch_probe(MonoDelta::FromMilliseconds(FLAGS_etcd_watch_probe_ms));
   return b;
 }
@@ -341,6 +346,8 @@ constexpr HelpLine kHelp[] = {
     {"etcd_ca_file", "etcds:// targets: the CA of etcd's certificate"},
     {"etcd_cert_file", "etcds:// targets: a client certificate for etcd"},
     {"etcd_key_file", "etcds:// targets: its key"},
+    {"etcd_user", "etcds:// targets: a user of etcd's authentication"},
+    {"etcd_password_file", "-etcd_user: its password's file"},
     {"etcd_watch_probe_ms", "etcd targets: probe a silent member (0: off)"},
     {"listen", "the address rpc-bench's server binds"},
     {"http_listen", "-server_only: the HTTP endpoints on this address"},

@@ -299,5 +299,47 @@ TEST(EtcdServerTableTest, PastTheBoundNewKeysAreCountedNotKeptUntilDeletionsMake
   EXPECT_EQ(2u, t.size());
 }
 
+// etcd's answer to /v3/auth/authenticate, and what a lying one might send
+// instead: the token goes into a header, so only visible ASCII is taken.
+TEST(EtcdTokenTest, AGoodTokenIsTakenAndAnythingThatCouldBreakAHeaderIsNot) {
+  std::string token;
+  ASSERT_TRUE(
+      ParseEtcdToken(R"({"header":{"revision":"1"},"token":"PWMpirJYEbfPNbfB.12"})", &token).ok());
+  EXPECT_EQ("PWMpirJYEbfPNbfB.12", token);
+  const std::string jwt = "eyJhbGciOiJSUzI1NiJ9." + std::string(600, 'x') + ".sig-_";
+  ASSERT_TRUE(ParseEtcdToken(R"({"token":")" + jwt + R"("})", &token).ok());
+  EXPECT_EQ(jwt, token);
+  for (const std::string& bad : std::vector<std::string>{
+           R"({"token":""})", R"({"token":5})", R"({})", R"("token")", "<html>",
+           R"({"token":"a\r\nX-Injected: 1"})", R"({"token":"a b"})", R"({"token":"caf\u00e9"})",
+           R"({"token":"a\u0000b"})",
+           R"({"token":")" + std::string(kMaxEtcdTokenBytes + 1, 'a') + R"("})"}) {
+    token = "kept";
+    Status s = ParseEtcdToken(bad, &token);
+    EXPECT_TRUE(s.IsCorruption()) << bad.substr(0, 60) << ": " << s.ToString();
+    EXPECT_EQ("kept", token) << bad.substr(0, 60);
+    EXPECT_EQ(std::string::npos, s.ToString().find("X-Injected")) << "the message echoes the token";
+  }
+  ASSERT_TRUE(
+      ParseEtcdToken(R"({"token":")" + std::string(kMaxEtcdTokenBytes, 'a') + R"("})", &token)
+          .ok());
+}
+
+TEST(EtcdServerTableTest, AWatchCanceledForItsTokenSaysSoAndNoOtherDoes) {
+  EtcdServerTable t("/svc");
+  EtcdWatchStep step = t.ApplyWatchMessage(
+      R"({"result":{"header":{"revision":"1"},"watch_id":"-1","created":true,"canceled":true,)"
+      R"("cancel_reason":"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"}})");
+  EXPECT_EQ(EtcdWatchStep::Next::kWatchAgain, step.next);
+  EXPECT_TRUE(step.unauthenticated);
+  EXPECT_FALSE(step.created) << "a watch created and canceled at once is not established";
+  step = t.ApplyWatchMessage(
+      R"({"result":{"watch_id":"-1","created":true,"canceled":true,)"
+      R"("cancel_reason":"rpc error: code = PermissionDenied desc = etcdserver: permission denied"}})");
+  EXPECT_EQ(EtcdWatchStep::Next::kWatchAgain, step.next);
+  EXPECT_FALSE(step.unauthenticated);
+  EXPECT_NE(std::string::npos, step.why.find("permission denied")) << step.why;
+}
+
 }  // namespace
 }  // namespace osprey

@@ -193,6 +193,9 @@ EtcdWatchStep EtcdServerTable::ApplyWatchMessage(std::string_view message) {
   if (BoolOf(r, "canceled")) {
     step.next = EtcdWatchStep::Next::kWatchAgain;
     step.why = "etcd canceled the watch: " + StringOf(r, "cancel_reason");
+    // gRPC's code, as etcd words the reason ("rpc error: code =
+    // Unauthenticated desc = etcdserver: invalid auth token").
+    step.unauthenticated = step.why.find("code = Unauthenticated") != std::string::npos;
     return step;
   }
   step.created = BoolOf(r, "created");
@@ -226,6 +229,29 @@ Status ParseEtcdLease(std::string_view answer, EtcdLease* out) {
   const json& r = result != j.end() ? *result : j;
   out->id = Int64Of(r, "ID", INT64_MAX);
   out->ttl_seconds = Int64Of(r, "TTL", INT64_MAX);
+  return Status::OK();
+}
+
+Status ParseEtcdToken(std::string_view answer, std::string* token) {
+  const json j = Parse(answer);
+  if (!j.is_object()) {
+    return Status::Corruption(
+        "etcd answered /v3/auth/authenticate with something other than a JSON object");
+  }
+  const std::string t = StringOf(j, "token");
+  if (t.empty()) return Status::Corruption("etcd answered /v3/auth/authenticate with no token");
+  if (t.size() > kMaxEtcdTokenBytes) {
+    return Status::Corruption("etcd's token has " + std::to_string(t.size()) +
+                              " bytes, more than " + std::to_string(kMaxEtcdTokenBytes) +
+                              " (kMaxEtcdTokenBytes)");
+  }
+  for (char c : t) {
+    if (c < 0x21 || c > 0x7e) {
+      return Status::Corruption(
+          "etcd's token holds a byte that is not visible ASCII; it would not be sent as a header");
+    }
+  }
+  *token = t;
   return Status::OK();
 }
 

@@ -50,6 +50,14 @@ struct EtcdLease {
 };
 Status ParseEtcdLease(std::string_view answer, EtcdLease* out);
 
+// The token etcd's /v3/auth/authenticate answers ({"token": "..."}), which
+// the client then sends as a header ("Authorization: TOKEN"). So it must
+// be 1 to kMaxEtcdTokenBytes bytes of visible ASCII: a lying etcd's CR or
+// LF would be a header of its choosing. Corruption otherwise; the message
+// never holds the token.
+constexpr size_t kMaxEtcdTokenBytes = 4096;
+Status ParseEtcdToken(std::string_view answer, std::string* token);
+
 // A watch stream's messages: one JSON object per line. One stream's; one
 // thread at a time.
 class EtcdLineSplitter {
@@ -86,6 +94,9 @@ struct EtcdWatchStep {
   };
   Next next = Next::kContinue;
   bool created = false;  // etcd says the watch is now established
+  // etcd canceled the watch because it did not know the client's token
+  // (expired, or forgotten by a restarted member): authenticate again.
+  bool unauthenticated = false;
   bool changed = false;  // the servers changed
   std::string why;       // for kReadAgain and kWatchAgain: what etcd sent, for the log
 };

@@ -87,6 +87,12 @@ Status EtcdTarget::Parse(const std::string& target, EtcdTarget* out) {
   return Status::OK();
 }
 
+Status EtcdTarget::CheckCredentials() const {
+  if (credentials.user.empty() || tls) return Status::OK();
+  return Status::InvalidArgument("target '" + ToString() + "': etcd's password goes only over " +
+                                 "TLS; write etcds:// (set_etcd_credentials)");
+}
+
 std::string EtcdTarget::ToString() const {
   std::string s = tls ? "etcds://" : "etcd://";
   for (size_t i = 0; i < endpoints.size(); ++i) s += (i ? "," : "") + endpoints[i];
@@ -95,12 +101,15 @@ std::string EtcdTarget::ToString() const {
 
 // --- EtcdHttp ---
 
-EtcdHttp::EtcdHttp(std::vector<std::string> endpoints, bool tls, EtcdTlsFiles files)
+EtcdHttp::EtcdHttp(std::vector<std::string> endpoints, bool tls, EtcdTlsFiles files,
+                   EtcdCredentials credentials)
     : endpoints_(std::move(endpoints)),
       tls_(tls),
       files_(std::move(files)),
+      credentials_(std::move(credentials)),
       multi_((InitCurl(), curl_multi_init())) {
   CHECK(!endpoints_.empty());
+  CHECK(tls_ || credentials_.user.empty()) << "a password for etcd goes only over TLS";
   CHECK(multi_ != nullptr) << "curl_multi_init failed";
 }
 
@@ -187,35 +196,69 @@ void* EtcdHttp::MakePost(size_t at, const std::string& path, const std::string& 
   return easy;
 }
 
+Status EtcdHttp::PostTo(size_t at, const std::string& path, const std::string& body,
+                        MonoDelta timeout, bool authorized, std::string* out, long* code) {
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  if (authorized) headers = curl_slist_append(headers, ("Authorization: " + token_).c_str());
+  out->clear();
+  CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
+  BoundedAnswer answer{out};
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToAnswer);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &answer);
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.ToMilliseconds()));
+  *code = 0;
+  Status s = Perform(easy, code);
+  curl_easy_cleanup(easy);
+  curl_slist_free_all(headers);
+  if (answer.too_long) {
+    out->clear();
+    return Status::Corruption("etcd at " + endpoints_[at] + " answered " + path +
+                              " with more than " + std::to_string(kMaxEtcdAnswerBytes) +
+                              " bytes (kMaxEtcdAnswerBytes); not read further");
+  }
+  if (s.IsNetworkError()) return s.CloneAndPrepend(endpoints_[at] + path);
+  if (!s.ok() || *code == 200) return s;
+  const std::string said =
+      "etcd at " + endpoints_[at] + " answered " + std::to_string(*code) + " to " + path;
+  // A password etcd refused, or a user without the right to the keys: the
+  // same on every member, and the operator's to fix.
+  if (*code == 403 || (*code == 400 && path == "/v3/auth/authenticate")) {
+    return Status::NotAuthorized(said + " for user '" + credentials_.user +
+                                 "': " + out->substr(0, 200));
+  }
+  return Status::RemoteError(said + ": " + out->substr(0, 200));
+}
+
+Status EtcdHttp::Authenticate(size_t at, MonoDelta timeout) {
+  std::string answer;
+  long code = 0;
+  OSPREY_RETURN_NOT_OK(
+      PostTo(at, "/v3/auth/authenticate",
+             json{{"name", credentials_.user}, {"password", credentials_.password}}.dump(), timeout,
+             /*authorized=*/false, &answer, &code));
+  return ParseEtcdToken(answer, &token_).CloneAndPrepend("etcd at " + endpoints_[at]);
+}
+
 Status EtcdHttp::Post(const std::string& path, const std::string& body, MonoDelta timeout,
                       std::string* out) {
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   Status last;
   for (size_t tries = 0; tries < endpoints_.size(); ++tries) {
     const size_t at = current_.load() % endpoints_.size();
-    out->clear();
-    CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
-    BoundedAnswer answer{out};
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, AppendToAnswer);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &answer);
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.ToMilliseconds()));
-    long code = 0;
-    last = Perform(easy, &code);
-    curl_easy_cleanup(easy);
-    if (answer.too_long) {
-      out->clear();
-      last = Status::Corruption("etcd at " + endpoints_[at] + " answered " + path +
-                                " with more than " + std::to_string(kMaxEtcdAnswerBytes) +
-                                " bytes (kMaxEtcdAnswerBytes); not read further");
-    } else if (last.ok() && code != 200) {
-      last = Status::RemoteError("etcd at " + endpoints_[at] + " answered " + std::to_string(code) +
-                                 " to " + path + ": " + out->substr(0, 200));
+    // With a user: a token first, and a new one once if etcd no longer
+    // knows it (401: it expired, or the member restarted).
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!credentials_.user.empty() && token_.empty()) {
+        last = Authenticate(at, timeout);
+        if (!last.ok()) break;
+      }
+      long code = 0;
+      last = PostTo(at, path, body, timeout, !credentials_.user.empty(), out, &code);
+      if (code != 401 || credentials_.user.empty()) break;
+      token_.clear();
     }
-    if (last.ok() || interrupted()) break;
-    if (last.IsNetworkError()) last = last.CloneAndPrepend(endpoints_[at] + path);
+    if (last.ok() || interrupted() || last.IsNotAuthorized()) break;
     current_.store(at + 1);  // the next member, this time and next
   }
-  curl_slist_free_all(headers);
   return last;
 }
 
@@ -229,6 +272,15 @@ Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDe
   // that can no longer tell them anything.
   headers = curl_slist_append(headers, "Grpc-Metadata-hasleader: true");
   const size_t at = current_.load() % endpoints_.size();
+  if (!credentials_.user.empty()) {
+    Status s = token_.empty() ? Authenticate(at, timeouts.first_answer) : Status::OK();
+    if (!s.ok()) {
+      curl_slist_free_all(headers);
+      if (!s.IsNotAuthorized() && !interrupted()) current_.store(at + 1);
+      return s;
+    }
+    headers = curl_slist_append(headers, ("Authorization: " + token_).c_str());
+  }
   CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
   EtcdWatchLiveness liveness(timeouts, MonoTime::Now());
   const std::function<bool(const char*, size_t)> noted = [&](const char* data, size_t n) {
@@ -273,7 +325,11 @@ Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDe
     if (handle != probe) return;
     long code = 0;
     curl_easy_getinfo(probe, CURLINFO_RESPONSE_CODE, &code);
-    if (result == CURLE_OK && code == 200) {
+    if (result == CURLE_OK && (code == 200 || code == 401)) {
+      // 401: the member answered, but no longer knows the token (which
+      // the watch, authorized when made, does not need): a new one for
+      // the next request.
+      if (code == 401) token_.clear();
       liveness.OnProbeAnswered(MonoTime::Now());
     } else {
       liveness.OnProbeFailed(result != CURLE_OK ? curl_easy_strerror(static_cast<CURLcode>(result))
@@ -307,7 +363,7 @@ EtcdRegistration::EtcdRegistration(EtcdTarget target, std::vector<std::string> a
       addresses_(std::move(addresses)),
       // etcd's leases count whole seconds.
       ttl_seconds_(std::max<int64_t>(1, (ttl.ToMilliseconds() + 999) / 1000)),
-      http_(target_.endpoints, target_.tls, target_.tls_files) {}
+      http_(target_.endpoints, target_.tls, target_.tls_files, target_.credentials) {}
 
 EtcdRegistration::~EtcdRegistration() { Withdraw(); }
 
@@ -440,7 +496,7 @@ void EtcdRegistration::Withdraw() {
   if (lease == 0) return;
   // Revoking deletes the keys now, rather than when the TTL runs out: the
   // clients stop sending here within a watch event.
-  EtcdHttp http(target_.endpoints, target_.tls, target_.tls_files);
+  EtcdHttp http(target_.endpoints, target_.tls, target_.tls_files, target_.credentials);
   std::string answer;
   Status s = http.Post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump(),
                        MonoDelta::FromSeconds(1), &answer);
@@ -458,7 +514,7 @@ EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change, EtcdWatchTimeout
     : target_(std::move(target)),
       on_change_(std::move(on_change)),
       timeouts_(timeouts),
-      http_(target_.endpoints, target_.tls, target_.tls_files),
+      http_(target_.endpoints, target_.tls, target_.tls_files, target_.credentials),
       table_(target_.prefix) {}
 
 EtcdWatcher::~EtcdWatcher() { Stop(); }
@@ -524,6 +580,7 @@ bool EtcdWatcher::OnWatchMessage(std::string_view message) {
     step = table_.ApplyWatchMessage(message);
     LogRefusedServers();
     if (step.next == EtcdWatchStep::Next::kReadAgain) need_load_ = true;
+    if (step.unauthenticated) http_.ForgetToken();  // this thread's, as the stream is
     if (step.created && !connected_.exchange(true)) {
       LOG(INFO) << "watching " << target_.ToString() << " from revision " << table_.revision() + 1
                 << " (" << table_.size() << " servers)";
@@ -552,10 +609,10 @@ Status EtcdWatcher::Watch() {
   // The gateway writes one JSON object per line.
   EtcdLineSplitter lines;
   bool too_long = false, ended = false;
-  // The liveness probe reads one key, the prefix itself (no server's), so
-  // its answer is a header: linearizable, it needs the member and its
-  // leader.
-  const json probe{{"key", Base64Encode(target_.prefix)}, {"keys_only", true}};
+  // The liveness probe reads one key, "PREFIX/" (no server's, but inside
+  // the prefix, which is all an etcd user of this prefix may read), so its
+  // answer is a header: linearizable, it needs the member and its leader.
+  const json probe{{"key", Base64Encode(from)}, {"keys_only", true}};
   Status s =
       http_.Stream("/v3/watch", create.dump(), MonoDelta::FromSeconds(1), timeouts_, probe.dump(),
                    [&](const char* data, size_t n) {

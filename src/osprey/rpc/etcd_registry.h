@@ -40,6 +40,17 @@ struct EtcdTlsFiles {
   std::string key_file;
 };
 
+// A user of an etcd with authentication on (etcd's RBAC: its roles grant
+// keys to users), whose password this process holds. etcd's gateway knows
+// a user only by name and password (not by a client certificate's name):
+// the client sends them to /v3/auth/authenticate and every request after
+// with the token etcd answers. So they go only over TLS (etcds://). Empty
+// user: none. A value; any thread.
+struct EtcdCredentials {
+  std::string user;
+  std::string password;
+};
+
 // A parsed "etcd://HOST:PORT[,HOST:PORT...]/PREFIX", or "etcds://..." for
 // HTTPS, etcd's certificate verified and its name checked against HOST. A
 // value; any thread.
@@ -48,6 +59,7 @@ struct EtcdTarget {
   std::string prefix;                  // "/PREFIX", without a trailing '/'
   bool tls = false;                    // etcds://
   EtcdTlsFiles tls_files;              // not in the URL: MessengerBuilder::set_etcd_tls
+  EtcdCredentials credentials;         // not in the URL: MessengerBuilder::set_etcd_credentials
 
   static bool IsEtcd(const std::string& target) {
     return target.rfind("etcd://", 0) == 0 || target.rfind("etcds://", 0) == 0;
@@ -55,20 +67,26 @@ struct EtcdTarget {
   // InvalidArgument unless `target` is etcd:// or etcds://, names at least
   // one HOST:PORT and a non-empty prefix.
   static Status Parse(const std::string& target, EtcdTarget* out);
+  // InvalidArgument if it has credentials but is not etcds://: a password
+  // is never sent in the clear.
+  Status CheckCredentials() const;
   // The key a server at `address` registers under.
   std::string KeyOf(const std::string& address) const { return prefix + "/" + address; }
   std::string ToString() const;
 };
 
-// POSTs of JSON to etcd's gateway, with libcurl. One thread at a time makes
+// POSTs of JSON to etcd's gateway, with libcurl. With credentials (only
+// over TLS: checked), each request carries a token, asked for before the
+// first and again when etcd no longer knows it. One thread at a time makes
 // requests (its owner's background thread); Interrupt() may come from any
 // thread, and makes the request under way and every later one return
 // Aborted at once (curl_multi_wakeup), so that the owner's thread can be
 // joined without waiting for a watch that may last forever.
 class EtcdHttp {
  public:
-  // `tls`: HTTPS with `files` (EtcdTlsFiles).
-  explicit EtcdHttp(std::vector<std::string> endpoints, bool tls = false, EtcdTlsFiles files = {});
+  // `tls`: HTTPS with `files` (EtcdTlsFiles); `credentials`: etcd's user.
+  explicit EtcdHttp(std::vector<std::string> endpoints, bool tls = false, EtcdTlsFiles files = {},
+                    EtcdCredentials credentials = {});
   ~EtcdHttp();
   EtcdHttp(const EtcdHttp&) = delete;
   EtcdHttp& operator=(const EtcdHttp&) = delete;
@@ -77,7 +95,8 @@ class EtcdHttp {
   // others; *out gets the answer's body. NetworkError when none answers
   // within `timeout` each, RemoteError when etcd answers other than 200,
   // Corruption when its answer runs past kMaxEtcdAnswerBytes (read no
-  // further).
+  // further), NotAuthorized when etcd refuses the user's password or the
+  // user the keys (not tried on other members: they would say the same).
   Status Post(const std::string& path, const std::string& body, MonoDelta timeout,
               std::string* out);
   // A streaming POST (/v3/watch) to one endpoint (the next after a
@@ -101,6 +120,9 @@ class EtcdHttp {
   // stopping).
   std::string endpoint() const { return endpoints_[current_.load() % endpoints_.size()]; }
   void NextEndpoint() { current_.fetch_add(1); }
+  // The next request authenticates again (etcd canceled a watch for its
+  // token). The owner's thread.
+  void ForgetToken() { token_.clear(); }
 
  private:
   // Runs the transfer set up on `easy` (a CURL*) to its end, or until
@@ -109,12 +131,20 @@ class EtcdHttp {
   // the multi handle meanwhile end in `on_other_done` (handle, CURLcode).
   Status Perform(void* easy, long* http_code, const std::function<bool()>& give_up = nullptr,
                  const std::function<void(void*, int)>& on_other_done = nullptr);
+  // One POST to endpoints_[at], with the token if `authorized`; *code gets
+  // the HTTP status. Post's errors, for that one member.
+  Status PostTo(size_t at, const std::string& path, const std::string& body, MonoDelta timeout,
+                bool authorized, std::string* out, long* code);
+  // A token for credentials_ from endpoints_[at], into token_.
+  Status Authenticate(size_t at, MonoDelta timeout);
   // A CURL* for a POST of `body` to `path` on endpoints_[at].
   void* MakePost(size_t at, const std::string& path, const std::string& body,
                  curl_slist* headers) const;
   const std::vector<std::string> endpoints_;
   const bool tls_;
   const EtcdTlsFiles files_;
+  const EtcdCredentials credentials_;
+  std::string token_;  // the owner's thread's; empty: none yet
   std::atomic<size_t> current_{0};
   std::atomic<bool> interrupted_{false};
   void* const multi_;  // CURLM*: made and freed with this; wakeup is thread-safe

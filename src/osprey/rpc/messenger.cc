@@ -200,6 +200,7 @@ void Messenger::Register(const Sockaddr& bound) {
   Status parsed = EtcdTarget::Parse(guard_settings_.registry, &target);
   CHECK(parsed.ok()) << parsed.ToString();  // Build checked it
   target.tls_files = etcd_tls_files();
+  target.credentials = etcd_credentials();
   auto reg = std::make_unique<EtcdRegistration>(
       std::move(target), std::vector<std::string>{address}, guard_settings_.registry_ttl);
   reg->Start();
@@ -213,6 +214,10 @@ void Messenger::Register(const Sockaddr& bound) {
   MutexLock l(mu_);
   if (shut_down_) return;  // a shutdown began meanwhile: `reg` withdraws as it goes
   registration_ = std::move(reg);
+}
+
+EtcdCredentials Messenger::etcd_credentials() const {
+  return {guard_settings_.etcd_user, guard_settings_.etcd_password};
 }
 
 EtcdTlsFiles Messenger::etcd_tls_files() const {

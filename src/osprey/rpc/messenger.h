@@ -58,6 +58,7 @@ struct ParkedConnection;
 class ClientMethodMetrics;
 class EtcdRegistration;
 struct EtcdTlsFiles;
+struct EtcdCredentials;
 class HttpEndpoints;
 class MessengerMetrics;
 class Messenger;
@@ -327,6 +328,14 @@ class MessengerBuilder {
   // certificate.
   MessengerBuilder& set_etcd_tls(std::string ca_file, std::string cert_file = "",
                                  std::string key_file = "");
+  // A user of an etcd with authentication on, for every etcd target (the
+  // registry's and proxies' made on this messenger): its name, and a file
+  // whose first line is its password (read by Build; a file, so that the
+  // password is in no command line). Each client asks etcd for a token
+  // with them and sends it with every request. Only over TLS: Build, and
+  // a proxy's target, refuse an etcd:// target with a user. Empty user:
+  // none (the default).
+  MessengerBuilder& set_etcd_credentials(std::string user, std::string password_file);
   // etcd targets of proxies made on this messenger: a watch that has been
   // silent for `after_silence` asks its member for a read (2 s to answer);
   // without an answer the client watches through the next member. A member
@@ -364,6 +373,7 @@ class MessengerBuilder {
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
   std::string etcd_ca_file_, etcd_cert_file_, etcd_key_file_;
   std::optional<MonoDelta> etcd_watch_probe_after_;  // unset: EtcdWatchTimeouts's
+  std::string etcd_user_, etcd_password_file_;
   HedgingPolicy hedging_;
 };
 
@@ -448,6 +458,8 @@ class Messenger {
     // etcds:// targets' files (set_etcd_tls).
     std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
     MonoDelta etcd_watch_probe_after;  // set_etcd_watch_probe
+    // set_etcd_credentials: the user, and the password Build read.
+    std::string etcd_user, etcd_password;
     // Proxies' hedging until they set their own (set_hedging).
     HedgingPolicy hedging;
   };
@@ -458,6 +470,8 @@ class Messenger {
   const HedgingPolicy& default_hedging() const { return guard_settings_.hedging; }
   // set_etcd_tls's files, for etcds:// targets.
   EtcdTlsFiles etcd_tls_files() const;
+  // set_etcd_credentials's user and password, for etcd targets.
+  EtcdCredentials etcd_credentials() const;
   MonoDelta etcd_watch_probe_after() const { return guard_settings_.etcd_watch_probe_after; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "osprey/rpc/etcd_registry.h"
@@ -32,6 +33,37 @@ int DefaultNumReactors() {
   CPU_ZERO(&cpus);
   if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return kMost;
   return std::clamp(CPU_COUNT(&cpus), 1, kMost);
+}
+
+// set_etcd_credentials: the first line of `file` (its line break not
+// counted), at most 1 KiB, not empty. Messages name the file, never what
+// it holds.
+Status ReadEtcdPassword(const std::string& user, const std::string& file, std::string* password) {
+  constexpr size_t kMaxPasswordBytes = 1024;
+  if (user.empty() != file.empty()) {
+    return Status::InvalidArgument(
+        "set_etcd_credentials: give both a user and a password file, or neither");
+  }
+  if (user.empty()) return Status::OK();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    return Status::InvalidArgument("set_etcd_credentials: cannot read " + file + ": " +
+                                   std::strerror(errno));
+  }
+  std::string line(kMaxPasswordBytes + 2, '\0');
+  in.read(line.data(), static_cast<std::streamsize>(line.size()));
+  line.resize(static_cast<size_t>(in.gcount()));
+  line = line.substr(0, line.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.size() > kMaxPasswordBytes) {
+    return Status::InvalidArgument("set_etcd_credentials: the first line of " + file +
+                                   " is longer than 1 KiB");
+  }
+  if (line.empty()) {
+    return Status::InvalidArgument("set_etcd_credentials: " + file + " holds no password");
+  }
+  *password = std::move(line);
+  return Status::OK();
 }
 }  // namespace
 
@@ -243,6 +275,13 @@ MessengerBuilder& MessengerBuilder::set_etcd_tls(std::string ca_file, std::strin
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_etcd_credentials(std::string user,
+                                                         std::string password_file) {
+  etcd_user_ = std::move(user);
+  etcd_password_file_ = std::move(password_file);
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_etcd_watch_probe(MonoDelta after_silence) {
   etcd_watch_probe_after_ = after_silence;
   return *this;
@@ -423,9 +462,14 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
         "set_client_throttling: k must be from 1 to 1000 and the window above 0");
   }
   obs.guards = guards_;
+  std::string etcd_password;
+  OSPREY_RETURN_NOT_OK(ReadEtcdPassword(etcd_user_, etcd_password_file_, &etcd_password));
   if (!registry_.empty()) {
     EtcdTarget parsed;
     Status bad = EtcdTarget::Parse(registry_, &parsed);
+    if (!bad.ok()) return bad.CloneAndPrepend("set_registry");
+    parsed.credentials.user = etcd_user_;
+    bad = parsed.CheckCredentials();
     if (!bad.ok()) return bad.CloneAndPrepend("set_registry");
     if (registry_ttl_ < MonoDelta::FromSeconds(1)) {
       return Status::InvalidArgument("set_registry: the TTL must be at least 1 s");
@@ -454,6 +498,8 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.etcd_cert_file = etcd_cert_file_;
   obs.etcd_key_file = etcd_key_file_;
   obs.etcd_watch_probe_after = etcd_watch_probe_after;
+  obs.etcd_user = etcd_user_;
+  obs.etcd_password = std::move(etcd_password);
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors, std::move(options), obs));
   m->self_ = m;
   OSPREY_RETURN_NOT_OK(m->Start());

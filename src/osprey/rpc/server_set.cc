@@ -45,6 +45,8 @@ Status ServerSet::Make(const std::string& target, Options options,
   if (is_etcd) {
     OSPREY_RETURN_NOT_OK(EtcdTarget::Parse(target, &etcd));
     etcd.tls_files = options.etcd_tls;
+    etcd.credentials = options.etcd_credentials;
+    OSPREY_RETURN_NOT_OK(etcd.CheckCredentials());
   } else if (target.rfind("dns:", 0) == 0) {
     dns = target.substr(4);
     std::vector<Sockaddr> all;

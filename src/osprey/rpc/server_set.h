@@ -57,6 +57,8 @@ class ServerSet {
     std::function<MonoTime()> clock;   // null: MonoTime::Now
     std::function<uint64_t()> random;  // null: a generator per thread
     EtcdTlsFiles etcd_tls;             // "etcds://" targets: MessengerBuilder::set_etcd_tls
+    // etcd targets: MessengerBuilder::set_etcd_credentials (only etcds://).
+    EtcdCredentials etcd_credentials;
     // etcd targets: a watch silent this long asks its member whether it is
     // alive (EtcdWatchLiveness); zero: never. MessengerBuilder::set_etcd_watch_probe.
     MonoDelta etcd_watch_probe_after = EtcdWatchTimeouts().probe_after;
