@@ -159,6 +159,22 @@ TEST(RegistryTest, BadRegistryTargetsAreRefusedByBuild) {
   }
 }
 
+TEST(RegistryTest, RetriesBackOffToASecondAndARefusedUserToAMinute) {
+  const auto ms = [](int64_t n) { return MonoDelta::FromMilliseconds(n); };
+  const Status lost = Status::NetworkError("etcd: Connection refused");
+  const Status refused = Status::NotAuthorized("authentication failed");
+  EXPECT_EQ(ms(100), NextEtcdBackoff(MonoDelta(), lost));
+  EXPECT_EQ(ms(200), NextEtcdBackoff(ms(100), lost));
+  EXPECT_EQ(ms(1000), NextEtcdBackoff(ms(800), lost));
+  EXPECT_EQ(ms(1000), NextEtcdBackoff(ms(1000), Status::OK())) << "a watch that ended";
+  EXPECT_EQ(ms(5000), NextEtcdBackoff(MonoDelta(), refused));
+  EXPECT_EQ(ms(5000), NextEtcdBackoff(ms(400), refused));
+  EXPECT_EQ(ms(10000), NextEtcdBackoff(ms(5000), refused));
+  EXPECT_EQ(ms(60000), NextEtcdBackoff(ms(40000), refused));
+  EXPECT_EQ(ms(60000), NextEtcdBackoff(ms(60000), refused));
+  EXPECT_EQ(ms(1000), NextEtcdBackoff(ms(60000), lost)) << "the password fixed, etcd away";
+}
+
 TEST(DiscoveryTest, ServersThatRegisterGetCallsAndOnesWhoseKeyGoesGetNone) {
   SKIP_WITHOUT_ETCD();
   Watchdog dog(std::chrono::seconds(30));
@@ -497,6 +513,16 @@ struct RegisteredFleet {
   }
 };
 
+// A cluster of 3 etcd members, `target` naming all three under `prefix`,
+// and one test_server registered there with a lease of `ttl_s`.
+Status StartRegisteredCluster(const std::string& prefix, int ttl_s,
+                              std::vector<std::unique_ptr<MiniEtcd>>* cluster, std::string* target,
+                              RegisteredFleet* fleet) {
+  OSPREY_RETURN_NOT_OK(MiniEtcd::StartCluster(3, cluster));
+  *target = MiniEtcd::ClusterTarget(*cluster, prefix);
+  return fleet->Add(*target, ttl_s);
+}
+
 // When `server` answered its first call of `calls` (Max if never).
 MonoDelta FirstAnswerFrom(const std::vector<CallRecord>& calls, const Sockaddr& server) {
   MonoDelta first = MonoDelta::Max();
@@ -648,13 +674,12 @@ TEST(RegistryProcessTest, EtcdDownFor5sUnderLoadFailsNoCallAndTheWatchResumes) {
 TEST(RegistryProcessTest, AnEtcdMemberLostMovesTheWatchAndTheKeepAlivesToAnother) {
   SKIP_WITHOUT_ETCD();
   Watchdog dog(std::chrono::seconds(60));
-  std::vector<std::unique_ptr<MiniEtcd>> cluster;
-  Status started = MiniEtcd::StartCluster(3, &cluster);
-  ASSERT_TRUE(started.ok()) << started.ToString();
-  const std::string target = MiniEtcd::ClusterTarget(cluster, "/members");
   constexpr int kTtl = 2;
+  std::vector<std::unique_ptr<MiniEtcd>> cluster;
+  std::string target;
   RegisteredFleet fleet;
-  ASSERT_TRUE(fleet.Add(target, kTtl).ok());
+  Status started = StartRegisteredCluster("/members", kTtl, &cluster, &target, &fleet);
+  ASSERT_TRUE(started.ok()) << started.ToString();
   auto client = MakeClient(1);
   Messenger* c = client.get();
   CalculatorServiceProxy proxy(client, target);
@@ -703,11 +728,10 @@ TEST(RegistryProcessTest, AMemberWithoutALeaderIsNotTakenForAWorkingRegistry) {
   SKIP_WITHOUT_ETCD();
   Watchdog dog(std::chrono::seconds(90));
   std::vector<std::unique_ptr<MiniEtcd>> cluster;
-  Status started = MiniEtcd::StartCluster(3, &cluster);
-  ASSERT_TRUE(started.ok()) << started.ToString();
-  const std::string target = MiniEtcd::ClusterTarget(cluster, "/quorum");
+  std::string target;
   RegisteredFleet fleet;
-  ASSERT_TRUE(fleet.Add(target, 5).ok());
+  Status started = StartRegisteredCluster("/quorum", 5, &cluster, &target, &fleet);
+  ASSERT_TRUE(started.ok()) << started.ToString();
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, target);
   ASSERT_EQ(1u, proxy.servers().size());
@@ -746,11 +770,10 @@ TEST(RegistryProcessTest, AMemberThatHangsMidWatchIsLeftForAnother) {
   SKIP_WITHOUT_ETCD();
   Watchdog dog(std::chrono::seconds(60));
   std::vector<std::unique_ptr<MiniEtcd>> cluster;
-  Status started = MiniEtcd::StartCluster(3, &cluster);
-  ASSERT_TRUE(started.ok()) << started.ToString();
-  const std::string target = MiniEtcd::ClusterTarget(cluster, "/hung");
+  std::string target;
   RegisteredFleet fleet;
-  ASSERT_TRUE(fleet.Add(target, 5).ok());
+  Status started = StartRegisteredCluster("/hung", 5, &cluster, &target, &fleet);
+  ASSERT_TRUE(started.ok()) << started.ToString();
   auto client =
       MakeClient(1, MessengerBuilder("client").set_etcd_watch_probe(MonoDelta::FromSeconds(1)));
   Messenger* c = client.get();

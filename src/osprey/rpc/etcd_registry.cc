@@ -99,6 +99,14 @@ std::string EtcdTarget::ToString() const {
   return s + prefix;
 }
 
+MonoDelta NextEtcdBackoff(MonoDelta last, const Status& failed) {
+  if (failed.IsNotAuthorized()) {
+    return std::clamp(last * 2, MonoDelta::FromSeconds(5), MonoDelta::FromSeconds(60));
+  }
+  if (last <= MonoDelta()) return MonoDelta::FromMilliseconds(100);
+  return std::min(last * 2, MonoDelta::FromSeconds(1));
+}
+
 // --- EtcdHttp ---
 
 EtcdHttp::EtcdHttp(std::vector<std::string> endpoints, bool tls, EtcdTlsFiles files,
@@ -431,7 +439,7 @@ void EtcdRegistration::Run() {
   int64_t lease = 0, granted_ttl = ttl_seconds_;
   bool put_done = false;
   bool failing = false;
-  MonoDelta backoff = MonoDelta::FromMilliseconds(100);
+  MonoDelta backoff;  // the last wait after a failure; zero after a success
   while (true) {
     {
       MutexLock l(mu_);
@@ -454,7 +462,7 @@ void EtcdRegistration::Run() {
     if (s.ok()) {
       if (failing) LOG(INFO) << "etcd " << target_.ToString() << " reachable again";
       failing = false;
-      backoff = MonoDelta::FromMilliseconds(100);
+      backoff = MonoDelta();
       // Keep-alives every third of the TTL: two may be lost before it runs
       // out. Right away while a step remains (the puts after a grant).
       // The TTL is etcd's word: never past the one asked for (a TTL near
@@ -467,9 +475,8 @@ void EtcdRegistration::Run() {
                      << target_.ToString() << ": " << s.ToString() << "; trying again";
       }
       failing = true;
+      backoff = NextEtcdBackoff(backoff, s);
       wait = backoff;
-      backoff = std::min(MonoDelta::FromNanoseconds(backoff.ToNanoseconds() * 2),
-                         MonoDelta::FromSeconds(1));
     }
     MutexLock l(mu_);
     const MonoTime until = MonoTime::Now() + wait;
@@ -644,7 +651,7 @@ Status EtcdWatcher::Watch() {
 
 void EtcdWatcher::Run() {
   std::mt19937_64 rng(std::random_device{}());
-  MonoDelta backoff = MonoDelta::FromMilliseconds(100);
+  MonoDelta backoff;  // the last wait; zero: none since a watch that worked
   bool logged = false;
   while (true) {
     bool load;
@@ -659,9 +666,7 @@ void EtcdWatcher::Run() {
       s = Watch();
       // A watch that lasted is a connection that worked: the next break
       // starts the backoff anew.
-      if (MonoTime::Now() - watch_start > MonoDelta::FromSeconds(2)) {
-        backoff = MonoDelta::FromMilliseconds(100);
-      }
+      if (MonoTime::Now() - watch_start > MonoDelta::FromSeconds(2)) backoff = MonoDelta();
     }
     if (http_.interrupted()) return;
     // Logged once per outage: when a working watch broke, or when the
@@ -678,6 +683,7 @@ void EtcdWatcher::Run() {
         logged = true;
       }
       if (was_connected) reconnects_.fetch_add(1, std::memory_order_relaxed);
+      backoff = NextEtcdBackoff(backoff, s);
       // Jitter: clients that lost etcd together do not come back together.
       const double jitter = 1.0 + std::uniform_real_distribution<double>(0, 0.5)(rng);
       const MonoTime until =
@@ -685,8 +691,6 @@ void EtcdWatcher::Run() {
                                 static_cast<double>(backoff.ToNanoseconds()) * jitter));
       while (!stop_ && MonoTime::Now() < until) cv_.WaitUntil(&mu_, until);
     }
-    backoff = std::min(MonoDelta::FromNanoseconds(backoff.ToNanoseconds() * 2),
-                       MonoDelta::FromSeconds(1));
   }
 }
 

@@ -75,6 +75,14 @@ struct EtcdTarget {
   std::string ToString() const;
 };
 
+// The wait before the next try of a request or watch that `failed`, after
+// a last wait of `last` (zero: the first failure): 100 ms doubling to 1 s.
+// A refusal of the user (NotAuthorized: a wrong password, a prefix not
+// granted) waits 5 s doubling to 60 s instead: the operator must act, and
+// each try makes etcd hash the password (bcrypt), which many clients
+// retrying each second would turn into a load on etcd.
+MonoDelta NextEtcdBackoff(MonoDelta last, const Status& failed);
+
 // POSTs of JSON to etcd's gateway, with libcurl. With credentials (only
 // over TLS: checked), each request carries a token, asked for before the
 // first and again when etcd no longer knows it. One thread at a time makes
@@ -197,8 +205,8 @@ class EtcdRegistration {
 // thread). While etcd is unreachable it keeps the last set and logs so;
 // when etcd answers again it resumes the watch from its revision (no full
 // read unless etcd compacted that revision away, or a message was lost),
-// after a backoff with jitter (100 ms doubling to 1 s) so that many clients
-// do not come back at once. A member that stops answering while its
+// after a backoff with jitter (NextEtcdBackoff) so that many clients do
+// not come back at once. A member that stops answering while its
 // connection stays up (a hung process) is left for the next once a probe
 // after a silence goes unanswered (EtcdWatchLiveness). Whatever etcd
 // sends, it holds at most kMaxEtcdAnswerBytes of it and kMaxEtcdServers
