@@ -159,6 +159,19 @@ TEST(RegistryTest, BadRegistryTargetsAreRefusedByBuild) {
   }
 }
 
+// An etcd that does not answer (nothing listens at its port): a call has
+// no server, and says it is etcd that could not be read, and why.
+TEST(RegistryTest, ACallWithNoServerBecauseEtcdIsAwaySaysSo) {
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, "etcd://127.0.0.1:1/calc");
+  Status s;
+  EXPECT_EQ("", AddVia(proxy, &s));
+  EXPECT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("etcd could not be read")) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("127.0.0.1:1/v3/kv/range")) << s.ToString();
+  std::cerr << s.ToString() << "\n";
+}
+
 TEST(RegistryTest, RetriesBackOffToASecondAndARefusedUserToAMinute) {
   const auto ms = [](int64_t n) { return MonoDelta::FromMilliseconds(n); };
   const Status lost = Status::NetworkError("etcd: Connection refused");
@@ -409,6 +422,15 @@ TEST_F(EtcdAuthTest, AWrongPasswordOrAnotherTeamsUserReadsNothingAndIsToldWhy) {
   s = LoadAs({});
   EXPECT_FALSE(s.ok()) << "no user at all read an etcd with authentication on";
   ASSERT_TRUE(LoadAs({"svc", "svc-secret"}).ok());
+
+  // A caller of a proxy with the wrong password is told why it has no
+  // server, not that none is registered.
+  auto client = MakeClient(1, As("client", "svc", PasswordFile("wrong", "guess\n")));
+  CalculatorServiceProxy proxy(client, etcd_->Target("/calc"));
+  AddVia(proxy, &s);
+  EXPECT_TRUE(s.IsServiceUnavailable()) << s.ToString();
+  EXPECT_NE(std::string::npos, s.ToString().find("authentication failed")) << s.ToString();
+  std::cerr << "a call through a proxy with a wrong password: " << s.ToString() << "\n";
 
   // A server with the wrong password is not registered, and says why.
   EtcdTarget target;

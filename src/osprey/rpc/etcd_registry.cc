@@ -526,6 +526,11 @@ EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change, EtcdWatchTimeout
 
 EtcdWatcher::~EtcdWatcher() { Stop(); }
 
+Status EtcdWatcher::last_error() const {
+  MutexLock l(mu_);
+  return last_error_;
+}
+
 int64_t EtcdWatcher::revision() const {
   MutexLock l(mu_);
   return table_.revision();
@@ -553,10 +558,12 @@ Status EtcdWatcher::Load(MonoDelta timeout) {
   const std::string from = target_.prefix + "/";
   json range{{"key", Base64Encode(from)}, {"range_end", Base64Encode(PrefixEnd(from))}};
   std::string answer;
-  OSPREY_RETURN_NOT_OK(http_.Post("/v3/kv/range", range.dump(), timeout, &answer));
+  Status s = http_.Post("/v3/kv/range", range.dump(), timeout, &answer);
   {
     MutexLock l(mu_);
-    OSPREY_RETURN_NOT_OK(table_.LoadRange(answer));
+    if (s.ok()) s = table_.LoadRange(answer);
+    last_error_ = s;
+    if (!s.ok()) return s;
     need_load_ = false;
     LogRefusedServers();
   }
@@ -588,6 +595,7 @@ bool EtcdWatcher::OnWatchMessage(std::string_view message) {
     LogRefusedServers();
     if (step.next == EtcdWatchStep::Next::kReadAgain) need_load_ = true;
     if (step.unauthenticated) http_.ForgetToken();  // this thread's, as the stream is
+    if (step.created) last_error_ = Status::OK();
     if (step.created && !connected_.exchange(true)) {
       LOG(INFO) << "watching " << target_.ToString() << " from revision " << table_.revision() + 1
                 << " (" << table_.size() << " servers)";
@@ -683,6 +691,7 @@ void EtcdWatcher::Run() {
         logged = true;
       }
       if (was_connected) reconnects_.fetch_add(1, std::memory_order_relaxed);
+      if (!s.ok()) last_error_ = s;
       backoff = NextEtcdBackoff(backoff, s);
       // Jitter: clients that lost etcd together do not come back together.
       const double jitter = 1.0 + std::uniform_real_distribution<double>(0, 0.5)(rng);

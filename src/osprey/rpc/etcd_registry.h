@@ -233,6 +233,9 @@ class EtcdWatcher {
   int64_t reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
   int64_t revision() const OSPREY_EXCLUDES(mu_);
   const EtcdTarget& target() const { return target_; }
+  // Why the last read or watch failed, until one succeeds (OK then): what
+  // a caller finding no server should be told.
+  Status last_error() const OSPREY_EXCLUDES(mu_);
 
  private:
   void Run() OSPREY_EXCLUDES(mu_);
@@ -256,6 +259,7 @@ class EtcdWatcher {
   bool stop_ OSPREY_GUARDED_BY(mu_) = false;
   bool need_load_ OSPREY_GUARDED_BY(mu_) = true;
   EtcdServerTable table_ OSPREY_GUARDED_BY(mu_);
+  Status last_error_ OSPREY_GUARDED_BY(mu_);
   // table_.refused() when last logged; logged at most once in 10 s, since
   // etcd may list more with every message.
   int64_t refused_logged_ OSPREY_GUARDED_BY(mu_) = 0;

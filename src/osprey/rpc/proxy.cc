@@ -112,9 +112,15 @@ Proxy::~Proxy() = default;
 
 Status Proxy::NoServers(const RemoteMethod& method) const {
   // Only an etcd target can be empty: a prefix where no server is
-  // registered (yet, or any more).
-  return Status::ServiceUnavailable(method.service() + "." + method.method() + " RPC to " +
-                                    host_port_ + ": no server is registered there");
+  // registered (yet, or any more), or one etcd has not let it read (down,
+  // or refusing its user), which the caller is told rather than "none".
+  const std::string call = method.service() + "." + method.method() + " RPC to " + host_port_;
+  const Status etcd = servers_->registry_error();
+  if (!etcd.ok() && !servers_->registry_connected()) {
+    return Status::ServiceUnavailable(call + ": no server known; etcd could not be read (" +
+                                      etcd.ToString() + ")");
+  }
+  return Status::ServiceUnavailable(call + ": no server is registered there");
 }
 
 void Proxy::set_user(std::string user) {

@@ -117,6 +117,10 @@ ServerSet::~ServerSet() {
 
 bool ServerSet::registry_connected() const { return watcher_ == nullptr || watcher_->connected(); }
 
+Status ServerSet::registry_error() const {
+  return watcher_ == nullptr ? Status::OK() : watcher_->last_error();
+}
+
 int64_t ServerSet::registry_reconnects() const {
   return watcher_ == nullptr ? 0 : watcher_->reconnects();
 }

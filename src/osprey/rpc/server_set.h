@@ -142,6 +142,9 @@ class ServerSet {
   // it had to be made again. Other sets: true and 0.
   bool registry_connected() const;
   int64_t registry_reconnects() const;
+  // An etcd target's last failure to read or watch it, until one works
+  // (EtcdWatcher::last_error). Other sets: OK.
+  Status registry_error() const;
 
   // The first server's address; 0.0.0.0:0 when the set is empty.
   Sockaddr first() const OSPREY_EXCLUDES(mu_);
