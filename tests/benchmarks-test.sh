@@ -209,10 +209,12 @@ if sorted(servers) != sorted(e["server"] for e in events):
     sys.exit(f"servers {servers} are not those restarted")
 if sum(int(r["failed"]) for r in rows) != 0:
     sys.exit("calls failed through the rolling restart")
+end = max(float(r["t_s"]) for r in rows)
 for e in events:
-    after = sum(int(r[e["server"]]) for r in rows if float(r["t_s"]) > float(e["restarted_s"]) + 0.5)
-    if after == 0:
-        sys.exit(f"{e['server']} answered nothing after its restart")
+    seen = [r for r in rows if float(r["t_s"]) > float(e["restarted_s"]) + 0.5]
+    if sum(int(r[e["server"]]) for r in seen) == 0:
+        sys.exit(f"{e['server']} answered nothing after its restart at {e['restarted_s']} s "
+                 f"({len(seen)} windows of 100 ms seen after it, the run's last at {end} s)")
 def slow_share(lb):
     rows = list(csv.DictReader(open(os.path.join(d, f"fleet-slow-{lb}.csv"))))
     cols = [c for c in rows[0] if c.startswith("127.")]
