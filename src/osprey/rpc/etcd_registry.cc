@@ -207,7 +207,7 @@ void* EtcdHttp::MakePost(size_t at, const std::string& path, const std::string& 
 Status EtcdHttp::PostTo(size_t at, const std::string& path, const std::string& body,
                         MonoDelta timeout, bool authorized, std::string* out, long* code) {
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  if (authorized) headers = curl_slist_append(headers, ("Authorization: " + token_).c_str());
+  if (authorized) headers = WithToken(headers);
   out->clear();
   CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
   BoundedAnswer answer{out};
@@ -235,6 +235,10 @@ Status EtcdHttp::PostTo(size_t at, const std::string& path, const std::string& b
                                  "': " + out->substr(0, 200));
   }
   return Status::RemoteError(said + ": " + out->substr(0, 200));
+}
+
+curl_slist* EtcdHttp::WithToken(curl_slist* headers) const {
+  return curl_slist_append(headers, ("Authorization: " + token_).c_str());
 }
 
 Status EtcdHttp::Authenticate(size_t at, MonoDelta timeout) {
@@ -287,7 +291,7 @@ Status EtcdHttp::Stream(const std::string& path, const std::string& body, MonoDe
       if (!s.IsNotAuthorized() && !interrupted()) current_.store(at + 1);
       return s;
     }
-    headers = curl_slist_append(headers, ("Authorization: " + token_).c_str());
+    headers = WithToken(headers);
   }
   CURL* easy = static_cast<CURL*>(MakePost(at, path, body, headers));
   EtcdWatchLiveness liveness(timeouts, MonoTime::Now());
@@ -371,7 +375,7 @@ EtcdRegistration::EtcdRegistration(EtcdTarget target, std::vector<std::string> a
       addresses_(std::move(addresses)),
       // etcd's leases count whole seconds.
       ttl_seconds_(std::max<int64_t>(1, (ttl.ToMilliseconds() + 999) / 1000)),
-      http_(target_.endpoints, target_.tls, target_.tls_files, target_.credentials) {}
+      http_(target_) {}
 
 EtcdRegistration::~EtcdRegistration() { Withdraw(); }
 
@@ -503,7 +507,7 @@ void EtcdRegistration::Withdraw() {
   if (lease == 0) return;
   // Revoking deletes the keys now, rather than when the TTL runs out: the
   // clients stop sending here within a watch event.
-  EtcdHttp http(target_.endpoints, target_.tls, target_.tls_files, target_.credentials);
+  EtcdHttp http(target_);
   std::string answer;
   Status s = http.Post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump(),
                        MonoDelta::FromSeconds(1), &answer);
@@ -521,7 +525,7 @@ EtcdWatcher::EtcdWatcher(EtcdTarget target, OnChange on_change, EtcdWatchTimeout
     : target_(std::move(target)),
       on_change_(std::move(on_change)),
       timeouts_(timeouts),
-      http_(target_.endpoints, target_.tls, target_.tls_files, target_.credentials),
+      http_(target_),
       table_(target_.prefix) {}
 
 EtcdWatcher::~EtcdWatcher() { Stop(); }

@@ -95,6 +95,9 @@ class EtcdHttp {
   // `tls`: HTTPS with `files` (EtcdTlsFiles); `credentials`: etcd's user.
   explicit EtcdHttp(std::vector<std::string> endpoints, bool tls = false, EtcdTlsFiles files = {},
                     EtcdCredentials credentials = {});
+  // Every endpoint of `target`, with its TLS files and credentials.
+  explicit EtcdHttp(const EtcdTarget& target)
+      : EtcdHttp(target.endpoints, target.tls, target.tls_files, target.credentials) {}
   ~EtcdHttp();
   EtcdHttp(const EtcdHttp&) = delete;
   EtcdHttp& operator=(const EtcdHttp&) = delete;
@@ -145,6 +148,8 @@ class EtcdHttp {
                 bool authorized, std::string* out, long* code);
   // A token for credentials_ from endpoints_[at], into token_.
   Status Authenticate(size_t at, MonoDelta timeout);
+  // `headers` with "Authorization: <token_>" appended.
+  curl_slist* WithToken(curl_slist* headers) const;
   // A CURL* for a POST of `body` to `path` on endpoints_[at].
   void* MakePost(size_t at, const std::string& path, const std::string& body,
                  curl_slist* headers) const;
