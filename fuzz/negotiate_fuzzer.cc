@@ -11,6 +11,7 @@
 #include "osprey/base/slice.h"
 #include "osprey/rpc/kudu_token_verifier.h"
 #include "osprey/transport/negotiation.h"
+#include "osprey/transport/negotiator.h"
 #include "osprey/wire/rpc_header.pb.h"
 #include "osprey/wire/sasl_plain.h"
 
@@ -126,6 +127,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s = osprey::transport::ClientCheckNegotiate(answer, {true, false}, false, &agreed, acceptable,
                                                 &client_chose);
     if (s.ok() && client_chose != chosen) abort();
+  }
+  // A server that does not trust the peer's address (trusted subnets) and
+  // agreed on no TLS: whatever the peer sends next, it is not let in, and
+  // the refusal is NotAuthorized.
+  {
+    osprey::transport::ServerAuthPolicy untrusted;
+    untrusted.untrusted_peer = "203.0.113.5";
+    osprey::transport::ServerNegotiator server(ServerTlsPolicy(), nullptr, untrusted);
+    osprey::transport::NegotiationSteps first, second;
+    if (!server.Handle(osprey::transport::ClientNegotiateRequest({false, false}), &first).ok()) {
+      abort();
+    }
+    osprey::Status s = server.Handle(pb, &second);
+    if (s.ok() || second.done || !second.send.empty() || !s.IsNotAuthorized()) abort();
   }
   // A token in the message: the verifier refuses what it cannot check, and
   // never crashes.

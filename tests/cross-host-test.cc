@@ -281,6 +281,33 @@ TEST_F(CrossHostTest, ServerProcessKilledAndStartedAgainOnItsHostIsReachedAgain)
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// Kudu's --trusted_subnets, between real addresses. 198.18.0.0/15 is in
+// none of Kudu's private blocks, so with the default a client from host 2
+// gets in only because host 1's interface is on 198.18.0.0/24: the default
+// also trusts the server's own networks. Given a list, the server trusts
+// that list alone.
+TEST_F(CrossHostTest, AServerTrustsItsOwnNetworksByDefaultAndOnlyTheGivenSubnetsWhenSet) {
+  ASSERT_NO_FATAL_FAILURE(StartServerAndClient());
+  Status s = Add(server_.address);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+
+  TestServer strict;
+  {
+    InHost in(hosts_->ns(1));
+    Sockaddr bind;
+    ASSERT_TRUE(Sockaddr::Parse(Hosts::addr(1) + ":0", &bind).ok());
+    s = strict.Start(1, ServicePoolOptions(),
+                     MessengerBuilder("strict").set_trusted_subnets({Hosts::addr(3) + "/32"}),
+                     bind);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  s = Add(strict.address);
+  ASSERT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_NE(std::string::npos,
+            s.message().find("unencrypted connections from " + Hosts::addr(2) + " are refused"))
+      << s.ToString();
+}
+
 TEST_F(CrossHostTest, TlsBetweenHostsEncryptsEveryByteWithoutAskingForIt) {
   // Loopback encryption is not asked for: the peer is not loopback, so
   // authentication-only does not apply.

@@ -678,6 +678,28 @@ ENC="$ENC_CLEAR"
 CHECK="-server_only --rpc_encryption=required shutdown on SIGTERM"
 stop_server
 
+# Kudu's -trusted_subnets: a server trusting only 10.0.0.0/8 refuses this
+# loopback client in the clear, and over TLS with SASL PLAIN, saying why.
+CHECK="-server_only -trusted_subnets=10.0.0.0/8 start"
+start_server --rpc_encryption=optional -trusted_subnets=10.0.0.0/8
+CHECK="a clear client outside the trusted subnets"
+run untrustedclear -server_address "$ADDR" "${SMALL[@]}"
+[[ $RC -ne 0 ]] || { show "$TMP/untrustedclear.out" "$TMP/untrustedclear.err"; fail "exit status 0"; }
+grep -q "unencrypted connections from 127.0.0.1 are refused: it is outside this server's trusted subnets" \
+  "$TMP/untrustedclear.err" || { show "$TMP/untrustedclear.err"; fail "no trusted-subnets refusal on stderr"; }
+CHECK="a TLS client with SASL PLAIN outside the trusted subnets"
+run untrustedplain -server_address "$ADDR" "${SMALL[@]}" -enable_encryption
+[[ $RC -ne 0 ]] || { show "$TMP/untrustedplain.out" "$TMP/untrustedplain.err"; fail "exit status 0"; }
+grep -q "SASL PLAIN (a user name the client chose) from 127.0.0.1 is refused" \
+  "$TMP/untrustedplain.err" || { show "$TMP/untrustedplain.err"; fail "no SASL PLAIN refusal on stderr"; }
+CHECK="-server_only -trusted_subnets shutdown on SIGTERM"
+stop_server
+CHECK="-trusted_subnets with a bad block"
+run badsubnet "${SMALL[@]}" -trusted_subnets=10.0.0.0/8,10.0.0.0/33
+[[ $RC -ne 0 ]] || { show "$TMP/badsubnet.out" "$TMP/badsubnet.err"; fail "exit status 0"; }
+grep -q "trusted subnet '10.0.0.0/33': an IPv4 block's length is at most 32" "$TMP/badsubnet.err" ||
+  { show "$TMP/badsubnet.err"; fail "no message naming the bad block on stderr"; }
+
 # ------------------------------------------- a server queue too short
 # Kudu's --rpc_service_queue_length on the server; the client offers more:
 # refusals are counted apart from failures, and fail the run only when asked.

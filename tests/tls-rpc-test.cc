@@ -244,6 +244,72 @@ TEST_P(TlsRpcTest, RequiredServerRefusesAClientWithoutTls) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// Kudu's --trusted_subnets (KUDU-1875). The attacker: anyone who reaches
+// the port from outside the operator's networks, with no credentials. In
+// the clear, or by SASL PLAIN (a name of their choosing), they would call
+// as any user; from outside the trusted subnets they are refused, saying
+// why, and a certificate still gets in. Loopback stands for the outside
+// here: the server trusts only 10.0.0.0/8. A Unix socket is always trusted.
+TEST_P(TlsRpcTest, APeerOutsideTheTrustedSubnetsNeedsTlsAndMoreThanPlain) {
+  const bool unix_socket = GetParam() == TestTransport::kUnix;
+  ServicePoolOptions pool;
+  ASSERT_TRUE(server_
+                  .Start(1, pool,
+                         TlsBuilder("server", RpcEncryption::kOptional, &server_id_, &ca_bundle_)
+                             .set_tls_client_cert_authentication(true)
+                             .set_trusted_subnets({"10.0.0.0/8"}),
+                         ListenAddressFor(GetParam()))
+                  .ok());
+  const std::string from = GetParam() == TestTransport::kTcp6 ? "from ::1 " : "from 127.0.0.1 ";
+
+  Status clear = CallEcho(MakeClient(1), server_.address, "x");
+  if (unix_socket) {
+    EXPECT_TRUE(clear.ok()) << clear.ToString();
+  } else {
+    ASSERT_TRUE(clear.IsNotAuthorized()) << clear.ToString();
+    EXPECT_TRUE(Contains(clear.message(), "unencrypted connections " + from +
+                                              "are refused: it is outside this server's "
+                                              "trusted subnets"))
+        << clear.ToString();
+  }
+
+  // TLS, and a certificate the server trusts, but SASL PLAIN.
+  Status plain = CallEcho(TlsClient(RpcEncryption::kOptional), server_.address, "y");
+  if (unix_socket) {
+    EXPECT_TRUE(plain.ok()) << plain.ToString();
+  } else {
+    ASSERT_TRUE(plain.IsNotAuthorized()) << plain.ToString();
+    EXPECT_TRUE(Contains(plain.message(),
+                         "SASL PLAIN (a user name the client chose) " + from + "is refused"))
+        << plain.ToString();
+  }
+
+  // The certificate as the login: let in.
+  auto by_certificate =
+      MakeClient(1, TlsBuilder("client", RpcEncryption::kOptional, &client_id_, &ca_bundle_)
+                        .set_tls_client_cert_authentication(true));
+  CalculatorServiceProxy proxy(by_certificate, server_.address);
+  WhoAmIResponsePB who;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(10));
+  Status s = proxy.WhoAmI(WhoAmIRequestPB(), &who, &ctl);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ("CERTIFICATE", who.authentication());
+
+  // The same server trusting loopback: both refused clients get in.
+  TestServer trusting;
+  ASSERT_TRUE(trusting
+                  .Start(1, pool,
+                         TlsBuilder("server", RpcEncryption::kOptional, &server_id_, &ca_bundle_)
+                             .set_trusted_subnets({"10.0.0.0/8", "127.0.0.0/8", "::1/128"}),
+                         ListenAddressFor(GetParam()))
+                  .ok());
+  s = CallEcho(MakeClient(1), trusting.address, "x");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  s = CallEcho(TlsClient(RpcEncryption::kOptional), trusting.address, "y");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST_P(TlsRpcTest, RequiredClientRefusesAServerWithoutTls) {
   ASSERT_TRUE(
       server_
@@ -1178,6 +1244,13 @@ TEST(TlsConfigTest, BadFilesAndContradictorySettingsAreClearErrors) {
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), b.key)) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "mismatch")) << s.ToString();
+
+  s = MessengerBuilder("x").set_trusted_subnets({"10.0.0.0/8", "10.0.0.0/33"}).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(),
+                       "set_trusted_subnets: trusted subnet '10.0.0.0/33': an IPv4 "
+                       "block's length is at most 32"))
+      << s.ToString();
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "osprey/rpc/load_balancer.h"
 #include "osprey/rpc/server_set.h"
@@ -61,6 +64,11 @@ DEFINE_string(keytab_file, "",
 DEFINE_string(principal, "kudu/_HOST",
               "Kudu's flag: the Kerberos principal of --keytab_file (_HOST: this machine's "
               "fully qualified name)");
+DEFINE_string(trusted_subnets, "",
+              "Kudu's flag: for rpc-bench's server, the blocks (CIDR, comma-separated) whose "
+              "clients may call without TLS or with SASL PLAIN; others need TLS and Kerberos, "
+              "a certificate or a token. Empty: Kudu's default, the private, loopback and "
+              "link-local blocks and this host's networks. 0.0.0.0/0,::/0 trusts everyone");
 DEFINE_string(sasl_protocol_name, "kudu",
               "Kudu's flag: the service a client asks Kerberos for on the host it dials");
 DEFINE_int32(rpc_service_queue_length, 0,
@@ -284,6 +292,14 @@ MessengerBuilder BenchMessengerBuilder(const std::string& name) {
       .set_etcd_tls(FLAGS_etcd_ca_file, FLAGS_etcd_cert_file, FLAGS_etcd_key_file)
       .set_etcd_credentials(FLAGS_etcd_user, FLAGS_etcd_password_file)
       .set_etcd_watch_probe(MonoDelta::FromMilliseconds(FLAGS_etcd_watch_probe_ms));
+  if (!FLAGS_trusted_subnets.empty()) {
+    std::vector<std::string> cidrs;
+    std::stringstream list(FLAGS_trusted_subnets);
+    for (std::string c; std::getline(list, c, ',');) {
+      if (!c.empty()) cidrs.push_back(c);
+    }
+    b.set_trusted_subnets(std::move(cidrs));
+  }
   return b;
 }
 
@@ -317,6 +333,7 @@ constexpr HelpLine kHelp[] = {
     {"keytab_file", "the keytab of -principal"},
     {"principal", "the Kerberos principal of -keytab_file"},
     {"sasl_protocol_name", "the service a client asks Kerberos for"},
+    {"trusted_subnets", "clients that may skip TLS or use SASL PLAIN"},
     {nullptr, "The calls"},
     {"mode", "sync, async or both"},
     {"payload_bytes", "0: Add; N: Echo of N bytes each way"},

@@ -186,6 +186,18 @@ class MessengerBuilder {
   // file. As Kudu (KUDU-1965): on, every certificate the CA bundle ever
   // signed is a login, so give it only a CA that issues user certificates.
   MessengerBuilder& set_tls_client_cert_authentication(bool enabled);
+  // Kudu's --trusted_subnets (KUDU-1875): a server refuses a client whose
+  // address is outside these blocks (CIDR, "10.0.0.0/8", "fd00::/8") unless
+  // it negotiates TLS and authenticates by Kerberos, a certificate or a
+  // token: without TLS, or with SASL PLAIN (a user name the client chose),
+  // it gets FATAL_UNAUTHORIZED saying why. Unix sockets are always trusted.
+  // Unset, Kudu's default: loopback, the private and link-local blocks
+  // (127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
+  // 169.254.0.0/16, ::1/128, fe80::/10, fd00::/8) and the blocks of this
+  // host's interfaces as they are at Build. Set, exactly the blocks given; {"0.0.0.0/0",
+  // "::/0"} trusts every peer, which lets anyone who reaches the port call
+  // as any user, in the clear.
+  MessengerBuilder& set_trusted_subnets(std::vector<std::string> cidrs);
 
   // Kerberos, as Kudu's --rpc_authentication: disabled (the default: SASL
   // PLAIN, a name the client chose), optional (Kerberos when both sides
@@ -357,6 +369,7 @@ class MessengerBuilder {
   std::shared_ptr<transport::ConnectionOptions> options_;
   std::string tls_cert_file_, tls_key_file_, tls_ca_file_;
   bool tls_verify_server_host_ = true;
+  std::optional<std::vector<std::string>> trusted_subnets_;  // unset: Kudu's default
   std::string keytab_file_;
   std::string principal_ = "kudu/_HOST";
   bool metrics_ = true;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <utility>
 
+#include "osprey/base/ip_network.h"
 #include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/messenger.h"
 #include "osprey/rpc/reflection_service.h"
@@ -154,6 +155,10 @@ MessengerBuilder& MessengerBuilder::set_tls_ca_file(std::string ca_file) {
 }
 MessengerBuilder& MessengerBuilder::set_tls_verify_server_host(bool verify) {
   tls_verify_server_host_ = verify;
+  return *this;
+}
+MessengerBuilder& MessengerBuilder::set_trusted_subnets(std::vector<std::string> cidrs) {
+  trusted_subnets_ = std::move(cidrs);
   return *this;
 }
 MessengerBuilder& MessengerBuilder::set_rpc_authentication(RpcAuthentication policy) {
@@ -372,6 +377,20 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
         "(set_tls_ca_file)");
   }
   transport::ConnectionOptions options = o;
+  auto trusted = std::make_shared<std::vector<IpNetwork>>();
+  if (Status bad = IpNetwork::ParseList(trusted_subnets_.value_or(KuduDefaultTrustedSubnets()),
+                                        trusted.get());
+      !bad.ok()) {
+    return bad.CloneAndPrepend("set_trusted_subnets");
+  }
+  if (!trusted_subnets_.has_value()) {
+    std::vector<IpNetwork> local;
+    Status s = LocalIpNetworks(&local);
+    LOG_IF(WARNING, !s.ok()) << "messenger " << name_
+                             << ": this host's networks are not trusted subnets: " << s.ToString();
+    trusted->insert(trusted->end(), local.begin(), local.end());
+  }
+  options.trusted_subnets = std::move(trusted);
   bool files = !tls_cert_file_.empty() || !tls_key_file_.empty() || !tls_ca_file_.empty();
   if (http_tls_) {
     if (!http_endpoints_) {

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "osprey/base/connection_types.h"
+#include "osprey/base/ip_network.h"
 #include "osprey/base/monotime.h"
 #include "osprey/wire/frame.h"
 
@@ -110,6 +112,10 @@ struct ConnectionOptions {
   std::string authn_token;
   // Server: checks the tokens clients present; null: tokens not accepted.
   std::shared_ptr<const TokenVerifier> token_verifier;
+  // Server: the peers that may negotiate without TLS or authenticate by
+  // SASL PLAIN (ServerAuthPolicy::untrusted_peer). Unix sockets always
+  // may. Null: every peer may (MessengerBuilder always sets it).
+  std::shared_ptr<const std::vector<IpNetwork>> trusted_subnets;
 
   // Null: not counted. Shared by every reactor of the messenger.
   std::shared_ptr<TransportMetrics> metrics;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "osprey/base/ip_network.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/connection_internal.h"
 #include "osprey/transport/http_connection.h"
@@ -55,6 +56,9 @@ Status Connection::ReadConnectionHeader() {
   auth.verifiable_certificate = policy.available && o.tls_server->authenticates_by_certificate();
   auth.certificate = auth.verifiable_certificate && o.tls_client_cert_authentication;
   auth.token_verifier = o.token_verifier;
+  if (o.trusted_subnets != nullptr && !remote_.is_unix() && !InAnyOf(*o.trusted_subnets, remote_)) {
+    auth.untrusted_peer = remote_.host();
+  }
   server_negotiator_ = std::make_unique<ServerNegotiator>(policy, o.tls_server.get(), auth);
   state_ = State::kNegotiating;
   return Status::OK();

@@ -50,13 +50,13 @@ void Take(const NegotiationSteps& steps, Side* side, std::deque<NegotiatePB>* to
 }
 
 Outcome Negotiate(TlsFeatures offer, bool client_required, ServerTlsPolicy policy,
-                  ClientAuthPolicy auth = {}) {
+                  ClientAuthPolicy auth = {}, ServerAuthPolicy server_auth = {}) {
   std::unique_ptr<TlsContext> server_tls, client_tls;
   EXPECT_TRUE(TlsContext::CreateServer(TlsOptions(), &server_tls).ok());
   EXPECT_TRUE(TlsContext::CreateClient(TlsOptions(), &client_tls).ok());
   ClientNegotiator client("alice", offer, client_required, offer.tls ? client_tls.get() : nullptr,
                           auth);
-  ServerNegotiator server(policy, policy.available ? server_tls.get() : nullptr);
+  ServerNegotiator server(policy, policy.available ? server_tls.get() : nullptr, server_auth);
   Outcome out;
   std::deque<NegotiatePB> to_server{client.Start()}, to_client;
   for (int round = 0; round < 20 && (!to_server.empty() || !to_client.empty()); ++round) {
@@ -187,6 +187,43 @@ TEST(NegotiatorTest, RequiredSidesRefuseAPeerWithoutTls) {
   Outcome o = Negotiate({true, false}, false, kOptional);
   ASSERT_TRUE(o.client.status.ok() && o.server.status.ok());
   EXPECT_TRUE(o.client.switched);
+}
+
+// Kudu's --trusted_subnets (KUDU-1875): a peer outside them needs TLS, and
+// then more than SASL PLAIN. Each refusal answers the client's message
+// after NEGOTIATE, as Kudu's server does; the connection sends it as
+// FATAL_UNAUTHORIZED.
+TEST(NegotiatorTest, AnUntrustedPeerIsRefusedWithoutTlsAndWithPlainOnly) {
+  ServerAuthPolicy untrusted;
+  untrusted.untrusted_peer = "203.0.113.5";
+  Outcome clear = Negotiate({false, false}, false, kOptional, {}, untrusted);
+  EXPECT_TRUE(clear.server.status.IsNotAuthorized()) << clear.server.status.ToString();
+  EXPECT_NE(std::string::npos,
+            clear.server.status.message().find("unencrypted connections from 203.0.113.5 are "
+                                               "refused: it is outside this server's trusted "
+                                               "subnets"))
+      << clear.server.status.ToString();
+  EXPECT_FALSE(clear.server.done);
+  EXPECT_EQ((std::vector<int>{NegotiatePB::NEGOTIATE}), clear.server.sent_steps);
+  EXPECT_EQ((std::vector<int>{NegotiatePB::SASL_INITIATE}), clear.client.sent_steps);
+
+  Outcome plain = Negotiate({true, false}, false, kOptional, {}, untrusted);
+  EXPECT_TRUE(plain.server.status.IsNotAuthorized()) << plain.server.status.ToString();
+  EXPECT_NE(std::string::npos,
+            plain.server.status.message().find("SASL PLAIN (a user name the client chose) from "
+                                               "203.0.113.5 is refused"))
+      << plain.server.status.ToString();
+  EXPECT_TRUE(plain.server.handshake_done);  // TLS came first; PLAIN is what is refused
+  EXPECT_FALSE(plain.server.done);
+  EXPECT_TRUE(plain.user.empty());
+
+  // The same two, trusted: let in.
+  for (TlsFeatures offer : {TlsFeatures{false, false}, TlsFeatures{true, false}}) {
+    Outcome o = Negotiate(offer, false, kOptional);
+    ASSERT_TRUE(o.server.status.ok()) << o.server.status.ToString();
+    EXPECT_TRUE(o.server.done);
+    EXPECT_EQ("alice", o.user);
+  }
 }
 
 TEST(NegotiatorTest, MessagesOutOfOrderAreErrors) {

@@ -369,12 +369,25 @@ Status ServerNegotiator::Handle(const NegotiatePB& client, NegotiationSteps* ste
       return Status::OK();
     }
     case Step::kSasl: {
+      if (!auth_.untrusted_peer.empty() && !agreed_.tls) {
+        return Status::NotAuthorized(
+            "unencrypted connections from " + auth_.untrusted_peer +
+            " are refused: it is outside this server's trusted subnets (Kudu's "
+            "--trusted_subnets, MessengerBuilder::set_trusted_subnets); connect with TLS");
+      }
       SaslMechanisms chosen;
       OSPREY_RETURN_NOT_OK(InitiatedMechanism(client, Offered(), &chosen));
       if (chosen.gssapi) {
         gssapi_ = std::make_unique<GssapiSaslServer>(auth_.kerberos);
         step_ = Step::kGssapi;
         return HandleGssapiToken(client.token(), steps);
+      }
+      if (!auth_.untrusted_peer.empty()) {
+        return Status::NotAuthorized(
+            "SASL PLAIN (a user name the client chose) from " + auth_.untrusted_peer +
+            " is refused: it is outside this server's trusted subnets (Kudu's "
+            "--trusted_subnets, MessengerBuilder::set_trusted_subnets); authenticate with "
+            "Kerberos, a certificate or a token");
       }
       NegotiatePB answer;
       OSPREY_RETURN_NOT_OK(ServerAnswerSaslInitiate(client, &identity_.user, &answer));

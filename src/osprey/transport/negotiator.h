@@ -79,6 +79,13 @@ struct ServerAuthPolicy {
   // Accept tokens, checked by this; offered only with a certificate
   // clients can verify (`verifiable_certificate`), as Kudu requires.
   std::shared_ptr<const TokenVerifier> token_verifier;
+  // The peer's address when it is outside the server's trusted subnets
+  // (Kudu's --trusted_subnets); empty when it is inside. As Kudu
+  // (KUDU-1875), such a peer must negotiate TLS and then authenticate by
+  // something stronger than SASL PLAIN, a name it chose: Kerberos, a
+  // certificate or a token. Both refusals come after the client's first
+  // message past NEGOTIATE, where Kudu's come.
+  std::string untrusted_peer;
 };
 
 class ClientNegotiator {
