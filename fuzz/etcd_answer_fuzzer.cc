@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "osprey/base/base64.h"
 #include "osprey/rpc/etcd_answers.h"
 
 using osprey::Base64Decode;

@@ -2,11 +2,14 @@
 // bounds), fed arbitrary bytes in arbitrary pieces: it must never crash,
 // leak or hang; each outcome must hold its invariants (a request has a
 // method and a path within the head bound; an error has a 4xx status and a
-// reason), and after an error it must stay in error.
+// reason), and after an error it must stay in error. The Authorization
+// header of each request goes through the Negotiate header's parser too.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "osprey/transport/http_negotiate.h"
 #include "osprey/transport/http_request_parser.h"
 
 using osprey::Slice;
@@ -46,6 +49,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(!parser.request().method.empty(), "a request has a method");
       Check(parser.request().path.size() <= HttpRequestParser::kMaxHeadBytes,
             "the path is within the head bound");
+      // The pages' Kerberos login reads this header: a token comes out
+      // only of "Negotiate <base64>", and is shorter than the header.
+      const std::string& authorization = parser.request().authorization;
+      Check(authorization.size() <= HttpRequestParser::kMaxHeadBytes,
+            "the Authorization header is within the head bound");
+      std::string token;
+      osprey::Status ns = osprey::transport::ParseNegotiateHeader(authorization, &token);
+      Check(ns.ok() || ns.IsInvalidArgument(), "a bad Negotiate header is InvalidArgument");
+      Check(!ns.ok() || token.size() < authorization.size(), "a token is shorter than its header");
     } else {
       Check(consumed == n, "need-more takes every byte");
     }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <string>
 
 #include "osprey/base/monotime.h"
@@ -13,6 +15,23 @@
 #include "osprey/base/status.h"
 
 namespace osprey::rpc_test {
+
+// Runs `command` (a shell line) and gives its standard output; *exit_code
+// gets its exit status.
+inline std::string RunShell(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) {
+    *exit_code = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
 
 struct HttpReply {
   int status = 0;

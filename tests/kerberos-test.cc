@@ -8,7 +8,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
+#include "http_test_util.h"
 #include "mini_kdc.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/base/socket.h"
@@ -66,12 +68,12 @@ class KerberosTest : public ::testing::Test {
   static void SetUpTestSuite() {
     Status s = MiniKdc::Start(&kdc_);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    for (const char* p : {"osprey/127.0.0.1", "alice", "bob/admin"}) {
-      std::string keytab = std::string(p[0] == 'o'   ? "server"
-                                       : p[0] == 'a' ? "alice"
-                                                     : "bob") +
-                           ".keytab";
-      s = kdc_->AddPrincipalWithKeytab(p, keytab);
+    const std::pair<const char*, const char*> principals[] = {{"osprey/127.0.0.1", "server"},
+                                                              {"alice", "alice"},
+                                                              {"bob/admin", "bob"},
+                                                              {"HTTP/127.0.0.1", "http"}};
+    for (const auto& [principal, name] : principals) {
+      s = kdc_->AddPrincipalWithKeytab(principal, std::string(name) + ".keytab");
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
   }
@@ -423,6 +425,74 @@ TEST_F(KerberosTest, ServerSettingsThatCannotWorkFailAtStart) {
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_TRUE(Contains(s.ToString(), "keytab")) << s.ToString();
   m->Shutdown();
+}
+
+// The pages' Kerberos login (set_http_spnego, Kudu's
+// --webserver_require_spnego), with curl --negotiate as an operator would
+// use it. The attacker: anyone who reaches the pages' address without a
+// ticket of the realm, and reads every client's user, address and calls.
+TEST_F(KerberosTest, PagesNeedAKerberosLoginWhenAskedAndHealthzStaysOpen) {
+  TestServer server;
+  MessengerBuilder b("pages");
+  b.set_http_endpoints(true).set_http_spnego(true, "HTTP/127.0.0.1", kdc_->Path("http.keytab"));
+  Status s = server.Start(1, ServicePoolOptions(), b);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string url = "http://" + server.address.ToString();
+  const std::string curl = "curl -sS --max-time 10 -D - ";
+  int rc = 0;
+
+  // No login: 401, asking for one, and saying how.
+  std::string out = rpc_test::RunShell(curl + url + "/connections", &rc);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 401 Unauthorized")) << out;
+  EXPECT_TRUE(Contains(out, "WWW-Authenticate: Negotiate\r\n")) << out;
+  EXPECT_TRUE(Contains(out, "need a Kerberos login")) << out;
+  EXPECT_FALSE(Contains(out, "\"peer\"")) << out;
+  // /healthz answers load balancers without one.
+  out = rpc_test::RunShell(curl + url + "/healthz", &rc);
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 200 OK")) << out;
+
+  // alice's ticket (SetUp's kinit): the page, and the server's own token
+  // back (Kerberos's mutual authentication).
+  out = rpc_test::RunShell(curl + "--negotiate -u : " + url + "/metrics", &rc);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 200 OK")) << out;
+  EXPECT_TRUE(Contains(out, "WWW-Authenticate: Negotiate ")) << out;
+  EXPECT_TRUE(Contains(out, "osprey_")) << out;
+
+  // A token that is not a ticket: Kerberos's reason.
+  out = rpc_test::RunShell(curl + "-H 'Authorization: Negotiate YWJjZA==' " + url + "/rpcz", &rc);
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 401 Unauthorized")) << out;
+  EXPECT_TRUE(Contains(out, "Kerberos login (Negotiate): ")) << out;
+  // Another scheme: refused, not read as a login.
+  out = rpc_test::RunShell(curl + "-u alice:secret " + url + "/rpcz", &rc);
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 401 Unauthorized")) << out;
+  EXPECT_TRUE(Contains(out, "not 'Negotiate <token>'")) << out;
+
+  // No ticket at all: curl --negotiate has nothing to send.
+  ASSERT_TRUE(kdc_->Kdestroy().ok());
+  out = rpc_test::RunShell(curl + "--negotiate -u : " + url + "/metrics", &rc);
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 401 Unauthorized")) << out;
+  EXPECT_FALSE(Contains(out, "osprey_")) << out;
+}
+
+TEST_F(KerberosTest, APagesLoginThatCannotWorkFailsAtBuild) {
+  std::shared_ptr<Messenger> m;
+  Status s = MessengerBuilder("x")
+                 .set_http_spnego(true, "HTTP/127.0.0.1", kdc_->Path("http.keytab"))
+                 .Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "set_http_endpoints(true)")) << s.ToString();
+  s = MessengerBuilder("x").set_http_endpoints(true).set_http_spnego(true).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "no keytab for HTTP/_HOST")) << s.ToString();
+  s = MessengerBuilder("x")
+          .set_http_endpoints(true)
+          .set_http_spnego(true, "HTTP/db-9.example.com", kdc_->Path("http.keytab"))
+          .Build(&m);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.ToString(), "set_http_spnego")) << s.ToString();
+  EXPECT_TRUE(Contains(s.ToString(), "HTTP/db-9.example.com")) << s.ToString();
 }
 
 // The negotiators on their own, with the real KDC: what no honest client

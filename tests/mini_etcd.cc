@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "osprey/base/base64.h"
 #include "osprey/base/monotime.h"
 #include "osprey/rpc/etcd_registry.h"
 

@@ -1254,23 +1254,6 @@ TEST(HttpEndpointsTest, HttpLimitsOutOfRangeAreRefusedAtBuild) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-// Runs `command` (a shell line) and gives its standard output; *exit_code
-// gets its exit status.
-std::string RunShell(const std::string& command, int* exit_code) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) {
-    *exit_code = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
-
 // Issue 47, item 3: the pages on ListenHttp over TLS with the server's
 // certificate, optionally only to clients with a certificate the CA
 // signed, as a real client (curl) sees them.

@@ -19,6 +19,7 @@
 #include "child_server.h"
 #include "contract_test_util.h"
 #include "mini_etcd.h"
+#include "osprey/base/base64.h"
 #include "osprey/base/countdown_latch.h"
 #include "osprey/rpc/etcd_registry.h"
 #include "rpc_test_util.h"

@@ -33,11 +33,6 @@ constexpr size_t kMaxEtcdAnswerBytes = size_t{16} << 20;
 // bytes).
 constexpr size_t kMaxEtcdServers = 10000;
 
-// Base64 as etcd's gateway writes keys and values (standard alphabet, with
-// padding), by OpenSSL. Decode: false unless `in` is exactly that.
-std::string Base64Encode(std::string_view in);
-bool Base64Decode(std::string_view in, std::string* out);
-
 // A lease as etcd's answer to /v3/lease/grant ({"ID", "TTL"}) or to
 // /v3/lease/keepalive ({"result": {"ID", "TTL"}}) reports it; a field
 // missing, negative or not a number reads 0 (a TTL of 0: etcd no longer

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "osprey/base/base64.h"
+
 namespace osprey {
 
 namespace {

@@ -279,6 +279,19 @@ class MessengerBuilder {
   // (against DNS rebinding: see transport/http_host_check.h); "*" allows
   // any. Others are answered 403.
   MessengerBuilder& set_http_allowed_hosts(std::vector<std::string> hosts);
+  // A Kerberos login for the HTTP endpoints, as Kudu's
+  // --webserver_require_spnego: every page but /healthz then needs an
+  // "Authorization: Negotiate" header (SPNEGO, RFC 4559: curl --negotiate
+  // -u :, a browser of the realm) with a ticket for `principal` (Kudu's
+  // "HTTP/_HOST"; _HOST becomes this machine's fully qualified name) whose
+  // key is in `keytab_file` (empty: set_keytab_file's). Without one the
+  // answer is 401 with "WWW-Authenticate: Negotiate" and how to log in; a
+  // ticket that does not verify, 401 with Kerberos's reason. Any principal
+  // the KDC vouches for reads the pages. Build fails when the keytab holds
+  // no key for the principal. Over plain HTTP the pages themselves still
+  // travel in the clear: add set_http_tls.
+  MessengerBuilder& set_http_spnego(bool enabled, std::string principal = "HTTP/_HOST",
+                                    std::string keytab_file = "");
   // Calls that take at least this long are kept for /rpcz, the last 20 per
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
@@ -377,6 +390,8 @@ class MessengerBuilder {
   std::optional<bool> http_on_rpc_port_;  // unset: see set_http_on_rpc_port
   bool http_tls_ = false;
   bool http_tls_require_client_certificate_ = false;
+  bool http_spnego_ = false;
+  std::string http_spnego_principal_, http_spnego_keytab_file_;
   std::vector<std::string> http_allowed_hosts_;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;

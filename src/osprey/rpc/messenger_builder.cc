@@ -229,6 +229,14 @@ MessengerBuilder& MessengerBuilder::set_http_tls(bool enabled, bool require_clie
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_http_spnego(bool enabled, std::string principal,
+                                                    std::string keytab_file) {
+  http_spnego_ = enabled;
+  http_spnego_principal_ = std::move(principal);
+  http_spnego_keytab_file_ = std::move(keytab_file);
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_http_allowed_hosts(std::vector<std::string> hosts) {
   http_allowed_hosts_ = std::move(hosts);
   return *this;
@@ -415,6 +423,21 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     OSPREY_RETURN_NOT_OK(transport::TlsContext::CreateServer(tls, &http_tls));
     options.http_tls = std::move(http_tls);
     options.http_tls_require_client_certificate = http_tls_require_client_certificate_;
+  }
+  if (http_spnego_) {
+    if (!http_endpoints_) {
+      return Status::InvalidArgument(
+          "set_http_spnego: there are no HTTP endpoints to log in to (set_http_endpoints(true))");
+    }
+    const std::string& keytab =
+        http_spnego_keytab_file_.empty() ? keytab_file_ : http_spnego_keytab_file_;
+    if (keytab.empty()) {
+      return Status::InvalidArgument("set_http_spnego: no keytab for " + http_spnego_principal_ +
+                                     ": give one, or set_keytab_file");
+    }
+    Status s = transport::KerberosCredentials::ForServer(keytab, http_spnego_principal_,
+                                                         &options.http_spnego);
+    if (!s.ok()) return s.CloneAndPrepend("set_http_spnego");
   }
   if (options.encryption == RpcEncryption::kDisabled) {
     if (files && !http_tls_) {

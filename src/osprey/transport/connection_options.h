@@ -150,6 +150,10 @@ struct ConnectionOptions {
   // null: plain HTTP. Never on the RPC port.
   std::shared_ptr<const TlsContext> http_tls;
   bool http_tls_require_client_certificate = false;
+  // The pages' Kerberos login (MessengerBuilder::set_http_spnego): every
+  // path but /healthz needs a Negotiate token for these credentials; null:
+  // none is asked for.
+  std::shared_ptr<const KerberosCredentials> http_spnego;
   // Which Host headers name this server; null: not checked.
   std::shared_ptr<const HttpHostCheck> http_host_check;
   // Server calls in flight are traced for /rpcz.

@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 
 #include "osprey/transport/http_host_check.h"
+#include "osprey/transport/http_negotiate.h"
 #include "osprey/transport/transport_metrics.h"
 
 namespace osprey::transport {
@@ -16,6 +17,8 @@ const char* Reason(int status) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 403:
       return "Forbidden";
     case 404:
@@ -50,6 +53,9 @@ std::string FormatHttpResponse(const HttpResponse& response, bool keep_alive, bo
   out.append("Content-Type: ").append(response.content_type).append("\r\n");
   out.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
   out.append("Cache-Control: no-store\r\n");
+  if (!response.www_authenticate.empty()) {
+    out.append("WWW-Authenticate: ").append(response.www_authenticate).append("\r\n");
+  }
   out.append(keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
   if (!head_request) out.append(response.body);
   return out;
@@ -290,25 +296,45 @@ void HttpConnection::Dispatch() {
       return;
     }
   }
+  // The pages' Kerberos login; /healthz stays open to load balancers, which
+  // learn from it only whether the server serves.
+  std::string www_authenticate;
+  if (const KerberosCredentials* spnego = reactor_->options().http_spnego.get();
+      spnego != nullptr && req.path != "/healthz") {
+    std::string principal;
+    Status as = CheckHttpNegotiate(*spnego, req.authorization, &principal, &www_authenticate);
+    if (!as.ok()) {
+      // As a failed HTTPS handshake: the reason goes back to the peer.
+      VLOG(1) << "HTTP login from " << remote_.ToString() << " refused: " << as.ToString();
+      HttpResponse r;
+      r.status = 401;
+      r.body = as.message() + "\n";
+      r.www_authenticate = "Negotiate";
+      Send(std::move(r));
+      return;
+    }
+  }
   awaiting_answer_ = true;
   UpdateTimer();
   std::weak_ptr<HttpConnection> weak = shared_from_this();
   std::shared_ptr<Reactor> reactor = reactor_keepalive_;
   auto answered = std::make_shared<std::atomic<bool>>(false);
-  handler_->HandleHttp(req, remote_, [weak, reactor, answered](HttpResponse response) {
-    if (answered->exchange(true)) return;  // once
-    auto deliver = [weak, r = std::move(response)]() mutable {
-      if (auto c = weak.lock()) {
-        c->reactor_->AssertCurrentThread();
-        c->Send(std::move(r));
-      }
-    };
-    if (reactor->IsCurrentThread()) {
-      deliver();
-    } else {
-      (void)reactor->Schedule(std::move(deliver));  // false: shutting down; the connection goes
-    }
-  });
+  handler_->HandleHttp(
+      req, remote_, [weak, reactor, answered, www_authenticate](HttpResponse response) {
+        if (answered->exchange(true)) return;  // once
+        response.www_authenticate = www_authenticate;
+        auto deliver = [weak, r = std::move(response)]() mutable {
+          if (auto c = weak.lock()) {
+            c->reactor_->AssertCurrentThread();
+            c->Send(std::move(r));
+          }
+        };
+        if (reactor->IsCurrentThread()) {
+          deliver();
+        } else {
+          (void)reactor->Schedule(std::move(deliver));  // false: shutting down; the connection goes
+        }
+      });
 }
 
 void HttpConnection::SendError(int status, const std::string& text) {

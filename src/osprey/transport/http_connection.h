@@ -52,6 +52,9 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // A WWW-Authenticate header's value, if not empty ("Negotiate", or
+  // "Negotiate <token>" with the server's answer to a Kerberos login).
+  std::string www_authenticate;
 };
 
 // `response` as HTTP/1.1 bytes: status line, headers and (unless

@@ -99,6 +99,7 @@ int HttpRequestParser::HeadTooLarge() {
 
 void HttpRequestParser::EndHeader() {
   if (EqualsIgnoreCase(header_field_, "accept")) request_.accept = header_value_;
+  if (EqualsIgnoreCase(header_field_, "authorization")) request_.authorization = header_value_;
   if (EqualsIgnoreCase(header_field_, "host")) {
     request_.host = header_value_;
     request_.has_host = true;

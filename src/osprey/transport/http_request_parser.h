@@ -20,7 +20,9 @@ struct HttpRequest {
   std::string path;    // "/metrics"
   std::string query;   // after '?', without it
   std::string accept;  // the Accept header, if any
-  std::string host;    // the Host header, if any
+  // The Authorization header, if any (a Negotiate token: set_http_spnego).
+  std::string authorization;
+  std::string host;  // the Host header, if any
   bool has_host = false;
   bool keep_alive = true;
 };

@@ -574,4 +574,29 @@ Status GssapiSaslServer::Unwrap(Slice wrapped, std::string* out) {
   return UnwrapWith(rep_->ctx, wrapped, /*length_prefix=*/true, out);
 }
 
+Status AcceptHttpNegotiateToken(const KerberosCredentials& server, Slice token,
+                                std::string* client_principal, std::string* reply) {
+  gss_ctx_id_t ctx = GSS_C_NO_CONTEXT;
+  gss_buffer_desc in = BufferOf(token);
+  Buffer out;
+  Name source;
+  OM_uint32 minor;
+  OM_uint32 major =
+      gss_accept_sec_context(&minor, &ctx, server.rep_->cred, &in, GSS_C_NO_CHANNEL_BINDINGS,
+                             &source.n, nullptr, &out.b, nullptr, nullptr, nullptr);
+  if (ctx != GSS_C_NO_CONTEXT) {
+    OM_uint32 m;
+    gss_delete_sec_context(&m, &ctx, GSS_C_NO_BUFFER);
+  }
+  if (GSS_ERROR(major)) return GssError("Kerberos login (Negotiate)", major, minor);
+  if (major != GSS_S_COMPLETE) {
+    return Status::NotAuthorized(
+        "Kerberos login (Negotiate): the mechanism wants more than one round (NTLM?); only "
+        "Kerberos is served");
+  }
+  OSPREY_RETURN_NOT_OK(DisplayName(source.n, client_principal));
+  *reply = out.b.length > 0 ? out.str() : std::string();
+  return Status::OK();
+}
+
 }  // namespace osprey::transport

@@ -1,5 +1,6 @@
 // Kerberos for KRPC negotiation: the SASL GSSAPI mechanism (RFC 4752) over
-// MIT's GSS-API, as a Kudu peer's Cyrus SASL speaks it.
+// MIT's GSS-API, as a Kudu peer's Cyrus SASL speaks it; and for the HTTP
+// pages, the Negotiate token of a browser or curl --negotiate.
 //
 // KerberosCredentials is one side's Kerberos identity: a server's keytab
 // and principal, or a client's ticket cache or keytab login. Immutable once
@@ -52,6 +53,8 @@ class KerberosCredentials {
  private:
   friend class GssapiSaslClient;
   friend class GssapiSaslServer;
+  friend Status AcceptHttpNegotiateToken(const KerberosCredentials&, Slice, std::string*,
+                                         std::string*);
   struct Rep;
   explicit KerberosCredentials(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
@@ -65,6 +68,16 @@ Status ResolveHostInPrincipal(const std::string& principal, std::string* out);
 // maps it: krb5.conf's auth_to_local rules, else the principal's first
 // component ("alice/admin@EXAMPLE.COM" -> "alice").
 Status MapPrincipalToLocalName(const std::string& principal, std::string* local_name);
+
+// HTTP's Negotiate authentication (SPNEGO, RFC 4559), a server's side: one
+// token from an "Authorization: Negotiate" header, which for Kerberos
+// carries the whole login. Sets the principal it proves
+// ("alice@EXAMPLE.COM") and the token to send back, if any (Kerberos's
+// mutual authentication). NotAuthorized with Kerberos's reason when it does
+// not verify, or when the mechanism wants more rounds than one (NTLM), which
+// stateless pages do not keep. Any thread; `server` stays unchanged.
+Status AcceptHttpNegotiateToken(const KerberosCredentials& server, Slice token,
+                                std::string* client_principal, std::string* reply);
 
 class GssapiSaslClient {
  public:

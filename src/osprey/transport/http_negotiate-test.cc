@@ -1,0 +1,53 @@
+// The Authorization header of the pages' Kerberos login, cell by cell.
+// Tickets themselves are checked against a real KDC in tests/kerberos-test.cc
+// (KerberosHttpTest).
+#include "osprey/transport/http_negotiate.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace osprey::transport {
+namespace {
+
+TEST(HttpNegotiateTest, TakesTheTokenOfANegotiateHeaderInAnyCase) {
+  struct Cell {
+    const char* header;
+    const char* token;
+  };
+  for (const Cell& c : std::vector<Cell>{{"Negotiate Zm9vYmFy", "foobar"},
+                                         {"negotiate Zm9vYmFy", "foobar"},
+                                         {"NEGOTIATE   Zm9v", "foo"},
+                                         {"Negotiate YQ==", "a"}}) {
+    std::string token;
+    Status s = ParseNegotiateHeader(c.header, &token);
+    ASSERT_TRUE(s.ok()) << c.header << ": " << s.ToString();
+    EXPECT_EQ(c.token, token) << c.header;
+  }
+}
+
+TEST(HttpNegotiateTest, RefusesOtherSchemesAndTokensThatAreNotBase64) {
+  struct Cell {
+    const char* header;
+    const char* why;
+  };
+  for (const Cell& c : std::vector<Cell>{{"Basic YWxpY2U6c2VjcmV0", "not 'Negotiate <token>'"},
+                                         {"Negotiate", "not 'Negotiate <token>'"},
+                                         {"NegotiateZm9v", "not 'Negotiate <token>'"},
+                                         {"Negotiate ", "not base64"},
+                                         {"Negotiate Zm9v!", "not base64"},
+                                         {"Negotiate Zm9v ", "not base64"},
+                                         {"Negotiate Zm9", "not base64"},
+                                         {"Bearer eyJhbGciOiJub25lIn0", "not 'Negotiate <token>'"},
+                                         {"", "not 'Negotiate <token>'"}}) {
+    std::string token;
+    Status s = ParseNegotiateHeader(c.header, &token);
+    ASSERT_FALSE(s.ok()) << c.header;
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(std::string::npos, s.message().find(c.why)) << c.header << ": " << s.ToString();
+  }
+}
+
+}  // namespace
+}  // namespace osprey::transport
