@@ -47,6 +47,10 @@
 #      draining server answers ERROR_UNAVAILABLE ("did not run"), which
 #      Kudu's clients retry; the call goes to the other server; the held
 #      call is answered and the server exits 0
+#  10. trusted subnets: each side trusting only 10.0.0.0/8 (Kudu's
+#      --trusted_subnets; rpc-bench's flag of that name) refuses the other's
+#      loopback client in the clear and by SASL PLAIN over TLS, fast and
+#      saying why
 #
 # KUDU_COMMIT names the Kudu commit the peer was built from (build.sh prints
 # it), for the summary line.
@@ -300,8 +304,9 @@ osprey_client_cell() {
 }
 
 encs=(disabled optional required)
-# KUDU_INTEROP_ONLY="loopback exactly-once semantics netns kerberos tokens cli drain": a subset.
-only="${KUDU_INTEROP_ONLY:-loopback exactly-once semantics netns kerberos tokens cli drain}"
+# KUDU_INTEROP_ONLY="loopback trusted-subnets exactly-once semantics netns kerberos tokens cli
+# drain": a subset.
+only="${KUDU_INTEROP_ONLY:-loopback trusted-subnets exactly-once semantics netns kerberos tokens cli drain}"
 section() { [[ " $only " == *" $1 "* ]]; }
 
 # --- 1 and 2: on loopback -------------------------------------------------------
@@ -335,6 +340,50 @@ for senc in "${encs[@]}"; do
   done
 done
 
+fi
+
+# --- 10: trusted subnets, both ways ---------------------------------------------
+
+# refusal_cell WHAT WANT PROGRAM ARGS...: PROGRAM must fail within 5 s, with
+# WANT (an extended regular expression) on its output.
+refusal_cell() {
+  local what=$1 want=$2 start took rc why
+  shift 2
+  start=$(date +%s.%N)
+  timeout 60 "$@" > "$tmp/cell.out" 2> "$tmp/cell.err"
+  rc=$?
+  took=$(echo "$(date +%s.%N) - $start" | bc)
+  why=$(grep -m1 -ohE "$want" "$tmp/cell.out" "$tmp/cell.err" | head -c 300)
+  if [[ $rc == 0 ]]; then
+    fail "$what: let in ($(head -c 200 "$tmp/cell.out"))"
+  elif [[ -z $why ]] || (($(echo "$took > 5" | bc))); then
+    fail "$what: refused (exit $rc, ${took}s) but not fast with /$want/: $(head -c 300 "$tmp/cell.err")"
+  else
+    pass "$what: refused in ${took}s ($why)"
+  fi
+}
+
+# Each side trusting only 10.0.0.0/8, so that a loopback peer is outside:
+# a clear client and a SASL PLAIN client over TLS are refused, saying why.
+if section trusted-subnets; then
+echo "== trusted subnets (Kudu's --trusted_subnets=10.0.0.0/8)"
+start_osprey_server osprey-trusted 127.0.0.1:0 -- --rpc_encryption=optional -trusted_subnets=10.0.0.0/8
+refusal_cell "trusted subnets: Kudu client (disabled) -> Osprey server" \
+  'unencrypted connections from 127\.0\.0\.1 are refused[^;]*' \
+  "$KUDU/kudu-calc-client" "$srv_addr" 5 --rpc_encryption=disabled
+refusal_cell "trusted subnets: Kudu client (optional EL, SASL PLAIN) -> Osprey server" \
+  'SASL PLAIN \(a user name the client chose\) from 127\.0\.0\.1 is refused[^;]*' \
+  "$KUDU/kudu-calc-client" "$srv_addr" 5 --rpc_encryption=optional --rpc_encrypt_loopback_connections
+stop_server "$srv_pid"
+start_kudu_server kudu-trusted -- --rpc_encryption=optional --trusted_subnets=10.0.0.0/8
+refusal_cell "trusted subnets: Osprey client (disabled) -> Kudu server" \
+  'unencrypted connections from publicly routable IPs are prohibited' \
+  "$BENCH" -server_address "$srv_addr" -run_seconds 0.3 --rpc_encryption=disabled
+refusal_cell "trusted subnets: Osprey client (optional EL, SASL PLAIN) -> Kudu server" \
+  'unauthenticated connections from publicly routable IPs are prohibited' \
+  "$BENCH" -server_address "$srv_addr" -run_seconds 0.3 --rpc_encryption=optional \
+  --rpc_encrypt_loopback_connections
+stop_server "$srv_pid"
 fi
 
 # --- 4 and 5: exactly-once and semantics against Kudu's server -------------------
