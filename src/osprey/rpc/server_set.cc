@@ -183,6 +183,10 @@ double ServerSet::DecayedLatency(const Entry& e, MonoTime now) {
   return idle_s <= 0 ? e.latency_ns : e.latency_ns * std::exp2(-idle_s);
 }
 
+double ServerSet::BalancerLatency(const Entry& e, MonoTime now) {
+  return e.latency_confirmed ? DecayedLatency(e, now) : 0;
+}
+
 void ServerSet::ForgetLatencyLocked(Entry* e) {
   // Draining or not listening: the process is going, or gone. What it
   // answers next is a new process on a new connection, whose speed its
@@ -190,6 +194,7 @@ void ServerSet::ForgetLatencyLocked(Entry* e) {
   // nothing of: unknown again, costed as the fastest, and its next first
   // answer, which pays for the connection, not counted.
   e->latency_ns = 0;
+  e->latency_confirmed = false;
   e->answers = 0;
 }
 
@@ -253,7 +258,7 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
   int excluded = -1;
   for (size_t i = 0; i < servers_.size(); ++i) {
     const Entry& e = *servers_[i];
-    views[i] = {EligibleLocked(e, now), e.outstanding, DecayedLatency(e, now), e.id};
+    views[i] = {EligibleLocked(e, now), e.outstanding, BalancerLatency(e, now), e.id};
     if (&e == exclude) excluded = static_cast<int>(i);
   }
   size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
@@ -272,7 +277,7 @@ ServerSet::EntryPtr ServerSet::PickOther(uint64_t key, const EntryPtr& other) {
   size_t eligible_others = 0;
   for (size_t i = 0; i < servers_.size(); ++i) {
     const Entry& e = *servers_[i];
-    views[i] = {EligibleLocked(e, now), e.outstanding, DecayedLatency(e, now), e.id};
+    views[i] = {EligibleLocked(e, now), e.outstanding, BalancerLatency(e, now), e.id};
     if (&e == other.get()) {
       excluded = static_cast<int>(i);
     } else if (views[i].eligible) {
@@ -312,10 +317,29 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
       // A moving average of a fifth per answer: a server that slows down
       // is seen within a few calls. The first answer is not counted: it
       // paid for the connection's setup, not for the server's speed.
-      if (e->answers++ > 0) {
-        e->latency_ns = e->latency_ns == 0 ? static_cast<double>(took.ToNanoseconds())
-                                           : 0.8 * DecayedLatency(*e, now) +
-                                                 0.2 * static_cast<double>(took.ToNanoseconds());
+      // One answer is not a server's speed either: a pause (a loaded
+      // host's scheduler, a page fault) is not a slow server. Taken raw,
+      // one 5 ms answer beside 0.3 ms ones made power of two choices pick
+      // that server no more (with one call at a time, never the costlier
+      // of two idle servers), with no answer to correct it until the
+      // decay had halved it down seconds later. So the first latency is
+      // the smaller of two answers, unknown to the balancer until then,
+      // and each later answer counts for at most kMaxSampleStep times the
+      // average: a server slower for good still grows it 1.6 times an
+      // answer (0.8 + 0.2 x 4), and one ten times slower is "not alike"
+      // after about four.
+      if (const int64_t counted = e->answers++; counted > 0) {
+        constexpr double kMaxSampleStep = 4;
+        const double sample = static_cast<double>(took.ToNanoseconds());
+        const double known = DecayedLatency(*e, now);
+        if (counted == 1) {
+          e->latency_ns = sample;
+        } else if (!e->latency_confirmed) {
+          e->latency_ns = std::min(known, sample);
+          e->latency_confirmed = true;
+        } else {
+          e->latency_ns = 0.8 * known + 0.2 * std::min(sample, kMaxSampleStep * known);
+        }
         e->latency_at = now;
       }
       [[fallthrough]];
@@ -345,6 +369,7 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
       // p2c) and be sent ever more first attempts.
       e->latency_ns = std::max(e->latency_ns, static_cast<double>(took.ToNanoseconds()));
       e->latency_at = now;
+      e->latency_confirmed = true;  // a floor measured, not a pause's sample
       break;
     case Outcome::kAbandoned:
       break;

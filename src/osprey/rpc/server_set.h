@@ -88,6 +88,9 @@ class ServerSet {
     int64_t answers = 0;
     double latency_ns = 0;  // answered attempts' latency, an average
     MonoTime latency_at;    // when it was last updated
+    // Whether latency_ns rests on more than one answer (or on a hedge
+    // that outran the server): only then does the balancer see it.
+    bool latency_confirmed = false;
     int failures_in_a_row = 0;
     MonoTime ejected_until;  // MonoTime() (the epoch): not ejected
     MonoDelta next_ejection;
@@ -160,6 +163,9 @@ class ServerSet {
   uint64_t Draw() const;
   bool EligibleLocked(const Entry& e, MonoTime now) const OSPREY_REQUIRES(mu_);
   static double DecayedLatency(const Entry& e, MonoTime now);
+  // What the balancer costs e by: its decayed latency once confirmed, else
+  // 0 (unknown, costed as the fastest).
+  static double BalancerLatency(const Entry& e, MonoTime now);
   void EjectLocked(Entry* e, MonoTime now) OSPREY_REQUIRES(mu_);
   void ForgetLatencyLocked(Entry* e) OSPREY_REQUIRES(mu_);
   void MaybeResolveLocked(MonoTime now) OSPREY_REQUIRES(mu_);
