@@ -511,10 +511,10 @@ TEST(FleetProcessTest, ASlowServerGetsLessWithPowerOfTwoChoicesThanWithRoundRobi
 
 // One server's handler ten times slower (issue 50, item 4): hedging at the
 // method's p95 brings the fleet's p99 within 1.5x of the healthy servers'
-// own, with at most 5% extra calls. Three runs at the same open-loop rate:
-// the fleet with a healthy third server (the healthy servers' own p99),
-// then with the slow one in its place, without hedging (reported: the
-// slow server's ~3% of the calls set the p99) and with hedging at p95.
+// own, with at most 5% extra calls. Three runs at the same open-loop rate,
+// interleaved: the fleet with a healthy third server (the healthy servers'
+// own p99), and with the slow one in its place, without hedging (reported)
+// and with hedging at p95.
 TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
   Watchdog dog(std::chrono::seconds(150));
   ProcessFleet fleet;
@@ -537,33 +537,46 @@ TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
   } r[3];
   const char* const names[3] = {"healthy fleet", "one slow server, no hedging",
                                 "one slow server, hedging at p95"};
+  std::unique_ptr<CalculatorServiceProxy> proxies[3];
+  std::vector<MonoDelta> took[3];
   for (int run = 0; run < 3; ++run) {
-    CalculatorServiceProxy proxy(client, run == 0 ? healthy_fleet : slow_fleet);
+    proxies[run] =
+        std::make_unique<CalculatorServiceProxy>(client, run == 0 ? healthy_fleet : slow_fleet);
     if (run == 2) {
-      ASSERT_TRUE(proxy.set_hedging(HedgingPolicy::AtP95()).ok());
+      ASSERT_TRUE(proxies[run]->set_hedging(HedgingPolicy::AtP95()).ok());
     }
-    OpenLoop loop;
-    // Sleep(200 us) at 1000 calls/s: the slow server's 2 ms is close enough
-    // to the others' that power of two choices still sends it a few per
-    // cent of the calls.
-    std::vector<CallRecord> calls = loop.Run(1000, MonoDelta::FromSeconds(6),
-                                             AddCalls(&proxy, nullptr, 200, /*idempotent=*/true));
-    std::vector<MonoDelta> all;
-    for (const CallRecord& c : calls) {
-      if (!c.status.ok()) {
-        ++r[run].failed;
-        continue;
+  }
+  // Interleaved, three slices of 2 s each: a pause of the host lands on
+  // the three alike, not on one run's p99 (in one ctest -j2 run, one after
+  // the other, the healthy fleet's p99 was 0.6 ms in one run, 3.9 ms in
+  // the next).
+  for (int round = 0; round < 3; ++round) {
+    for (int run = 0; run < 3; ++run) {
+      OpenLoop loop;
+      // Sleep(200 us) at 1000 calls/s: the slow server's 2 ms is close
+      // enough to the others' that power of two choices still sends it a
+      // few calls a second.
+      std::vector<CallRecord> calls =
+          loop.Run(1000, MonoDelta::FromSeconds(2),
+                   AddCalls(proxies[run].get(), nullptr, 200, /*idempotent=*/true));
+      for (const CallRecord& c : calls) {
+        if (!c.status.ok()) {
+          ++r[run].failed;
+          continue;
+        }
+        // The first second warms the connections and the p95 window up.
+        if (round == 0 && c.at < MonoDelta::FromSeconds(1)) continue;
+        took[run].push_back(c.took);
+        if (c.server == slow_addr && c.hedge == RpcController::Hedge::kNone) ++r[run].to_slow;
       }
-      // The first second warms the connections and the p95 window up.
-      if (c.at < MonoDelta::FromSeconds(1)) continue;
-      all.push_back(c.took);
-      if (c.server == slow_addr && c.hedge == RpcController::Hedge::kNone) ++r[run].to_slow;
+      r[run].calls += static_cast<int>(calls.size());
     }
-    r[run].calls = static_cast<int>(calls.size());
-    r[run].p50 = Percentile(all, 0.5);
-    r[run].p99 = Percentile(all, 0.99);
-    r[run].p999 = Percentile(all, 0.999);
-    r[run].hedges = proxy.hedging_stats();
+  }
+  for (int run = 0; run < 3; ++run) {
+    r[run].p50 = Percentile(took[run], 0.5);
+    r[run].p99 = Percentile(took[run], 0.99);
+    r[run].p999 = Percentile(took[run], 0.999);
+    r[run].hedges = proxies[run]->hedging_stats();
     std::cerr << names[run] << ": " << r[run].calls << " calls, " << r[run].failed
               << " failed, p50 " << r[run].p50.ToMicroseconds() << " us, p99 "
               << r[run].p99.ToMicroseconds() << " us, p99.9 " << r[run].p999.ToMicroseconds()
@@ -576,8 +589,13 @@ TEST(FleetProcessTest, HedgingAtTheP95CutsTheTailOfASlowServer) {
   EXPECT_EQ(0, hedged.failed);
   EXPECT_LE(hedged.hedges.sent, hedged.calls / 20) << "at most 5% extra calls";
   EXPECT_GT(hedged.hedges.won, 0) << "no hedge answered first: the scenario did not happen";
-  // A call the slow server answered had no hedge: the cap refused it.
-  EXPECT_LE(hedged.to_slow * 10, r[1].to_slow) << "the slow server still answered calls alone";
+  // A call the slow server answered alone is one whose hedge was due and
+  // not sent: over the cap, or no other server to send it to. (Against
+  // the run without hedging this count says little: power of two choices
+  // sends the slow server only a few calls a second there, 29 in 5 s in
+  // the CI runs that failed a "ten times fewer" claim with 3 and 8.)
+  EXPECT_LE(hedged.to_slow, hedged.hedges.refused_by_cap + hedged.hedges.no_other_server)
+      << "the slow server answered calls alone that no hedge rule kept from a hedge";
   EXPECT_LE(hedged.p99, MonoDelta::FromNanoseconds(healthy.p99.ToNanoseconds() * 3 / 2))
       << "fleet p99 " << hedged.p99.ToMicroseconds() << " us, the healthy fleet's "
       << healthy.p99.ToMicroseconds() << " us";
