@@ -508,9 +508,11 @@ TEST(RpcRestartTest, ServerStoppedAndStartedAgain) {
   Sockaddr addr = server.address;
   server.messenger->Shutdown();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
-  // The one running (one worker) finished; which of the five it is, the
-  // order they were sent and read in decides, and async calls promise
-  // none (once in CI, under ASan, the second ran and the first was queued).
+  // The one running (one worker) finished. Which of the five it is, their
+  // deadlines decide (earliest first): each request carries the time its
+  // call had left when it was sent, in whole milliseconds, so a call sent
+  // a little later may carry a millisecond less than the one made before
+  // it (once in CI, under ASan, the second ran and the first was queued).
   int finished = 0;
   for (int i = 0; i < kPending; ++i) {
     const Status& st = sleep_ctls[i].status();
