@@ -476,6 +476,35 @@ TEST_F(KerberosTest, PagesNeedAKerberosLoginWhenAskedAndHealthzStaysOpen) {
   EXPECT_FALSE(Contains(out, "osprey_")) << out;
 }
 
+// set_http_readers: alice reads the pages; bob, whose login is as good,
+// gets 403 naming him; /healthz stays open.
+TEST_F(KerberosTest, OnlyTheListedUsersReadThePagesAndOthersAreToldWhy) {
+  TestServer server;
+  MessengerBuilder b("pages");
+  b.set_http_endpoints(true)
+      .set_http_spnego(true, "HTTP/127.0.0.1", kdc_->Path("http.keytab"))
+      .set_http_readers({"alice"});
+  Status s = server.Start(1, ServicePoolOptions(), b);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string url = "http://" + server.address.ToString();
+  const std::string curl = "curl -sS --max-time 10 -D - --negotiate -u : ";
+  int rc = 0;
+  std::string out = rpc_test::RunShell(curl + url + "/metrics", &rc);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 200 OK")) << out;
+  EXPECT_TRUE(Contains(out, "osprey_")) << out;
+
+  ASSERT_TRUE(kdc_->Kinit("bob/admin", "bob.keytab").ok());
+  out = rpc_test::RunShell(curl + url + "/metrics", &rc);
+  EXPECT_EQ(0, rc) << out;
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 403 Forbidden")) << out;
+  EXPECT_TRUE(Contains(out, "user 'bob' (Kerberos principal bob/admin@")) << out;
+  EXPECT_TRUE(Contains(out, "they are for alice")) << out;
+  EXPECT_FALSE(Contains(out, "osprey_")) << out;
+  out = rpc_test::RunShell(curl + url + "/healthz", &rc);
+  EXPECT_TRUE(Contains(out, "HTTP/1.1 200 OK")) << out;
+}
+
 TEST_F(KerberosTest, APagesLoginThatCannotWorkFailsAtBuild) {
   std::shared_ptr<Messenger> m;
   Status s = MessengerBuilder("x")
@@ -493,6 +522,17 @@ TEST_F(KerberosTest, APagesLoginThatCannotWorkFailsAtBuild) {
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.ToString(), "set_http_spnego")) << s.ToString();
   EXPECT_TRUE(Contains(s.ToString(), "HTTP/db-9.example.com")) << s.ToString();
+  // Readers need a login to know who reads, and names, not principals.
+  s = MessengerBuilder("x").set_http_endpoints(true).set_http_readers({"alice"}).Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "no login to tell who reads them")) << s.ToString();
+  s = MessengerBuilder("x")
+          .set_http_endpoints(true)
+          .set_http_spnego(true, "HTTP/127.0.0.1", kdc_->Path("http.keytab"))
+          .set_http_readers({"alice@EXAMPLE.COM"})
+          .Build(&m);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "'alice@EXAMPLE.COM' is not a user name")) << s.ToString();
 }
 
 // The negotiators on their own, with the real KDC: what no honest client

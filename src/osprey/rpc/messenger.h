@@ -292,6 +292,13 @@ class MessengerBuilder {
   // travel in the clear: add set_http_tls.
   MessengerBuilder& set_http_spnego(bool enabled, std::string principal = "HTTP/_HOST",
                                     std::string keytab_file = "");
+  // Who may read the pages once logged in (set_http_spnego): these local
+  // user names, as the RPC layer maps principals ("alice@EXAMPLE.COM" and
+  // "alice/admin@EXAMPLE.COM" are "alice", or krb5.conf's auth_to_local
+  // says). Another login gets 403 Forbidden naming its user; /healthz stays
+  // open. Empty (the default): any principal the KDC vouches for, as Kudu's
+  // webserver. Build fails with a list but no login, or a blank name.
+  MessengerBuilder& set_http_readers(std::vector<std::string> users);
   // Calls that take at least this long are kept for /rpcz, the last 20 per
   // method and direction (1 s by default).
   MessengerBuilder& set_slow_call_threshold(MonoDelta threshold);
@@ -392,6 +399,7 @@ class MessengerBuilder {
   bool http_tls_require_client_certificate_ = false;
   bool http_spnego_ = false;
   std::string http_spnego_principal_, http_spnego_keytab_file_;
+  std::vector<std::string> http_readers_;
   std::vector<std::string> http_allowed_hosts_;
   MonoDelta slow_call_threshold_ = MonoDelta::FromSeconds(1);
   RememberedResults remembered_;

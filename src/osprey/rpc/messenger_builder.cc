@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <utility>
 
 #include "osprey/base/ip_network.h"
@@ -237,6 +238,11 @@ MessengerBuilder& MessengerBuilder::set_http_spnego(bool enabled, std::string pr
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_http_readers(std::vector<std::string> users) {
+  http_readers_ = std::move(users);
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_http_allowed_hosts(std::vector<std::string> hosts) {
   http_allowed_hosts_ = std::move(hosts);
   return *this;
@@ -438,6 +444,21 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
     Status s = transport::KerberosCredentials::ForServer(keytab, http_spnego_principal_,
                                                          &options.http_spnego);
     if (!s.ok()) return s.CloneAndPrepend("set_http_spnego");
+  }
+  if (!http_readers_.empty()) {
+    if (!http_spnego_) {
+      return Status::InvalidArgument(
+          "set_http_readers: the pages have no login to tell who reads them (set_http_spnego)");
+    }
+    for (const std::string& user : http_readers_) {
+      if (user.empty() || user.find_first_of(" \t@/") != std::string::npos) {
+        return Status::InvalidArgument("set_http_readers: '" + user +
+                                       "' is not a user name (a principal's local name, "
+                                       "such as 'alice')");
+      }
+    }
+    options.http_readers = std::make_shared<const std::set<std::string>>(http_readers_.begin(),
+                                                                        http_readers_.end());
   }
   if (options.encryption == RpcEncryption::kDisabled) {
     if (files && !http_tls_) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,9 @@ struct ConnectionOptions {
   // path but /healthz needs a Negotiate token for these credentials; null:
   // none is asked for.
   std::shared_ptr<const KerberosCredentials> http_spnego;
+  // Who may read the pages once logged in (MessengerBuilder::
+  // set_http_readers): local user names; null: anyone who logs in.
+  std::shared_ptr<const std::set<std::string>> http_readers;
   // Which Host headers name this server; null: not checked.
   std::shared_ptr<const HttpHostCheck> http_host_check;
   // Server calls in flight are traced for /rpcz.

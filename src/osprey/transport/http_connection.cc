@@ -313,6 +313,15 @@ void HttpConnection::Dispatch() {
       Send(std::move(r));
       return;
     }
+    if (Status rs = CheckHttpReader(reactor_->options().http_readers.get(), principal);
+        !rs.ok()) {
+      VLOG(1) << "HTTP login from " << remote_.ToString() << " refused: " << rs.ToString();
+      HttpResponse r;
+      r.status = 403;
+      r.body = rs.message() + "\n";
+      Send(std::move(r));
+      return;
+    }
   }
   awaiting_answer_ = true;
   UpdateTimer();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,24 @@ TEST(HttpNegotiateTest, RefusesOtherSchemesAndTokensThatAreNotBase64) {
     EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
     EXPECT_NE(std::string::npos, s.message().find(c.why)) << c.header << ": " << s.ToString();
   }
+}
+
+// Who may read the pages once logged in: by the principal's local name
+// (its first component when krb5.conf has no auth_to_local rule for it).
+TEST(HttpNegotiateTest, OnlyTheListedUsersReadThePagesWhenThereIsAList) {
+  EXPECT_TRUE(CheckHttpReader(nullptr, "mallory@EXAMPLE.COM").ok()) << "no list: anyone";
+  const std::set<std::string> readers{"alice", "ops"};
+  EXPECT_TRUE(CheckHttpReader(&readers, "alice@EXAMPLE.COM").ok());
+  EXPECT_TRUE(CheckHttpReader(&readers, "alice/admin@EXAMPLE.COM").ok());
+  EXPECT_TRUE(CheckHttpReader(&readers, "ops/db-1.example.com@EXAMPLE.COM").ok());
+  Status s = CheckHttpReader(&readers, "bob/admin@EXAMPLE.COM");
+  EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
+  EXPECT_EQ("user 'bob' (Kerberos principal bob/admin@EXAMPLE.COM) may not read these pages: "
+            "they are for alice, ops (MessengerBuilder::set_http_readers)",
+            s.message());
+  // A user name is not a prefix: "alic" and "alice2" are others.
+  EXPECT_FALSE(CheckHttpReader(&readers, "alice2@EXAMPLE.COM").ok());
+  EXPECT_FALSE(CheckHttpReader(&readers, "alic@EXAMPLE.COM").ok());
 }
 
 }  // namespace

@@ -42,4 +42,17 @@ Status CheckHttpNegotiate(const KerberosCredentials& server, std::string_view au
   return Status::OK();
 }
 
+Status CheckHttpReader(const std::set<std::string>* readers, const std::string& principal) {
+  if (readers == nullptr) return Status::OK();
+  std::string user;
+  Status s = MapPrincipalToLocalName(principal, &user);
+  if (s.ok() && readers->count(user) != 0) return Status::OK();
+  std::string who;
+  for (const std::string& r : *readers) who += (who.empty() ? "" : ", ") + r;
+  return Status::NotAuthorized(
+      (s.ok() ? "user '" + user + "' (Kerberos principal " + principal + ")"
+              : "Kerberos principal " + principal + " (" + s.message() + ")") +
+      " may not read these pages: they are for " + who + " (MessengerBuilder::set_http_readers)");
+}
+
 }  // namespace osprey::transport

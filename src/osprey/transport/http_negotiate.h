@@ -5,6 +5,7 @@
 // but for Kerberos's own work; any thread.
 #pragma once
 
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -24,5 +25,11 @@ Status ParseNegotiateHeader(std::string_view authorization, std::string* token);
 // answer is 401 with "WWW-Authenticate: Negotiate".
 Status CheckHttpNegotiate(const KerberosCredentials& server, std::string_view authorization,
                           std::string* principal, std::string* www_authenticate);
+
+// Whether the logged-in `principal` may read the pages: OK when `readers`
+// (local user names, MessengerBuilder::set_http_readers) is null or holds
+// its local name (MapPrincipalToLocalName); NotAuthorized naming the user
+// and who may read them otherwise (the answer is 403).
+Status CheckHttpReader(const std::set<std::string>* readers, const std::string& principal);
 
 }  // namespace osprey::transport
