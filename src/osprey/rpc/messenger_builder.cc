@@ -457,8 +457,8 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
                                        "such as 'alice')");
       }
     }
-    options.http_readers = std::make_shared<const std::set<std::string>>(http_readers_.begin(),
-                                                                        http_readers_.end());
+    options.http_readers =
+        std::make_shared<const std::set<std::string>>(http_readers_.begin(), http_readers_.end());
   }
   if (options.encryption == RpcEncryption::kDisabled) {
     if (files && !http_tls_) {

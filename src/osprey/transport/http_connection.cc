@@ -313,8 +313,7 @@ void HttpConnection::Dispatch() {
       Send(std::move(r));
       return;
     }
-    if (Status rs = CheckHttpReader(reactor_->options().http_readers.get(), principal);
-        !rs.ok()) {
+    if (Status rs = CheckHttpReader(reactor_->options().http_readers.get(), principal); !rs.ok()) {
       VLOG(1) << "HTTP login from " << remote_.ToString() << " refused: " << rs.ToString();
       HttpResponse r;
       r.status = 403;

@@ -60,9 +60,10 @@ TEST(HttpNegotiateTest, OnlyTheListedUsersReadThePagesWhenThereIsAList) {
   EXPECT_TRUE(CheckHttpReader(&readers, "ops/db-1.example.com@EXAMPLE.COM").ok());
   Status s = CheckHttpReader(&readers, "bob/admin@EXAMPLE.COM");
   EXPECT_TRUE(s.IsNotAuthorized()) << s.ToString();
-  EXPECT_EQ("user 'bob' (Kerberos principal bob/admin@EXAMPLE.COM) may not read these pages: "
-            "they are for alice, ops (MessengerBuilder::set_http_readers)",
-            s.message());
+  EXPECT_EQ(
+      "user 'bob' (Kerberos principal bob/admin@EXAMPLE.COM) may not read these pages: "
+      "they are for alice, ops (MessengerBuilder::set_http_readers)",
+      s.message());
   // A user name is not a prefix: "alic" and "alice2" are others.
   EXPECT_FALSE(CheckHttpReader(&readers, "alice2@EXAMPLE.COM").ok());
   EXPECT_FALSE(CheckHttpReader(&readers, "alic@EXAMPLE.COM").ok());
