@@ -642,7 +642,11 @@ TEST(HttpEndpointsTest, RpczWithAHundredThousandCallsInFlightIsBoundedAndAnswers
   CountDownLatch done(kCalls);
   for (int i = 0; i < kCalls; ++i) {
     reqs[i].set_sleep_micros(i == 0 ? 4000000 : 0);  // the first holds the one worker
-    ctls[i].set_timeout(MonoDelta::FromSeconds(60));
+    // Long enough that the queue's admission (an eighth of the timeout's
+    // worth of work ahead) takes them all: with 60 s, an ASan build on a
+    // loaded host refused the last as overloaded (100,000 calls behind the
+    // 4 s one, at its measured time per call, held more than 7.5 s).
+    ctls[i].set_timeout(MonoDelta::FromSeconds(600));
     proxy.SleepAsync(reqs[i], &resps[i], &ctls[i], [&done] { done.CountDown(); });
   }
   HttpClient h;
