@@ -287,9 +287,9 @@ class MessengerBuilder {
   // key is in `keytab_file` (empty: set_keytab_file's). Without one the
   // answer is 401 with "WWW-Authenticate: Negotiate" and how to log in; a
   // ticket that does not verify, 401 with Kerberos's reason. Any principal
-  // the KDC vouches for reads the pages. Build fails when the keytab holds
-  // no key for the principal. Over plain HTTP the pages themselves still
-  // travel in the clear: add set_http_tls.
+  // the KDC vouches for reads the pages (set_http_readers narrows that).
+  // Build fails when the keytab holds no key for the principal. Over plain
+  // HTTP the pages themselves still travel in the clear: add set_http_tls.
   MessengerBuilder& set_http_spnego(bool enabled, std::string principal = "HTTP/_HOST",
                                     std::string keytab_file = "");
   // Who may read the pages once logged in (set_http_spnego): these local
