@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(
   cmake g++ make
+  # The executables link with lld when it is there (OSPREY_USE_LLD).
+  lld
   libprotobuf-dev protobuf-compiler libprotoc-dev
   libgflags-dev libgoogle-glog-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan, library included) in
+# Builds the libFuzzer targets with clang (ASan + UBSan, library included;
+# debug information as line tables) in
 # build-fuzz/ and runs each for the given number of seconds (default 60), as
 # many at once as there are CPUs (OSPREY_FUZZ_JOBS).
 #
@@ -9,11 +10,17 @@
 # kept in the temporary directory, whose path is printed.
 #
 #   scripts/run-fuzzers.sh [seconds]
+#   scripts/run-fuzzers.sh --build-only   (builds them and stops: .ci/run)
 set -euo pipefail
 
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+  build_only=1
+  shift
+fi
 seconds="${1:-60}"
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
-  echo "usage: $0 [seconds]   (a positive whole number; default 60)" >&2
+  echo "usage: $0 [--build-only] [seconds]   (a positive whole number; default 60)" >&2
   exit 2
 fi
 
@@ -25,11 +32,13 @@ jobs="${OSPREY_BUILD_JOBS:-2}"
 
 CXX=clang++ cmake -S "$root" -B "$build" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
   -DOSPREY_SANITIZE=address,undefined \
   -DOSPREY_BUILD_FUZZERS=ON \
   -DOSPREY_BUILD_TESTS=OFF \
   -DOSPREY_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
+((build_only)) && exit 0
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/osprey-fuzz.XXXXXX")"
 echo "run-fuzzers: working in $work"
