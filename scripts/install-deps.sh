@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake g++ make
+  cmake g++ make ninja-build
   # The executables link with lld when it is there (OSPREY_USE_LLD).
   lld
   libprotobuf-dev protobuf-compiler libprotoc-dev

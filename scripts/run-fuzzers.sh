@@ -30,7 +30,11 @@ fuzzers=(frame_decoder_fuzzer negotiate_fuzzer client_negotiation_fuzzer http_re
   reflection_answer_fuzzer etcd_answer_fuzzer)
 jobs="${OSPREY_BUILD_JOBS:-2}"
 
-CXX=clang++ cmake -S "$root" -B "$build" \
+generator=()
+if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+  generator=(-G Ninja)  # as scripts/build.sh
+fi
+CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
   -DOSPREY_SANITIZE=address,undefined \
