@@ -29,7 +29,9 @@ class CallerWait {
   ParkedConnection* parked() { return &parked_; }
 
   // The call has ended: any thread, once. Touches nothing of this object
-  // after the count down, since the caller may return at once.
+  // after the count down, since the caller may return at once. On a
+  // reactor's own thread the count down waits for the end of the loop's
+  // turn (Reactor::CountDownAfterTurn).
   void Finish();
 
   // Caller's thread: returns once Finish() has run, having read the

@@ -374,7 +374,7 @@ void CallerWait::Finish() {
   // nothing (docs/perf-results/journal.md, "The self-wake, again").
   const WakeFdLease* lease = polling_.load();
   if (lease != nullptr && !pthread_equal(caller_, pthread_self())) lease->Wake();
-  done_.CountDown();
+  if (!Reactor::CountDownAfterTurn(&done_)) done_.CountDown();
 }
 
 void CallerWait::Wait() {

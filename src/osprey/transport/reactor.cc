@@ -30,6 +30,21 @@ thread_local const Reactor* tls_borrowed = nullptr;
 
 bool Reactor::BorrowedHere() const { return tls_borrowed == this; }
 
+bool Reactor::CountDownAfterTurn(CountDownLatch* latch) {
+  Reactor* r = tls_reactor;
+  if (r == nullptr || tls_borrowed != nullptr || !r->options_.caller_reads) return false;
+  r->after_turn_.push_back(latch);
+  return true;
+}
+
+void Reactor::CountDownLatchesAfterTurn() {
+  DCHECK(tls_reactor == this);
+  if (after_turn_.empty()) return;
+  // Counting down may let a caller destroy its latch, never this vector.
+  for (CountDownLatch* latch : after_turn_) latch->CountDown();
+  after_turn_.clear();
+}
+
 bool Reactor::BeginBorrow() {
   if (closing() || !sleeping_.load() || tls_reactor != nullptr || tls_borrowed != nullptr)
     return false;
@@ -356,6 +371,9 @@ void Reactor::Loop() {
     const bool one_call_at_a_time = frames_read_ <= 1;
     frames_read_ = 0;
     loop_mu_.Unlock();
+    // `sleeping_` is published and the loop lock free: a caller woken now
+    // finds the reactor asleep and sends its next call itself.
+    CountDownLatchesAfterTurn();
     int n = 0;
     // No spin when a timer or a task is due within the millisecond: the
     // loop must not be late for it.
@@ -417,6 +435,7 @@ void Reactor::Loop() {
   flush_list_.clear();
   read_interest_list_.clear();
   loop_mu_.Unlock();
+  CountDownLatchesAfterTurn();  // the calls the shutdown failed
 }
 
 void Reactor::CloseAllConnections(const Status& why) {

@@ -37,6 +37,7 @@
 
 #include "osprey/base/adaptive_spin.h"
 #include "osprey/base/connection_types.h"
+#include "osprey/base/countdown_latch.h"
 #include "osprey/base/cpu_load.h"
 #include "osprey/base/event_fd.h"
 #include "osprey/base/monotime.h"
@@ -181,6 +182,17 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   // stamps where a loop iteration's staleness does not matter, so that
   // calls made from callbacks read no clock.
   static MonoTime LoopTimeOrNow();
+
+  // On this reactor's own thread (not a borrower's) with caller reads on:
+  // keeps `latch` to count down once the loop has published that it
+  // sleeps, just before its next wait, and returns true; elsewhere returns
+  // false and the caller counts down itself. For the latch a blocking
+  // caller sleeps on (CallerWait): woken at once, it would often send its
+  // next call while the loop still finishes this turn, find it awake, and
+  // queue that call to it too, so that back-to-back calls stayed in the
+  // reactor's hands, one wake-up more each, instead of the caller reading
+  // its own answers (caller-reads-test, ACallQueuedToAnAwakeReactor...).
+  static bool CountDownAfterTurn(CountDownLatch* latch);
 
   // Any thread but this reactor's. If the reactor is asleep in epoll_wait,
   // runs `fn` on the calling thread in the reactor's place (the reactor
@@ -377,6 +389,12 @@ class Reactor : public std::enable_shared_from_this<Reactor> {
   const int reactor_index_;
 
   int epoll_fd_ = -1;
+  // The latches CountDownAfterTurn keeps. This reactor's own thread only
+  // (CountDownAfterTurn checks it), which counts them down outside the
+  // loop lock, so no lock guards them.
+  std::vector<CountDownLatch*> after_turn_;
+  void CountDownLatchesAfterTurn();
+
   // Any thread writes it (Wake); the reactor drains it after epoll_wait.
   EventFd wake_fd_;
   std::thread thread_;
