@@ -10,7 +10,12 @@
 # kept in the temporary directory, whose path is printed.
 #
 #   scripts/run-fuzzers.sh [seconds]
-#   scripts/run-fuzzers.sh --build-only   (builds them and stops: .ci/run)
+#   scripts/run-fuzzers.sh --build-only   (builds them and stops)
+#
+# OSPREY_FUZZ_BUILD_DIR names another build directory to take the fuzzers
+# from instead, built already with clang, OSPREY_BUILD_FUZZERS=ON and
+# OSPREY_SANITIZE=address,undefined (.ci/run's ASan leg, whose library then
+# serves both); nothing is configured or built in it here.
 set -euo pipefail
 
 build_only=0
@@ -25,24 +30,38 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
 fi
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$root/build-fuzz"
+build="${OSPREY_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 fuzzers=(frame_decoder_fuzzer negotiate_fuzzer client_negotiation_fuzzer http_request_parser_fuzzer
   reflection_answer_fuzzer etcd_answer_fuzzer)
 jobs="${OSPREY_BUILD_JOBS:-2}"
 
-generator=()
-if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
-  generator=(-G Ninja)  # as scripts/build.sh
+if [[ -n ${OSPREY_FUZZ_BUILD_DIR:-} ]]; then
+  cache="$build/CMakeCache.txt"
+  if ! grep -qx 'OSPREY_BUILD_FUZZERS:BOOL=ON' "$cache" 2>/dev/null ||
+    ! grep -qx 'OSPREY_SANITIZE:STRING=address,undefined' "$cache"; then
+    echo "run-fuzzers: OSPREY_FUZZ_BUILD_DIR=$build is not a build configured with" \
+      "-DOSPREY_BUILD_FUZZERS=ON -DOSPREY_SANITIZE=address,undefined" >&2
+    exit 2
+  fi
+  for f in "${fuzzers[@]}"; do
+    [[ -x $build/fuzz/$f ]] || { echo "run-fuzzers: $build/fuzz/$f is not built" >&2; exit 2; }
+  done
+  ((build_only)) && exit 0
+else
+  generator=()
+  if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+    generator=(-G Ninja)  # as scripts/build.sh
+  fi
+  CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
+    -DOSPREY_SANITIZE=address,undefined \
+    -DOSPREY_BUILD_FUZZERS=ON \
+    -DOSPREY_BUILD_TESTS=OFF \
+    -DOSPREY_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
+  ((build_only)) && exit 0
 fi
-CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" \
-  -DOSPREY_SANITIZE=address,undefined \
-  -DOSPREY_BUILD_FUZZERS=ON \
-  -DOSPREY_BUILD_TESTS=OFF \
-  -DOSPREY_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
-((build_only)) && exit 0
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/osprey-fuzz.XXXXXX")"
 echo "run-fuzzers: working in $work"
