@@ -10,7 +10,6 @@
 # kept in the temporary directory, whose path is printed.
 #
 #   scripts/run-fuzzers.sh [seconds]
-#   scripts/run-fuzzers.sh --build-only   (builds them and stops)
 #
 # OSPREY_FUZZ_BUILD_DIR names another build directory to take the fuzzers
 # from instead, built already with clang, OSPREY_BUILD_FUZZERS=ON and
@@ -18,14 +17,9 @@
 # serves both); nothing is configured or built in it here.
 set -euo pipefail
 
-build_only=0
-if [[ ${1:-} == --build-only ]]; then
-  build_only=1
-  shift
-fi
 seconds="${1:-60}"
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
-  echo "usage: $0 [--build-only] [seconds]   (a positive whole number; default 60)" >&2
+  echo "usage: $0 [seconds]   (a positive whole number; default 60)" >&2
   exit 2
 fi
 
@@ -46,7 +40,6 @@ if [[ -n ${OSPREY_FUZZ_BUILD_DIR:-} ]]; then
   for f in "${fuzzers[@]}"; do
     [[ -x $build/fuzz/$f ]] || { echo "run-fuzzers: $build/fuzz/$f is not built" >&2; exit 2; }
   done
-  ((build_only)) && exit 0
 else
   generator=()
   if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
@@ -60,7 +53,6 @@ else
     -DOSPREY_BUILD_TESTS=OFF \
     -DOSPREY_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build "$build" -j"$jobs" --target "${fuzzers[@]}"
-  ((build_only)) && exit 0
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/osprey-fuzz.XXXXXX")"

@@ -31,8 +31,9 @@ thread_local const Reactor* tls_borrowed = nullptr;
 bool Reactor::BorrowedHere() const { return tls_borrowed == this; }
 
 bool Reactor::CountDownAfterTurn(CountDownLatch* latch) {
+  // A borrower's thread has no tls_reactor: only the reactor's own keeps.
   Reactor* r = tls_reactor;
-  if (r == nullptr || tls_borrowed != nullptr || !r->options_.caller_reads) return false;
+  if (r == nullptr || !r->options_.caller_reads) return false;
   r->after_turn_.push_back(latch);
   return true;
 }
