@@ -184,6 +184,12 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
     reactor_->AssertCurrentThread();
     return route_.parked();
   }
+  // Whether the socket took every byte queued (ParkForCaller: its request
+  // went out whole).
+  bool all_sent() const {
+    reactor_->AssertCurrentThread();
+    return !HasUnsentBytes();
+  }
   // The socket a parked connection's caller polls; -1 once closed.
   int fd() const {
     reactor_->AssertCurrentThread();

@@ -84,7 +84,7 @@ bool Connection::MoveRoute(WakeRoute::Event event, EventFdRef waiter) {
   DCHECK_EQ(parks, static_cast<bool>(waiter))
       << ToString() << ": " << WakeRoute::Name(event)
       << ": a park, and only a park, brings its waiter's eventfd";
-  DCHECK(!parks || (state_ == State::kOpen && !HasUnsentBytes() &&
+  DCHECK(!parks || (state_ == State::kOpen && (event == Event::kCallerParks || !HasUnsentBytes()) &&
                     calls_in_flight() == (role_ == Role::kClient ? 1u : 0u)))
       << ToString() << ": parked while not open and quiet";
   DCHECK(event != Event::kClose || (state_ == State::kClosed && !socket_.is_open()))
@@ -145,8 +145,12 @@ bool Connection::Park(EventFdRef wake_fd) {
   // With TLS too: every read decrypts all the complete records it got
   // (TlsRecordLayer::Decrypt), so no plaintext waits anywhere but on the
   // socket, which is what the waiter polls.
-  bool quiet = calls_in_flight() == (role_ == Role::kClient ? 1u : 0u);
-  if (!quiet || state_ != State::kOpen || route_.parked() || HasUnsentBytes()) return false;
+  // A caller parks with its request not yet written (ParkForCaller writes
+  // it next); a worker with nothing unsent.
+  const bool client = role_ == Role::kClient;
+  bool quiet = calls_in_flight() == (client ? 1u : 0u);
+  if (!quiet || state_ != State::kOpen || route_.parked() || (!client && HasUnsentBytes()))
+    return false;
   return MoveRoute(
       role_ == Role::kClient ? WakeRoute::Event::kCallerParks : WakeRoute::Event::kWorkerParks,
       wake_fd);
@@ -313,12 +317,26 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   call->AssertOnReactor();
   Connection* conn = call->conn_;
   if (!options_.caller_reads || conn == nullptr || call->finished()) return {};
+  WakeFdLease lease(this, TakeWakeFd());
+  // Parked before the request goes out. A connection whose last answer the
+  // reactor read still has EPOLLIN in the reactor's set, and the park takes
+  // it away: after the write, a quick answer could wake the reactor first,
+  // and the caller's next call, finding it awake, would be queued to it,
+  // and the next after that parked again, in turn (seen under load: rounds
+  // of CallerReadsTest with half their calls read by the reactor).
+  if (!lease || !conn->Park(lease.ref())) {
+    FlushRequested();  // the caller waits as any other; the lease goes back unused
+    return {};
+  }
   // The request must be on the wire before the caller sleeps on the answer.
   FlushRequested();
-  if (call->finished() || call->conn_ != conn) return {};
-  WakeFdLease lease(this, TakeWakeFd());
-  if (!lease) return {};                    // the caller waits as any other
-  if (!conn->Park(lease.ref())) return {};  // the lease goes back unused
+  if (call->finished() || conn->is_shut_down() || !conn->all_sent()) {
+    // The write failed (the close signalled the eventfd) or the socket took
+    // part of it: the reactor writes the rest and reads the answer.
+    conn->Unpark();
+    (void)lease.ref().Drain();
+    return {};
+  }
   if (TransportMetrics* m = options_.metrics.get()) m->caller_reads->Increment();
   ParkedConnection parked;
   parked.conn = conn->shared_from_this();

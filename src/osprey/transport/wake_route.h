@@ -46,12 +46,15 @@
 //  ------------------  ---------------------------  ------------------------
 //  kCallerParks        park.cc: Connection::Park,   a blocking caller, in the
 //                      from Reactor::ParkForCaller  sleeping reactor's place
-//                      (park.cc), from              (TryRunHere), right
-//                      Messenger::QueueCall         after sending its call.
-//                      (messenger.cc)               Client, caller reads on,
-//                                                   open*, nothing unsent*,
-//                                                   its call the only one in
-//                                                   flight*, a lent eventfd*
+//                      (park.cc), from              (TryRunHere), after
+//                      Messenger::QueueCall         queuing its call and
+//                      (messenger.cc)               before writing it (no
+//                                                   answer can reach the
+//                                                   reactor's EPOLLIN).
+//                                                   Client, caller reads on,
+//                                                   open*, its call the only
+//                                                   one in flight*, a lent
+//                                                   eventfd*
 //  kWorkerParks        park.cc: Connection::Park,   a worker, in RunHere,
 //                      from Connection::            after its handler
 //                      ParkForWorker, from          answered the
