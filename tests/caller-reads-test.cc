@@ -146,6 +146,26 @@ TEST_F(CallerReadsTest, ACallQueuedToAnAwakeReactorLeavesTheNextToReadTheirOwn) 
   EXPECT_GE(read_by_caller, kRounds * (kCalls - 2));
 }
 
+// A caller parks its connection before it writes its call. A call larger
+// than the socket takes at once leaves bytes unsent: the park is undone and
+// the reactor writes the rest and reads the answer, as for any call.
+TEST_F(CallerReadsTest, ACallTheSocketCannotTakeAtOnceIsFinishedByTheReactor) {
+  CalculatorServiceProxy proxy(client_, server_.address);
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
+  EchoRequestPB req;
+  req.set_data(std::string(32 << 20, 'x'));  // more than loopback's send buffer
+  EchoResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromSeconds(30));
+  const double before = CallerReads(client_);
+  ASSERT_TRUE(proxy.Echo(req, &resp, &ctl).ok()) << ctl.status().ToString();
+  EXPECT_EQ(req.data(), resp.data());
+  EXPECT_EQ(before, CallerReads(client_));
+  // The connection went back to the reactor whole: the next call parks.
+  ASSERT_TRUE(CheckedAdd(proxy, 3, 4).ok());
+  EXPECT_EQ(before + 1, CallerReads(client_));
+}
+
 TEST_F(CallerReadsTest, ADeadlineEndsAParkedWaitAndTheLateAnswerIsDropped) {
   CalculatorServiceProxy proxy(client_, server_.address);
   ASSERT_TRUE(CheckedAdd(proxy, 1, 2).ok());
