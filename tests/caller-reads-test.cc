@@ -174,8 +174,10 @@ TEST_F(CallerReadsTest, ADeadlineEndsAParkedWaitAndTheLateAnswerIsDropped) {
     const double before = CallerReads(client_);
     const double wakeups_before = ParkedWakeups(client_);
     RpcController ctl;
-    ctl.set_timeout(MonoDelta::FromMilliseconds(100));
-    Status s = SyncSleep(proxy, 300'000, &ctl);
+    // Long enough that a slow host still starts the sleep before the
+    // deadline (else the server drops it unrun and no answer comes late).
+    ctl.set_timeout(MonoDelta::FromSeconds(1));
+    Status s = SyncSleep(proxy, 2'000'000, &ctl);
     EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
     parked = CallerReads(client_) == before + 1;
     // The deadline fired on the reactor, which woke the polling caller

@@ -143,24 +143,30 @@ TEST(MetricsTest, InFlightDeadlineDropsAndEveryClientOutcomeAreCounted) {
   Messenger* s = server.messenger.get();
   Messenger* c = client.get();
 
-  // A runs on the only worker; B waits behind it past its deadline.
+  // A runs on the only worker, held until B, which waits behind it, has
+  // passed its deadline.
   SleepRequestPB long_sleep, queued;
-  long_sleep.set_sleep_micros(800000);
+  long_sleep.set_sleep_micros(CalculatorService::kHeldSleep);
   queued.set_sleep_micros(1000);
   SleepResponsePB ra, rb;
   RpcController ca, cb;
-  ca.set_timeout(MonoDelta::FromSeconds(10));
-  cb.set_timeout(MonoDelta::FromMilliseconds(250));
-  CountDownLatch done(2);
+  ca.set_timeout(MonoDelta::FromSeconds(30));
+  cb.set_timeout(MonoDelta::FromSeconds(2));
+  CountDownLatch done(2), b_done(1);
   proxy.SleepAsync(long_sleep, &ra, &ca, [&] { done.CountDown(); });
   ASSERT_TRUE(server.service->WaitForSleepsStarted(1));
-  proxy.SleepAsync(queued, &rb, &cb, [&] { done.CountDown(); });
+  proxy.SleepAsync(queued, &rb, &cb, [&] {
+    b_done.CountDown();
+    done.CountDown();
+  });
   ASSERT_TRUE(WaitUntil([&] {
     return Value(s, "osprey_server_calls_received_total", {{"method", kSleep}}) == 2;
   }));
   EXPECT_EQ(2, Value(s, "osprey_server_calls_in_flight", {{"method", kSleep}}));
   EXPECT_EQ(2, Value(c, "osprey_client_calls_in_flight", {{"method", kSleep}}));
-  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(b_done.WaitFor(MonoDelta::FromSeconds(20)));
+  server.service->ReleaseHeldSleeps();
+  ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(20)));
   EXPECT_TRUE(ca.status().ok()) << ca.status().ToString();
   EXPECT_TRUE(cb.status().IsTimedOut()) << cb.status().ToString();
   // The worker drops B when A returns: it never runs.
@@ -871,7 +877,7 @@ TEST(HttpEndpointsTest, HttpOnTheRpcPortHasItsOwnLimitAndIdleTimeout) {
                          MessengerBuilder("observed")
                              .set_http_endpoints(true)
                              .set_max_server_connections(2)
-                             .set_http_connection_limits(2, MonoDelta::FromMilliseconds(300)))
+                             .set_http_connection_limits(2, MonoDelta::FromSeconds(3)))
                   .ok());
   std::vector<std::unique_ptr<HttpClient>> scrapers;
   for (int i = 0; i < 2; ++i) {
@@ -893,8 +899,9 @@ TEST(HttpEndpointsTest, HttpOnTheRpcPortHasItsOwnLimitAndIdleTimeout) {
   CalculatorServiceProxy pa(a, hs.server.address), pb(b, hs.server.address);
   ASSERT_TRUE(CheckedAdd(pa, 1, 1).ok());
   ASSERT_TRUE(CheckedAdd(pb, 2, 2).ok());
-  // The scrapers go when idle for 300 ms; the RPC connections stay.
-  for (auto& s : scrapers) EXPECT_TRUE(s->ClosedWithin(MonoDelta::FromSeconds(10)));
+  // The scrapers go when idle for 3 s (long enough that a slow host still
+  // finds both open at the third's request); the RPC connections stay.
+  for (auto& s : scrapers) EXPECT_TRUE(s->ClosedWithin(MonoDelta::FromSeconds(30)));
   EXPECT_EQ(
       2, Value(hs.server.messenger.get(), "osprey_connections_open", {{"direction", "inbound"}}));
   ASSERT_TRUE(CheckedAdd(pa, 3, 3).ok());
@@ -1180,7 +1187,8 @@ TEST(HttpEndpointsTest, AKeepAliveConnectionClosesAtItsRequestCapAndAge) {
   }
   {
     HttpServer hs;
-    const MonoDelta age = MonoDelta::FromMilliseconds(600);
+    // Long enough for two answers 100 ms apart on a slow host.
+    const MonoDelta age = MonoDelta::FromSeconds(2);
     ASSERT_TRUE(hs.server
                     .Start(1, ServicePoolOptions(),
                            MessengerBuilder("observed")

@@ -390,10 +390,14 @@ TEST(OverloadControlTest, AnAnswerSentAfterItsDeadlineIsCounted) {
   RpcController in_time;
   in_time.set_timeout(MonoDelta::FromSeconds(10));
   ASSERT_TRUE(proxy.Sleep(req, &resp, &in_time).ok());
-  req.set_sleep_micros(200000);
+  // Held until its caller gave up; a timeout long enough that a slow host
+  // still starts it before its deadline (or it would be dropped unrun).
+  req.set_sleep_micros(CalculatorService::kHeldSleep);
   RpcController late;
-  late.set_timeout(MonoDelta::FromMilliseconds(50));
+  late.set_timeout(MonoDelta::FromSeconds(1));
   EXPECT_TRUE(proxy.Sleep(req, &resp, &late).IsTimedOut());
+  ASSERT_TRUE(server.service->WaitForSleepsStarted(2));
+  server.service->ReleaseHeldSleeps();
   ASSERT_TRUE(server.service->WaitForSleepsFinished(2));
   EXPECT_TRUE(WaitUntil([&] {
     return MetricOf(s, "osprey_server_calls_answered_after_deadline_total", sleep_method) == 1;

@@ -98,17 +98,19 @@ TEST(PeerLossTest, ClientDisconnectsWhileServerWorksOnItsCalls) {
     Status s = c.Negotiate();
     ASSERT_TRUE(s.ok()) << s.ToString();
     SleepRequestPB req;
-    req.set_sleep_micros(200000);
+    // Held until the connection is gone, however slow the host.
+    req.set_sleep_micros(CalculatorService::kHeldSleep);
     for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(c.Send(CallFrame(i, "Sleep", req)).ok());
     ASSERT_TRUE(calc->WaitForSleepsStarted(1));
     ASSERT_EQ(1, calc->sleeps_started.load());
     c.Close();  // gone while the server works
   }
-  // The server finishes the call it was running (its answer goes
-  // nowhere) and drops the two still queued unrun: nobody can read them...
-  EXPECT_TRUE(calc->WaitForSleepsFinished(1));
-  // ...lets go of the connection...
+  // The server lets go of the connection while its call runs...
   EXPECT_LE(WaitForFdCountAtMost(baseline), baseline);
+  // ...finishes that call (its answer goes nowhere) and drops the two
+  // still queued unrun: nobody can read them...
+  calc->ReleaseHeldSleeps();
+  EXPECT_TRUE(calc->WaitForSleepsFinished(1));
   // ...and serves others. Its one worker takes calls in order, so by the
   // time this one ran, the two queued before it were dropped, not run.
   Status s = CheckedAdd(proxy, 3, 4, MonoDelta::FromSeconds(20));

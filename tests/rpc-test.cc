@@ -228,17 +228,17 @@ TEST_P(RpcTest, ThreadsShareOneProxy) {
 
 TEST_P(RpcTest, TimeoutThenLateResponseIsDropped) {
   auto proxy = MakeProxy();
+  // Connected and negotiated first: a first call's timeout counts those
+  // too, and a slow host could spend it before the call is sent.
+  ASSERT_TRUE(CheckedAdd(proxy, 1, 1).ok());
   SleepRequestPB req;
-  req.set_sleep_micros(300000);
+  req.set_sleep_micros(CalculatorService::kHeldSleep);  // answers once released
   SleepResponsePB resp;
   RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromMilliseconds(50));
-  MonoTime start = MonoTime::Now();
+  ctl.set_timeout(MonoDelta::FromSeconds(1));
   Status s = proxy.Sleep(req, &resp, &ctl);
-  MonoDelta took = MonoTime::Now() - start;
   ASSERT_TRUE(s.IsTimedOut()) << s.ToString();
   EXPECT_NE(std::string::npos, s.message().find("Sleep")) << s.ToString();
-  EXPECT_LT(took, MonoDelta::FromMilliseconds(290));
   // The late response arrives while the connection is in use by the next
   // call; it must be dropped without disturbing that call.
   AddRequestPB add;
@@ -247,6 +247,8 @@ TEST_P(RpcTest, TimeoutThenLateResponseIsDropped) {
   AddResponsePB add_resp;
   RpcController ctl2;
   ctl2.set_timeout(MonoDelta::FromSeconds(10));
+  ASSERT_TRUE(server_.service->WaitForSleepsStarted(1));
+  server_.service->ReleaseHeldSleeps();
   ASSERT_TRUE(server_.service->WaitForSleepsFinished(1));
   ASSERT_TRUE(proxy.Add(add, &add_resp, &ctl2).ok());
   EXPECT_EQ(3u, add_resp.result());
@@ -699,7 +701,9 @@ TEST(RpcBuilderTest, BadSettingsAreRejected) {
 TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
   TestServer server;
   MessengerBuilder b("server");
-  b.set_idle_timeout(MonoDelta::FromMilliseconds(200));
+  // Long enough that a slow host still counts the connection on both ends
+  // before it goes (the reactors look for idle connections each second).
+  b.set_idle_timeout(MonoDelta::FromSeconds(2));
   ASSERT_TRUE(server.Start(1, ServicePoolOptions(), b).ok());
   auto client = MakeClient(1);
   CalculatorServiceProxy proxy(client, server.address);
@@ -710,7 +714,7 @@ TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
   RpcController ctl;
   ASSERT_TRUE(proxy.Add(req, &resp, &ctl).ok());
   // Both ends show the connection, then the server closes it as idle, and
-  // the client sees it go (bounded wait: at most 10 s).
+  // the client sees it go (bounded wait: at most 30 s).
   auto count = [](const std::shared_ptr<Messenger>& m) {
     std::vector<ConnectionInfo> conns;
     EXPECT_TRUE(m->DumpConnections(&conns).ok());
@@ -718,7 +722,7 @@ TEST(RpcIdleTest, IdleConnectionIsClosedAndNextCallReconnects) {
   };
   EXPECT_EQ(1u, count(client));
   EXPECT_EQ(1u, count(server.messenger));
-  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(10);
+  MonoTime deadline = MonoTime::Now() + MonoDelta::FromSeconds(30);
   while ((count(server.messenger) > 0 || count(client) > 0) && MonoTime::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
