@@ -144,7 +144,7 @@ TEST(MetricsTest, InFlightDeadlineDropsAndEveryClientOutcomeAreCounted) {
   Messenger* c = client.get();
 
   // A runs on the only worker, held until B, which waits behind it, has
-  // passed its deadline.
+  // passed its deadline (on the client, then on the server).
   SleepRequestPB long_sleep, queued;
   long_sleep.set_sleep_micros(CalculatorService::kHeldSleep);
   queued.set_sleep_micros(1000);
@@ -165,6 +165,9 @@ TEST(MetricsTest, InFlightDeadlineDropsAndEveryClientOutcomeAreCounted) {
   EXPECT_EQ(2, Value(s, "osprey_server_calls_in_flight", {{"method", kSleep}}));
   EXPECT_EQ(2, Value(c, "osprey_client_calls_in_flight", {{"method", kSleep}}));
   ASSERT_TRUE(b_done.WaitFor(MonoDelta::FromSeconds(20)));
+  // B's deadline on the server counts from when it read B, after the
+  // client sent it: a second more, so that it has passed there too.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   server.service->ReleaseHeldSleeps();
   ASSERT_TRUE(done.WaitFor(MonoDelta::FromSeconds(20)));
   EXPECT_TRUE(ca.status().ok()) << ca.status().ToString();
