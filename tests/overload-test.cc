@@ -397,6 +397,9 @@ TEST(OverloadControlTest, AnAnswerSentAfterItsDeadlineIsCounted) {
   late.set_timeout(MonoDelta::FromSeconds(1));
   EXPECT_TRUE(proxy.Sleep(req, &resp, &late).IsTimedOut());
   ASSERT_TRUE(server.service->WaitForSleepsStarted(2));
+  // Its deadline on the server counts from when the server read it, after
+  // the client sent it: a second more, so that it has passed there too.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   server.service->ReleaseHeldSleeps();
   ASSERT_TRUE(server.service->WaitForSleepsFinished(2));
   EXPECT_TRUE(WaitUntil([&] {
