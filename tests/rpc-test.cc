@@ -236,9 +236,13 @@ TEST_P(RpcTest, TimeoutThenLateResponseIsDropped) {
   SleepResponsePB resp;
   RpcController ctl;
   ctl.set_timeout(MonoDelta::FromSeconds(1));
+  MonoTime start = MonoTime::Now();
   Status s = proxy.Sleep(req, &resp, &ctl);
+  MonoDelta took = MonoTime::Now() - start;
   ASSERT_TRUE(s.IsTimedOut()) << s.ToString();
   EXPECT_NE(std::string::npos, s.message().find("Sleep")) << s.ToString();
+  // Ended by its timeout, not by the answer (held up to 60 s).
+  EXPECT_LT(took, MonoDelta::FromSeconds(5));
   // The late response arrives while the connection is in use by the next
   // call; it must be dropped without disturbing that call.
   AddRequestPB add;

@@ -151,9 +151,8 @@ bool Connection::Park(EventFdRef wake_fd) {
   bool quiet = calls_in_flight() == (client ? 1u : 0u);
   if (!quiet || state_ != State::kOpen || route_.parked() || (!client && HasUnsentBytes()))
     return false;
-  return MoveRoute(
-      role_ == Role::kClient ? WakeRoute::Event::kCallerParks : WakeRoute::Event::kWorkerParks,
-      wake_fd);
+  return MoveRoute(client ? WakeRoute::Event::kCallerParks : WakeRoute::Event::kWorkerParks,
+                   wake_fd);
 }
 
 void Connection::Unpark() {
@@ -324,12 +323,10 @@ ParkedConnection Reactor::ParkForCaller(ClientCall* call) {
   // and the caller's next call, finding it awake, would be queued to it,
   // and the next after that parked again, in turn (seen under load: rounds
   // of CallerReadsTest with half their calls read by the reactor).
-  if (!lease || !conn->Park(lease.ref())) {
-    FlushRequested();  // the caller waits as any other; the lease goes back unused
-    return {};
-  }
+  const bool parked_here = lease && conn->Park(lease.ref());
   // The request must be on the wire before the caller sleeps on the answer.
   FlushRequested();
+  if (!parked_here) return {};  // the caller waits as any other; the lease goes back unused
   if (call->finished() || conn->is_shut_down() || !conn->all_sent()) {
     // The write failed (the close signalled the eventfd) or the socket took
     // part of it: the reactor writes the rest and reads the answer.
