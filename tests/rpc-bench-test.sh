@@ -24,8 +24,13 @@ set -euo pipefail
 
 BENCH="${1:?usage: rpc-bench-test.sh PATH_TO_RPC_BENCH [PATH_TO_WRONG_SUM_SERVER]}"
 WRONG_SERVER="${2:-}"
-# Small settings: short, and light enough for a shared 2-core machine.
-SMALL=(-run_seconds 1 -client_threads 2 -async_call_concurrency 4 -server_reactors 1
+# Small settings: short, and light enough for a shared 2-core machine. A
+# run of each mode is 0.4 s: even under TSan on a loaded host that is
+# thousands of calls, and what these runs check (the report's lines, the
+# calls per server of a set) does not grow with the run's length, while
+# the suite's CPU does (this test's SMALL runs were a third of the whole
+# Release suite's CPU time at 1 s).
+SMALL=(-run_seconds 0.4 -client_threads 2 -async_call_concurrency 4 -server_reactors 1
        -worker_threads 1)
 RUN_LIMIT=60  # seconds any single rpc-bench run may take before it is a failure
 
@@ -196,7 +201,7 @@ lines = open(sys.argv[1]).read().splitlines()
 if len(lines) != 2:
     sys.exit(f"{len(lines)} lines, expected 2")
 want = {"client_threads": 2, "async_call_concurrency": 4, "worker_threads": 1,
-        "server_reactors": 1, "run_seconds": 1, "payload_bytes": 0, "errors": 0,
+        "server_reactors": 1, "run_seconds": 0.4, "payload_bytes": 0, "errors": 0,
         "encryption": False, "negotiated": "clear", "rpc_encryption": "disabled",
         "rpc_encrypt_loopback_connections": False}
 for mode, line in zip(["sync", "async"], lines):
@@ -434,11 +439,12 @@ grep -q '^Errors:           0$' "$TMP/waitedtoolong.out" ||
 # -------------------------------------------------------------- progress
 # With -run_seconds >= 5 and stderr a terminal, a line a second with the
 # running rate; `script` gives the run a pseudo-terminal. Without one (all
-# the runs above) there is none.
+# the runs above) there is none. On a schedule of 2,000 calls a second
+# (open loop), so that its 5 s take a tenth of the CPU a closed loop's do.
 CHECK="progress lines on a terminal"
 if command -v script >/dev/null; then
   set +e
-  timeout -k 5 "$RUN_LIMIT" script -qec "'$BENCH' ${SMALL[*]} -mode=async -run_seconds=5" \
+  timeout -k 5 "$RUN_LIMIT" script -qec "'$BENCH' ${SMALL[*]} -mode=async -run_seconds=5 -target_rate=2000" \
     "$TMP/progress.tty" >/dev/null 2>&1 </dev/null
   RC=$?
   set -e
@@ -708,7 +714,7 @@ start_server -worker_threads 1 -server_reactors 1 --rpc_service_queue_length=2
 grep -q '^Service queue length: 2 (--rpc_service_queue_length' "$TMP/server.out" ||
   { show "$TMP/server.out"; fail "no 'Service queue length: 2' line"; }
 CHECK="refusals are not failures"
-QUEUE_LOAD=(-server_address "$ADDR" -mode async -run_seconds 1 -client_threads 2
+QUEUE_LOAD=(-server_address "$ADDR" -mode async -run_seconds 0.4 -client_threads 2
             -async_call_concurrency 32)
 run refused "${QUEUE_LOAD[@]}"
 [[ $RC -eq 0 ]] || { show "$TMP/refused.out" "$TMP/refused.err"; fail "exit status $RC, expected 0"; }
