@@ -13,7 +13,7 @@ constexpr MonoDelta kInterval = MonoDelta::FromMilliseconds(100);
 constexpr MonoDelta kShort = MonoDelta::FromMilliseconds(1);
 constexpr MonoDelta kLong = MonoDelta::FromMilliseconds(6);
 
-MonoTime At(int64_t ms) { return MonoTime() + MonoDelta::FromMilliseconds(1000 + ms); }
+MonoTime AtMs(int64_t ms) { return MonoTime() + MonoDelta::FromMilliseconds(1000 + ms); }
 
 // `n` newcomers offered to the queue.
 void Arrive(QueueDelayControl* c, int n) {
@@ -24,10 +24,10 @@ void Arrive(QueueDelayControl* c, int n) {
 // overloaded with 2 arrivals for the 1 take that ends the interval).
 QueueDelayControl In(State state) {
   QueueDelayControl c(kTarget, kInterval);
-  if (state != State::kNormal) c.OnTake(At(0), kLong);
+  if (state != State::kNormal) c.OnTake(AtMs(0), kLong);
   if (state == State::kOverloaded) {
     Arrive(&c, 2);
-    c.OnTake(At(100), kLong);
+    c.OnTake(AtMs(100), kLong);
   }
   EXPECT_EQ(state, c.state());
   return c;
@@ -35,39 +35,39 @@ QueueDelayControl In(State state) {
 
 TEST(QueueDelayControlTest, NormalStaysNormalWhileCallsWaitNoLongerThanTheTarget) {
   QueueDelayControl c = In(State::kNormal);
-  c.OnTake(At(1), kShort);
-  c.OnTake(At(2), kTarget);  // at the target is not over it
+  c.OnTake(AtMs(1), kShort);
+  c.OnTake(AtMs(2), kTarget);  // at the target is not over it
   EXPECT_EQ(State::kNormal, c.state());
-  c.OnEmpty(At(3));
+  c.OnEmpty(AtMs(3));
   EXPECT_EQ(State::kNormal, c.state());
   EXPECT_FALSE(c.recently_overloaded());
 }
 
 TEST(QueueDelayControlTest, NormalWatchesAfterOneLongWait) {
   QueueDelayControl c = In(State::kNormal);
-  c.OnTake(At(0), kLong);
+  c.OnTake(AtMs(0), kLong);
   EXPECT_EQ(State::kWatching, c.state());
   EXPECT_FALSE(c.overloaded());
 }
 
 TEST(QueueDelayControlTest, WatchingEndsAtOneShortWait) {
   QueueDelayControl c = In(State::kWatching);
-  c.OnTake(At(50), kLong);
+  c.OnTake(AtMs(50), kLong);
   EXPECT_EQ(State::kWatching, c.state());
-  c.OnTake(At(60), kShort);
+  c.OnTake(AtMs(60), kShort);
   EXPECT_EQ(State::kNormal, c.state());
   // A new long wait starts a new whole interval.
-  c.OnTake(At(70), kLong);
+  c.OnTake(AtMs(70), kLong);
   Arrive(&c, 3);
-  c.OnTake(At(100), kLong);
+  c.OnTake(AtMs(100), kLong);
   EXPECT_EQ(State::kWatching, c.state());
-  c.OnTake(At(170), kLong);
+  c.OnTake(AtMs(170), kLong);
   EXPECT_TRUE(c.overloaded());
 }
 
 TEST(QueueDelayControlTest, WatchingEndsWhenTheQueueEmpties) {
   QueueDelayControl c = In(State::kWatching);
-  c.OnEmpty(At(50));
+  c.OnEmpty(AtMs(50));
   EXPECT_EQ(State::kNormal, c.state());
   EXPECT_FALSE(c.recently_overloaded());
 }
@@ -75,9 +75,9 @@ TEST(QueueDelayControlTest, WatchingEndsWhenTheQueueEmpties) {
 TEST(QueueDelayControlTest, OverloadedAfterAWholeIntervalOfLongWaits) {
   QueueDelayControl c = In(State::kWatching);
   Arrive(&c, 3);
-  c.OnTake(At(99), kLong);
+  c.OnTake(AtMs(99), kLong);
   EXPECT_FALSE(c.overloaded());
-  c.OnTake(At(100), kLong);  // 3 arrivals for 2 takes: 1.5, over 5/4
+  c.OnTake(AtMs(100), kLong);  // 3 arrivals for 2 takes: 1.5, over 5/4
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(1u, c.episodes());
 }
@@ -89,36 +89,36 @@ TEST(QueueDelayControlTest, AnIntervalOfLongWaitsWithoutMoreArrivalsThanTakesIsN
   QueueDelayControl c = In(State::kWatching);  // 1 take at 0 ms (before the count)
   for (int ms = 10; ms <= 100; ms += 10) {     // 10 takes, 12 arrivals: 1.2
     Arrive(&c, ms <= 20 ? 2 : 1);
-    c.OnTake(At(ms), kLong);
+    c.OnTake(AtMs(ms), kLong);
   }
   EXPECT_EQ(State::kWatching, c.state());
   EXPECT_EQ(0u, c.episodes());
   // A new interval, to 200 ms: 5 arrivals for 4 takes is enough.
   Arrive(&c, 5);
-  for (int ms = 110; ms <= 190; ms += 30) c.OnTake(At(ms), kLong);
+  for (int ms = 110; ms <= 190; ms += 30) c.OnTake(AtMs(ms), kLong);
   EXPECT_EQ(State::kWatching, c.state());  // 190 < 200
-  c.OnTake(At(200), kLong);                // the 4th take of the interval
+  c.OnTake(AtMs(200), kLong);              // the 4th take of the interval
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(1u, c.episodes());
 }
 
 TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueWasEmpty) {
   QueueDelayControl c = In(State::kNormal);
-  c.OnTake(At(0), kShort);  // an interval of takes begins, to end at 100 ms
-  c.OnEmpty(At(0));
+  c.OnTake(AtMs(0), kShort);  // an interval of takes begins, to end at 100 ms
+  c.OnEmpty(AtMs(0));
   Arrive(&c, 15);
   EXPECT_FALSE(c.outpaced());  // under kOutpacedMinArrivals (16)
   Arrive(&c, 1);
   EXPECT_TRUE(c.outpaced());  // 16 arrivals, 0 takes: in any state
-  for (int i = 0; i < 8; ++i) c.OnTake(At(1 + i), kShort);
+  for (int i = 0; i < 8; ++i) c.OnTake(AtMs(1 + i), kShort);
   EXPECT_TRUE(c.outpaced());  // 16 for 8: twice
-  c.OnTake(At(10), kLong);
+  c.OnTake(AtMs(10), kLong);
   EXPECT_FALSE(c.outpaced());  // 16 for 9
   Arrive(&c, 2);
-  EXPECT_TRUE(c.outpaced());  // 18 for 9
-  c.OnEmpty(At(11));          // counted afresh since empty,
-  EXPECT_TRUE(c.outpaced());  // but the interval of takes under way has 18 for 9
-  c.OnTake(At(100), kShort);  // which ends: 18 for 10
+  EXPECT_TRUE(c.outpaced());    // 18 for 9
+  c.OnEmpty(AtMs(11));          // counted afresh since empty,
+  EXPECT_TRUE(c.outpaced());    // but the interval of takes under way has 18 for 9
+  c.OnTake(AtMs(100), kShort);  // which ends: 18 for 10
   EXPECT_FALSE(c.outpaced());
   Arrive(&c, 15);
   EXPECT_FALSE(c.outpaced());
@@ -134,20 +134,20 @@ TEST(QueueDelayControlTest, OutpacedWithTwiceAsManyArrivalsAsTakesSinceTheQueueW
 TEST(QueueDelayControlTest, OutpacedOverAWholeIntervalThoughTheQueueEmptiesAtEveryTake) {
   QueueDelayControl c = In(State::kNormal);
   Arrive(&c, 1);  // the first call, taken at once: an interval of takes begins
-  c.OnTake(At(0), kShort);
-  c.OnEmpty(At(0));
+  c.OnTake(AtMs(0), kShort);
+  c.OnEmpty(AtMs(0));
   for (int ms = 5; ms <= 200; ms += 5) {
     Arrive(&c, 40);  // one admitted, the rest refused and sent again
-    c.OnTake(At(ms), kShort);
-    c.OnEmpty(At(ms));
+    c.OnTake(AtMs(ms), kShort);
+    c.OnEmpty(AtMs(ms));
     Arrive(&c, 1);
     EXPECT_TRUE(c.outpaced()) << ms << " ms";
   }
   EXPECT_FALSE(c.recently_overloaded());  // the waits were short
   // An interval of takes at one arrival for each take ends it.
   for (int ms = 205; ms <= 310; ms += 5) {
-    c.OnTake(At(ms), kShort);
-    c.OnEmpty(At(ms));
+    c.OnTake(AtMs(ms), kShort);
+    c.OnEmpty(AtMs(ms));
     Arrive(&c, 1);
   }
   EXPECT_FALSE(c.outpaced());
@@ -156,22 +156,22 @@ TEST(QueueDelayControlTest, OutpacedOverAWholeIntervalThoughTheQueueEmptiesAtEve
 TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
   QueueDelayControl c = In(State::kOverloaded);
   // Newest first: the calls taken waited little; the backlog is still there.
-  c.OnTake(At(101), kShort);
-  c.OnTake(At(500), kLong);
+  c.OnTake(AtMs(101), kShort);
+  c.OnTake(AtMs(500), kLong);
   EXPECT_TRUE(c.overloaded());
   EXPECT_TRUE(c.recently_overloaded());
-  c.OnEmpty(At(510));
+  c.OnEmpty(AtMs(510));
   EXPECT_EQ(State::kNormal, c.state());
   // Recently overloaded for an interval after it emptied (the admission
   // applies the patience then), and on until an interval of takes past that
   // one brings fewer than 9 calls for 8 taken.
   EXPECT_TRUE(c.recently_overloaded());
-  c.OnTake(At(611), kShort);  // the interval of takes that began at 101 ends: 1 for 3
+  c.OnTake(AtMs(611), kShort);  // the interval of takes that began at 101 ends: 1 for 3
   EXPECT_FALSE(c.recently_overloaded());
   // And back: a second episode is counted.
-  c.OnTake(At(600), kLong);
+  c.OnTake(AtMs(600), kLong);
   Arrive(&c, 2);
-  c.OnTake(At(700), kLong);
+  c.OnTake(AtMs(700), kLong);
   EXPECT_TRUE(c.overloaded());
   EXPECT_EQ(2u, c.episodes());
 }
@@ -181,17 +181,17 @@ TEST(QueueDelayControlTest, OverloadedIgnoresShortWaitsAndLeavesOnlyWhenEmpty) {
 // hold keeps the patience while calls keep coming faster than they go.
 TEST(QueueDelayControlTest, TheHoldAfterAnOverloadLastsWhileCallsArriveFasterThanTheyAreTaken) {
   QueueDelayControl c = In(State::kOverloaded);  // the interval of takes ends at 100
-  c.OnEmpty(At(150));
+  c.OnEmpty(AtMs(150));
   EXPECT_TRUE(c.recently_overloaded());
   for (int ms = 160; ms <= 400; ms += 10) {  // 3 arrivals for 2 takes
     Arrive(&c, 3);
-    c.OnTake(At(ms), kShort);
-    c.OnTake(At(ms + 5), kShort);
+    c.OnTake(AtMs(ms), kShort);
+    c.OnTake(AtMs(ms + 5), kShort);
   }
   EXPECT_TRUE(c.recently_overloaded());
   for (int ms = 410; ms <= 700; ms += 10) {  // 1 for 1
     Arrive(&c, 1);
-    c.OnTake(At(ms), kShort);
+    c.OnTake(AtMs(ms), kShort);
   }
   EXPECT_FALSE(c.recently_overloaded());
 }
