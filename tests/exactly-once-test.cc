@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
 #include <random>
 #include <set>
@@ -37,6 +38,10 @@ using exactly_once_test::ResetRequestPB;
 using exactly_once_test::ResetResponsePB;
 
 constexpr const char* kLedgerService = "osprey.exactly_once_test.LedgerService";
+// A sleep_ms that holds the handler until the test calls ReleaseHeld() (at
+// most 60 s), for tests that must see what happens while a call runs
+// however slowly the host gets to it.
+constexpr uint32_t kHeldSleep = 1u << 30;
 
 class Ledger : public LedgerServiceIf {
  public:
@@ -47,8 +52,12 @@ class Ledger : public LedgerServiceIf {
       return;
     }
     ++started;
-    if (req->sleep_ms() > 0)
+    if (req->sleep_ms() == kHeldSleep) {
+      std::unique_lock<std::mutex> l(held_mu_);
+      held_cv_.wait_for(l, std::chrono::seconds(60), [this] { return held_released_; });
+    } else if (req->sleep_ms() > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       balance_ += req->amount();
@@ -80,6 +89,14 @@ class Ledger : public LedgerServiceIf {
     std::lock_guard<std::mutex> l(mu_);
     return runs_;
   }
+  // Ends every held handler's wait, and any later one's at once.
+  void ReleaseHeld() {
+    {
+      std::lock_guard<std::mutex> l(held_mu_);
+      held_released_ = true;
+    }
+    held_cv_.notify_all();
+  }
   std::atomic<int> resets{0};
   std::atomic<int> refusals{0};
   std::atomic<int> started{0};  // handlers that began adding
@@ -89,6 +106,9 @@ class Ledger : public LedgerServiceIf {
   std::mutex mu_;
   uint64_t balance_ = 0;
   uint64_t runs_ = 0;
+  std::mutex held_mu_;
+  std::condition_variable held_cv_;
+  bool held_released_ = false;  // guarded by held_mu_
 };
 
 wire::RequestIdPB Id(const std::string& client, int64_t seq, int64_t first_incomplete,
@@ -245,6 +265,12 @@ class DropFirstAnswerProxy {
 
 class ExactlyOnceTest : public ::testing::Test {
  protected:
+  // A test that stops early leaves no handler held for the server's
+  // shutdown to wait on.
+  void TearDown() override {
+    if (ledger_ != nullptr) ledger_->ReleaseHeld();
+  }
+
   void Start(MessengerBuilder builder = MessengerBuilder("ledger-server"), int workers = 4,
              size_t queue_length = 500) {
     builder.set_num_reactors(2);
@@ -336,32 +362,37 @@ TEST_F(ExactlyOnceTest, DuplicatesWaitForTheFirstAttemptOrGetItsStoredAnswer) {
     conns.push_back(std::make_unique<RawConn>());
     ASSERT_NO_FATAL_FAILURE(Connect(conns.back().get()));
   }
-  // The first attempt sleeps, so 16 duplicates arrive while it runs and
-  // wait; a 17th is one too many.
+  // The first attempt is held while it runs, so 16 duplicates arrive and
+  // wait; a 17th is one too many, and refused at once.
   const wire::RequestIdPB id = Id("client-b", 1, 1);
-  ASSERT_TRUE(conns[0]->Send(AddFrame(100, &id, 3, /*sleep_ms=*/500)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(conns[0]->Send(AddFrame(100, &id, 3, kHeldSleep)).ok());
+  for (int i = 0; i < 1000 && ledger_->started.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(1, ledger_->started.load()) << "the first attempt did not start within 10 s";
   for (int j = 1; j <= 16; ++j) {
     ASSERT_TRUE(conns[j % kConns]->Send(AddFrame(100 + j, &id, 3)).ok());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Time for the server to read the duplicates (on other connections than
+  // the 17th's, so in no order with it); the first attempt waits meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE(conns[1]->Send(AddFrame(200, &id, 3)).ok());
+  // Its refusal comes before the answers of the duplicates on its
+  // connection, which wait for the first attempt.
+  Answer refusal;
+  ASSERT_TRUE(ReadAnswer(conns[1].get(), &refusal).ok());
+  EXPECT_EQ(200, refusal.call_id);
+  EXPECT_TRUE(refusal.is_error);
+  EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, refusal.error.code())
+      << refusal.error.message();
+  ledger_->ReleaseHeld();
   std::set<std::string> bodies;
-  int refused = 0;
-  for (int j = 0; j <= 17; ++j) {
-    const int conn = j == 17 ? 1 : j % kConns;
+  for (int j = 0; j <= 16; ++j) {
     Answer a;
-    ASSERT_TRUE(ReadAnswer(conns[conn].get(), &a).ok());
-    if (a.call_id == 200) {
-      EXPECT_TRUE(a.is_error);
-      EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, a.error.code()) << a.error.message();
-      ++refused;
-      continue;
-    }
+    ASSERT_TRUE(ReadAnswer(conns[j % kConns].get(), &a).ok());
     ASSERT_FALSE(a.is_error) << a.error.message();
     bodies.insert(a.body);
   }
-  EXPECT_EQ(1, refused);
   auto duplicates = [&](const std::string& answer) {
     for (const MetricValue& v : server_->metrics()->Snapshot()) {
       if (v.name == "osprey_server_tracked_duplicates_total" &&
