@@ -26,6 +26,7 @@
 #include "osprey/rpc/messenger.h"
 #include "recording_proxy.h"
 #include "rpc_bench.osprey.h"
+#include "rpc_test_util.h"
 
 namespace osprey::rpc_test {
 namespace {
@@ -366,10 +367,8 @@ TEST_F(ExactlyOnceTest, DuplicatesWaitForTheFirstAttemptOrGetItsStoredAnswer) {
   // wait; a 17th is one too many, and refused at once.
   const wire::RequestIdPB id = Id("client-b", 1, 1);
   ASSERT_TRUE(conns[0]->Send(AddFrame(100, &id, 3, kHeldSleep)).ok());
-  for (int i = 0; i < 1000 && ledger_->started.load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(1, ledger_->started.load()) << "the first attempt did not start within 10 s";
+  ASSERT_TRUE(WaitUntil([&] { return ledger_->started.load() == 1; }))
+      << "the first attempt did not start within 20 s";
   for (int j = 1; j <= 16; ++j) {
     ASSERT_TRUE(conns[j % kConns]->Send(AddFrame(100 + j, &id, 3)).ok());
   }
@@ -887,10 +886,10 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
     for (int i = 0; i < 2; ++i) {
       // One at a time: the first must reach the worker before the second
       // takes the queue's one place.
-      for (int w = 0; i > 0 && w < 2000 && ledger_->started.load() <= started; ++w) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (i > 0) {
+        ASSERT_TRUE(WaitUntil([&] { return ledger_->started.load() > started; }))
+            << "the first did not start in 20 s";
       }
-      if (i > 0) ASSERT_GT(ledger_->started.load(), started) << "the first did not start in 20 s";
       auto req = std::make_shared<LedgerAddRequestPB>();
       req->set_amount(0);
       req->set_sleep_ms(sleep_ms);

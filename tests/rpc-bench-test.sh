@@ -28,8 +28,8 @@ WRONG_SERVER="${2:-}"
 # run of each mode is 0.4 s: even under TSan on a loaded host that is
 # thousands of calls, and what these runs check (the report's lines, the
 # calls per server of a set) does not grow with the run's length, while
-# the suite's CPU does (this test's SMALL runs were a third of the whole
-# Release suite's CPU time at 1 s).
+# the suite's CPU does (at 1 s this test took a third of the whole
+# Release suite's CPU time).
 SMALL=(-run_seconds 0.4 -client_threads 2 -async_call_concurrency 4 -server_reactors 1
        -worker_threads 1)
 RUN_LIMIT=60  # seconds any single rpc-bench run may take before it is a failure
