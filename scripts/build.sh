@@ -3,7 +3,7 @@
 # in ${BUILD_DIR:-build}. Extra arguments go to the CMake configure step.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --build-only
 BUILD_DIR="${BUILD_DIR:-build}"
 # A new build directory uses Ninja: CMake's Makefiles compile no object of a
 # target before the libraries it links are built, which left a CPU idle for

@@ -5,4 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/build.sh "$@"
+# The tests' tools (a KDC, etcd, Chromium, Prometheus...); build.sh
+# installed only what building needs.
+bash scripts/install-deps.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 300
