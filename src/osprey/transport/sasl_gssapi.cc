@@ -102,13 +102,21 @@ struct Buffer {
   std::string str() const { return std::string(static_cast<const char*>(b.value), b.length); }
 };
 
-struct Name {
+}  // namespace
+
+// Outside the anonymous namespace: GssapiSaslClient::Rep holds one, and a
+// type of external linkage with a member of internal linkage draws GCC's
+// -Wsubobject-linkage wherever this file is not the one compiled (a unity
+// batch).
+struct GssName {
   gss_name_t n = GSS_C_NO_NAME;
-  ~Name() {
+  ~GssName() {
     OM_uint32 m;
     if (n != GSS_C_NO_NAME) gss_release_name(&m, &n);
   }
 };
+
+namespace {
 
 gss_buffer_desc BufferOf(Slice s) {
   gss_buffer_desc b;
@@ -117,7 +125,7 @@ gss_buffer_desc BufferOf(Slice s) {
   return b;
 }
 
-Status ImportName(const std::string& text, gss_OID type, Name* out) {
+Status ImportName(const std::string& text, gss_OID type, GssName* out) {
   gss_buffer_desc b = BufferOf(Slice(text));
   OM_uint32 minor;
   OM_uint32 major = gss_import_name(&minor, &b, type, &out->n);
@@ -237,7 +245,7 @@ Status ResolveHostInPrincipal(const std::string& principal, std::string* out) {
 // *resolved) as a Kerberos name: what a server's and a client's keytab
 // logins both start from.
 static Status KeytabPrincipal(const std::string& keytab_file, const std::string& principal,
-                              std::string* resolved, Name* name) {
+                              std::string* resolved, GssName* name) {
   struct stat st;
   if (stat(keytab_file.c_str(), &st) != 0) {
     return Status::InvalidArgument("keytab file '" + keytab_file +
@@ -253,7 +261,7 @@ Status KerberosCredentials::ForServer(const std::string& keytab_file, const std:
     return Status::InvalidArgument("Kerberos needs a keytab file for the server's principal");
   }
   std::string resolved;
-  Name name;
+  GssName name;
   OSPREY_RETURN_NOT_OK(KeytabPrincipal(keytab_file, principal, &resolved, &name));
   std::string kt = "FILE:" + keytab_file;
   gss_key_value_element_desc element = {"keytab", kt.c_str()};
@@ -313,7 +321,7 @@ Status KerberosCredentials::ForClient(const std::string& keytab_file, const std:
       return Status::InvalidArgument("a client keytab needs the principal to log in as");
     }
     std::string resolved;
-    Name name;
+    GssName name;
     OSPREY_RETURN_NOT_OK(KeytabPrincipal(keytab_file, principal, &resolved, &name));
     std::string kt = "FILE:" + keytab_file;
     // A cache of this process's own, so that a keytab login never touches
@@ -337,7 +345,7 @@ Status KerberosCredentials::ForClient(const std::string& keytab_file, const std:
   OM_uint32 lifetime = 0;
   major = gss_inquire_cred(&minor, rep->cred, nullptr, &lifetime, nullptr, nullptr);
   if (GSS_ERROR(major)) return GssError("Kerberos client credentials", major, minor);
-  Name self;
+  GssName self;
   major = gss_inquire_cred(&minor, rep->cred, &self.n, nullptr, nullptr, nullptr);
   if (GSS_ERROR(major)) return GssError("Kerberos client credentials", major, minor);
   std::shared_ptr<KerberosCredentials> creds(new KerberosCredentials(std::move(rep)));
@@ -384,7 +392,7 @@ Status MapPrincipalToLocalName(const std::string& principal, std::string* local_
 
 struct GssapiSaslClient::Rep {
   gss_ctx_id_t ctx = GSS_C_NO_CONTEXT;
-  Name target;
+  GssName target;
   OM_uint32 flags = 0;
   ~Rep() {
     OM_uint32 m;
@@ -497,7 +505,7 @@ Status GssapiSaslServer::Step(Slice token, std::string* challenge, bool* done) {
     case State::kContext: {
       gss_buffer_desc in = BufferOf(token);
       Buffer out;
-      Name source;
+      GssName source;
       OM_uint32 minor;
       OM_uint32 major = gss_accept_sec_context(&minor, &rep_->ctx, credentials_->rep_->cred, &in,
                                                GSS_C_NO_CHANNEL_BINDINGS, &source.n, nullptr,
@@ -579,7 +587,7 @@ Status AcceptHttpNegotiateToken(const KerberosCredentials& server, Slice token,
   gss_ctx_id_t ctx = GSS_C_NO_CONTEXT;
   gss_buffer_desc in = BufferOf(token);
   Buffer out;
-  Name source;
+  GssName source;
   OM_uint32 minor;
   OM_uint32 major =
       gss_accept_sec_context(&minor, &ctx, server.rep_->cred, &in, GSS_C_NO_CHANNEL_BINDINGS,
