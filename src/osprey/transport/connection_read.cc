@@ -175,13 +175,15 @@ void Connection::ReadAvailable() {
 
 bool Connection::ChargePreAuthBytes() {
   if (!pre_auth_.held() || state_ == State::kClosed) return true;
-  const size_t buffered = request_decoder_->buffered_bytes();
-  if (pre_auth_.Charge(buffered)) return true;
+  // What the frame in progress holds, not only what arrived of it: a large
+  // frame's whole buffer is taken as soon as its length is read.
+  const size_t held = request_decoder_->held_bytes();
+  if (pre_auth_.Charge(held)) return true;
   Status s = Status::ServiceUnavailable(
-      "connections not yet negotiated would buffer more than " +
+      "connections not yet negotiated would hold more than " +
       std::to_string(reactor_->options().max_unauthenticated_bytes) +
-      " bytes (the budget before authentication); closing this one, which buffers " +
-      std::to_string(buffered));
+      " bytes (the budget before authentication); closing this one, which holds " +
+      std::to_string(held));
   LogBadPeer(ToString() + ": " + s.ToString());
   Shutdown(s);
   return false;

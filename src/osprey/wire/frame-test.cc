@@ -323,6 +323,25 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{"BinarySidecar", "m", {std::string("\0\xff\0", 3)}}),
     [](const ::testing::TestParamInfo<RoundTripCase>& info) { return info.param.name; });
 
+// The pre-auth budget charges what a connection's frame in progress holds
+// (Connection::ChargePreAuthBytes): a frame larger than the read chunk
+// holds a buffer of its whole size from the moment its length is read, and
+// a frame within the chunk only the bytes that came.
+TEST(FrameDecoderTest, ALargeFrameHoldsItsWholeSizeFromItsLength) {
+  RequestFrameDecoder d(/*max_frame_size=*/1 << 20, /*chunk_size=*/64 * 1024);
+  std::vector<InboundRequestFrame> frames;
+  const uint32_t kBody = (1 << 20) - 16;
+  ASSERT_TRUE(d.Feed(Slice(BigEndian32(kBody) + std::string(10, 'x')), &frames).ok());
+  EXPECT_TRUE(frames.empty());
+  EXPECT_EQ(d.buffered_bytes(), 14u);
+  EXPECT_EQ(d.held_bytes(), size_t{kBody} + 4);
+
+  RequestFrameDecoder small(/*max_frame_size=*/1 << 20, /*chunk_size=*/64 * 1024);
+  ASSERT_TRUE(small.Feed(Slice(BigEndian32(1000) + std::string(10, 'x')), &frames).ok());
+  EXPECT_EQ(small.buffered_bytes(), 14u);
+  EXPECT_EQ(small.held_bytes(), 14u);
+}
+
 TEST(FrameDecoderTest, ByteAtATime) {
   std::string stream;
   for (int i = 0; i < 5; ++i) {

@@ -12,6 +12,7 @@
 // returns the same error. One thread at a time (a connection's reactor).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,16 @@ class FrameDecoder {
 
   // Bytes received that do not yet make a whole frame.
   size_t buffered_bytes() const { return end_ - start_; }
+  // The memory the frame in progress holds: its bytes received, or, for a
+  // frame larger than the read chunk, the buffer of its own size taken for
+  // it (from the next WriteSpace() on; counted from the moment its length
+  // is read). That buffer comes from the pool, whose pages a frame before
+  // may have made resident: a peer that sent a large frame's length and
+  // then little holds all of it.
+  size_t held_bytes() const {
+    const size_t received = end_ - start_;
+    return pending_frame_size_ > chunk_size_ ? std::max(received, pending_frame_size_) : received;
+  }
   size_t max_frame_size() const { return max_frame_size_; }
   // Frames whose length is read from now on are checked against `bytes`
   // (a connection raises it once negotiation is over).
