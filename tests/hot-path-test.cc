@@ -87,7 +87,10 @@ TEST(WakeFdLeaseTest, ACallersEventfdIsNeverWrittenOnceGivenBack) {
         if (s.ok() && resp.result() == req.x() + req.y()) continue;
         failed.fetch_add(1);
         std::lock_guard<std::mutex> l(failure_mu);
-        if (first_failure.empty()) first_failure = s.ToString();
+        if (first_failure.empty()) {
+          first_failure = s.ToString() + ", after " + std::to_string(ctl.attempts()) +
+                          " attempts, " + std::to_string(ctl.attempts_sent()) + " of them sent";
+        }
       }
     });
   }

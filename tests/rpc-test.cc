@@ -241,6 +241,8 @@ TEST_P(RpcTest, TimeoutThenLateResponseIsDropped) {
   MonoDelta took = MonoTime::Now() - start;
   ASSERT_TRUE(s.IsTimedOut()) << s.ToString();
   EXPECT_NE(std::string::npos, s.message().find("Sleep")) << s.ToString();
+  // Where it was: written out, its answer not come (nothing unread).
+  EXPECT_NE(std::string::npos, s.message().find(" (sent, no answer)")) << s.ToString();
   // Ended by its timeout, not by the answer (held up to 60 s).
   EXPECT_LT(took, MonoDelta::FromSeconds(5));
   // The late response arrives while the connection is in use by the next
@@ -584,6 +586,29 @@ TEST(RpcConnectTest, RefusedConnectionFailsWithNetworkError) {
   Status st = proxy.Add(req, &resp, &ctl);
   ASSERT_TRUE(st.IsNetworkError()) << st.ToString();
   EXPECT_NE(std::string::npos, st.ToString().find("refused")) << st.ToString();
+}
+
+// A server that accepts the connection (the kernel does, into the
+// listen queue) but never negotiates: the call's timeout says it never got
+// past the negotiation, not that the server was slow to answer it.
+TEST(RpcConnectTest, ACallToAServerThatNeverNegotiatesTimesOutSayingSo) {
+  Socket listener;
+  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Listen(4).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(MonoDelta::FromMilliseconds(300));  // less than the negotiation's own
+  Status st = proxy.Add(req, &resp, &ctl);
+  ASSERT_TRUE(st.IsTimedOut()) << st.ToString();
+  EXPECT_NE(std::string::npos, st.ToString().find("(negotiating the connection)")) << st.ToString();
 }
 
 TEST(RpcUnixSocketTest, AStaleSocketFileIsReplacedALiveOneRefusedAndTheFileGoesAtShutdown) {

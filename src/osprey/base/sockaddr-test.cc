@@ -87,6 +87,16 @@ TEST(SockaddrTest, ParseErrorsSayWhatIsWrong) {
   ExpectParseError("[]:8000", "empty host");
 }
 
+TEST(SockaddrTest, HostOfTakesTheHostPartUnresolved) {
+  EXPECT_EQ("db-1", Sockaddr::HostOf("db-1:7050"));
+  EXPECT_EQ("127.0.0.1", Sockaddr::HostOf("127.0.0.1:7050"));
+  EXPECT_EQ("::1", Sockaddr::HostOf("[::1]:7050"));
+  EXPECT_EQ("fe80::1", Sockaddr::HostOf("[fe80::1"));  // unclosed: the rest
+  EXPECT_EQ("", Sockaddr::HostOf("unix:/run/x.sock"));
+  EXPECT_EQ("", Sockaddr::HostOf("unix:@name"));
+  EXPECT_EQ("db-1", Sockaddr::HostOf("db-1"));  // no port: the whole
+}
+
 TEST(SockaddrTest, UnresolvableHostIsNetworkError) {
   // ".invalid" is reserved (RFC 2606) and never resolves.
   Sockaddr a;

@@ -114,6 +114,15 @@ Status SplitHostPort(std::string_view host_port, HostAndPort* out) {
 
 }  // namespace
 
+std::string Sockaddr::HostOf(std::string_view host_port) {
+  if (host_port.rfind("unix:", 0) == 0) return "";
+  if (!host_port.empty() && host_port[0] == '[') {
+    size_t close = host_port.find(']');
+    return std::string(host_port.substr(1, close == std::string_view::npos ? close : close - 1));
+  }
+  return std::string(host_port.substr(0, host_port.rfind(':')));
+}
+
 Status Sockaddr::ResolveAll(std::string_view host_port, std::vector<Sockaddr>* out) {
   out->clear();
   if (host_port.substr(0, kUnixPrefix.size()) == kUnixPrefix) {

@@ -27,6 +27,9 @@ class Sockaddr {
   // As Parse, with every address a name resolves to, in getaddrinfo's
   // order and without repeats. Blocks while the resolver works.
   static Status ResolveAll(std::string_view host_port, std::vector<Sockaddr>* out);
+  // The host part of a "host:port" Parse takes, unresolved: "db-1:7050" ->
+  // "db-1", "[::1]:7050" -> "::1", "unix:/path" -> "" (no host).
+  static std::string HostOf(std::string_view host_port);
   // Loopback (127.0.0.1) with the given port.
   static Sockaddr Loopback(uint16_t port);
   static Sockaddr FromNative(const sockaddr* addr, socklen_t len);

@@ -22,21 +22,6 @@
 
 namespace osprey {
 
-namespace {
-
-// "db-1:7050" -> "db-1", "[::1]:7050" -> "::1", "unix:/path" -> "".
-std::string HostOf(const std::string& host_port) {
-  if (host_port.rfind("unix:", 0) == 0) return "";
-  if (!host_port.empty() && host_port[0] == '[') {
-    size_t close = host_port.find(']');
-    return host_port.substr(1, close == std::string::npos ? std::string::npos : close - 1);
-  }
-  size_t colon = host_port.rfind(':');
-  return host_port.substr(0, colon);
-}
-
-}  // namespace
-
 Proxy::Proxy(std::shared_ptr<Messenger> messenger, const Sockaddr& remote, std::string service_name)
     : messenger_(std::move(messenger)),
       remote_(remote),
@@ -85,7 +70,7 @@ void AddRegistryMetrics(MetricRegistry* r, const std::string& target,
 Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name)
     : messenger_(std::move(messenger)),
       host_port_(std::move(host_port)),
-      host_(HostOf(host_port_)),
+      host_(Sockaddr::HostOf(host_port_)),
       service_name_(std::move(service_name)),
       user_(CurrentUserName()) {
   if (ServerSet::IsSetTarget(host_port_)) {

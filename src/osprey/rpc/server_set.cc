@@ -12,15 +12,6 @@ namespace osprey {
 
 namespace {
 
-// "db-1:7050" -> "db-1", "[::1]:7050" -> "::1".
-std::string HostOf(const std::string& host_port) {
-  if (!host_port.empty() && host_port[0] == '[') {
-    size_t close = host_port.find(']');
-    return host_port.substr(1, close == std::string::npos ? std::string::npos : close - 1);
-  }
-  return host_port.substr(0, host_port.rfind(':'));
-}
-
 ServerSet::EntryPtr MakeEntry(const Sockaddr& address, std::string host) {
   auto e = std::make_shared<ServerSet::Entry>();
   e->address = address;
@@ -52,7 +43,7 @@ Status ServerSet::Make(const std::string& target, Options options,
     std::vector<Sockaddr> all;
     Status s = Sockaddr::ResolveAll(dns, &all);
     if (!s.ok()) return s.CloneAndPrepend("target " + target);
-    for (const Sockaddr& a : all) servers.push_back(MakeEntry(a, HostOf(dns)));
+    for (const Sockaddr& a : all) servers.push_back(MakeEntry(a, Sockaddr::HostOf(dns)));
   } else {
     size_t start = 0;
     while (start <= target.size()) {
@@ -66,7 +57,7 @@ Status ServerSet::Make(const std::string& target, Options options,
       Sockaddr a;
       Status s = Sockaddr::Parse(one, &a);
       if (!s.ok()) return s.CloneAndPrepend("target " + target);
-      servers.push_back(MakeEntry(a, a.is_unix() ? "" : HostOf(one)));
+      servers.push_back(MakeEntry(a, Sockaddr::HostOf(one)));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -135,7 +126,7 @@ void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {
       LOG(WARNING) << "server '" << hp << "' skipped: " << s.ToString();
       continue;
     }
-    parsed.emplace_back(a, a.is_unix() ? "" : HostOf(hp));
+    parsed.emplace_back(a, Sockaddr::HostOf(hp));
   }
   MutexLock l(mu_);
   std::vector<EntryPtr> next;
@@ -240,7 +231,7 @@ void ServerSet::MaybeResolveLocked(MonoTime now) {
   for (const Sockaddr& a : all) {
     auto same = std::find_if(servers_.begin(), servers_.end(),
                              [&](const EntryPtr& e) { return e->address == a; });
-    next.push_back(same != servers_.end() ? *same : MakeEntry(a, HostOf(dns_host_port_)));
+    next.push_back(same != servers_.end() ? *same : MakeEntry(a, Sockaddr::HostOf(dns_host_port_)));
   }
   for (const EntryPtr& e : servers_) {
     if (std::find(next.begin(), next.end(), e) == next.end()) e->in_set = false;

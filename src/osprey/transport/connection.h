@@ -34,6 +34,7 @@
 #include "osprey/base/sockaddr.h"
 #include "osprey/base/socket.h"
 #include "osprey/base/status.h"
+#include "osprey/transport/call_phase.h"
 #include "osprey/transport/call_tables.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/negotiation.h"
@@ -88,6 +89,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // Client, reactor thread: the call gave up (deadline, cancel); forget it
   // so that a late response is dropped.
   void ForgetCall(ClientCall* call);
+  // Client, reactor thread: where `call`, queued here and not forgotten,
+  // is now (its TimedOut message says it). Reads the socket's unread byte
+  // count (one ioctl): only when a call times out.
+  CallPhase PhaseOf(const ClientCall* call);
 
   // Server, any thread: sends the response to `call_id`. Dropped if the
   // connection has closed by then.

@@ -1,6 +1,7 @@
 // A client connection's own work: responses matched to calls, the client
 // side of negotiation (Kerberos and TLS included), and sending calls.
 #include <glog/logging.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 
@@ -209,6 +210,29 @@ void Connection::SendCall(std::shared_ptr<ClientCall> call) {
   // A dormant connection asks its reactor for its read interest back
   // (MoveRoute).
   MoveRoute(WakeRoute::Event::kCallSent);
+}
+
+CallPhase Connection::PhaseOf(const ClientCall* call) {
+  reactor_->AssertCurrentThread();
+  call->AssertOnReactor();
+  CallPhase phase;
+  if (state_ == State::kClosed) {
+    phase.step = CallPhase::Step::kClosed;
+  } else if (call->call_id_ < 0) {
+    phase.step =
+        state_ == State::kConnecting ? CallPhase::Step::kConnecting : CallPhase::Step::kNegotiating;
+  } else {
+    phase.unwritten_bytes = outbound_bytes_ + (tls_ != nullptr ? tls_->unsent_bytes() : 0);
+    int unread = 0;
+    if (::ioctl(socket_.fd(), FIONREAD, &unread) == 0 && unread > 0) {
+      phase.unread_bytes = static_cast<size_t>(unread);
+      // An answer may have come as the deadline passed; one that waited
+      // while no one held the socket's read interest is a stall here.
+      LOG(WARNING) << ToString() << ": " << call->Describe() << " timed out with " << unread
+                   << " bytes unread on its socket; wake route " << WakeRoute::Name(route_.route());
+    }
+  }
+  return phase;
 }
 
 void Connection::ForgetCall(ClientCall* call) {

@@ -487,9 +487,13 @@ void Reactor::AssignCall(std::shared_ptr<ClientCall> call) {
       raw->timer_id_ = {};
       if (raw->finished()) return;
       std::string where = raw->conn_ ? raw->conn_->remote().ToString() : "the server";
-      if (raw->conn_ != nullptr) raw->conn_->ForgetCall(raw);
+      std::string phase;
+      if (raw->conn_ != nullptr) {
+        phase = raw->conn_->PhaseOf(raw).Describe();
+        raw->conn_->ForgetCall(raw);
+      }
       raw->Finish(Status::TimedOut(raw->Describe() + " to " + where + " timed out after " +
-                                   raw->timeout_.ToString()));
+                                   raw->timeout_.ToString() + phase));
     });
   }
 
