@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -95,6 +96,72 @@ inline testing::AssertionResult BackTo(int threads, int fds) {
   return testing::AssertionFailure()
          << ThreadCount() << " threads (want " << threads << "), " << FdCount()
          << " sockets, epoll sets and eventfds (want " << fds << "):" << open;
+}
+
+// Waits (bounded) until every thread named `name` (SetCurrentThreadName;
+// a reactor's is "osp-reactor-<index>") is blocked in an epoll wait, seen
+// in /proc/self/task/TID/syscall: a reactor blocked there has published
+// that it sleeps and left its loop lock free. Three readings a millisecond
+// apart, so that one caught in a wait it is about to leave does not count.
+inline bool IsEpollWait(long nr) {
+#ifdef SYS_epoll_wait
+  if (nr == SYS_epoll_wait) return true;
+#endif
+#ifdef SYS_epoll_pwait2
+  if (nr == SYS_epoll_pwait2) return true;
+#endif
+  return nr == SYS_epoll_pwait;
+}
+// The IDs of this process's threads named `name` (SetCurrentThreadName; a
+// reactor's is "osp-reactor-<index>").
+inline std::vector<pid_t> ThreadsNamed(const std::string& name) {
+  std::vector<pid_t> tids;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char buf[64] = {0};
+    FILE* f = std::fopen((std::string("/proc/self/task/") + e->d_name + "/comm").c_str(), "r");
+    if (f == nullptr) continue;
+    const bool read = std::fgets(buf, sizeof(buf), f) != nullptr;
+    std::fclose(f);
+    if (read && std::string(buf) == name + "\n") tids.push_back(std::atoi(e->d_name));
+  }
+  closedir(d);
+  return tids;
+}
+
+// Waits (bounded) until every thread named `name` is blocked in an epoll
+// wait, seen in /proc/self/task/TID/syscall: a reactor blocked there has
+// published that it sleeps and left its loop lock free. Three readings a
+// millisecond apart, so that one caught in a wait it is about to leave
+// does not count.
+inline testing::AssertionResult WaitUntilAsleepInEpoll(const std::string& name,
+                                                       std::chrono::seconds limit) {
+  auto asleep = [&](size_t* named) {
+    const std::vector<pid_t> tids = ThreadsNamed(name);
+    *named = tids.size();
+    for (pid_t tid : tids) {
+      // The system call it is blocked in ("running" when none).
+      long nr = -1;
+      FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
+      if (f == nullptr || std::fscanf(f, "%ld", &nr) != 1) nr = -1;
+      if (f != nullptr) std::fclose(f);
+      if (!IsEpollWait(nr)) return false;
+    }
+    return !tids.empty();
+  };
+  const auto end = std::chrono::steady_clock::now() + limit;
+  int in_a_row = 0;
+  size_t named = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    in_a_row = asleep(&named) ? in_a_row + 1 : 0;
+    if (in_a_row == 3) return testing::AssertionSuccess();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return testing::AssertionFailure()
+         << named << " threads named " << name << ", not all seen asleep in an epoll wait in "
+         << limit.count() << " s";
 }
 
 // Counts each callback's runs, and which ran off a reactor thread.

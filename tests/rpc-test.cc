@@ -567,6 +567,19 @@ TEST(RpcWorkerlessTest, HandlersOnReactorThread) {
   EXPECT_EQ(5u, resp.result());
 }
 
+// One Add to `addr` from a new client, ended within `timeout`.
+Status AddOnceTo(const Sockaddr& addr, MonoDelta timeout) {
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, addr);
+  AddRequestPB req;
+  req.set_x(1);
+  req.set_y(1);
+  AddResponsePB resp;
+  RpcController ctl;
+  ctl.set_timeout(timeout);
+  return proxy.Add(req, &resp, &ctl);
+}
+
 TEST(RpcConnectTest, RefusedConnectionFailsWithNetworkError) {
   // Bind a port, then close it, so nothing listens there.
   Socket s;
@@ -575,15 +588,7 @@ TEST(RpcConnectTest, RefusedConnectionFailsWithNetworkError) {
   Sockaddr addr;
   ASSERT_TRUE(s.GetLocalAddress(&addr).ok());
   s.Close();
-  auto client = MakeClient(1);
-  CalculatorServiceProxy proxy(client, addr);
-  AddRequestPB req;
-  req.set_x(1);
-  req.set_y(1);
-  AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromSeconds(5));
-  Status st = proxy.Add(req, &resp, &ctl);
+  Status st = AddOnceTo(addr, MonoDelta::FromSeconds(5));
   ASSERT_TRUE(st.IsNetworkError()) << st.ToString();
   EXPECT_NE(std::string::npos, st.ToString().find("refused")) << st.ToString();
 }
@@ -598,15 +603,8 @@ TEST(RpcConnectTest, ACallToAServerThatNeverNegotiatesTimesOutSayingSo) {
   ASSERT_TRUE(listener.Listen(4).ok());
   Sockaddr addr;
   ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
-  auto client = MakeClient(1);
-  CalculatorServiceProxy proxy(client, addr);
-  AddRequestPB req;
-  req.set_x(1);
-  req.set_y(1);
-  AddResponsePB resp;
-  RpcController ctl;
-  ctl.set_timeout(MonoDelta::FromMilliseconds(300));  // less than the negotiation's own
-  Status st = proxy.Add(req, &resp, &ctl);
+  // Less than the negotiation's own timeout (3 s).
+  Status st = AddOnceTo(addr, MonoDelta::FromMilliseconds(300));
   ASSERT_TRUE(st.IsTimedOut()) << st.ToString();
   EXPECT_NE(std::string::npos, st.ToString().find("(negotiating the connection)")) << st.ToString();
 }

@@ -171,7 +171,9 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   }
   ASSERT_GT(queued, kLimit / 2) << "the client's queue never filled";
   ASSERT_LE(queued, kLimit);
-  std::this_thread::sleep_for(milliseconds(20));  // the reactor goes to sleep
+  // The reactor, with nothing it can write, goes to sleep: the call below
+  // is then sent by this thread in its place.
+  ASSERT_TRUE(WaitUntilAsleepInEpoll("osp-reactor-0", std::chrono::seconds(10)));
   auto borrows = [&] {
     for (const MetricValue& v : client->metrics()->Snapshot()) {
       if (v.name == "osprey_reactor_borrows_total") return v.value;

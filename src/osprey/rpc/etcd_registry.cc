@@ -10,6 +10,7 @@
 #include <random>
 
 #include "osprey/base/base64.h"
+#include "osprey/base/thread_name.h"
 
 namespace osprey {
 
@@ -442,6 +443,7 @@ Status EtcdRegistration::Step(int64_t* lease, bool* put_done, int64_t* granted_t
 }
 
 void EtcdRegistration::Run() {
+  SetCurrentThreadName("osp-etcd-reg");
   int64_t lease = 0, granted_ttl = ttl_seconds_;
   bool put_done = false;
   bool failing = false;
@@ -664,6 +666,7 @@ Status EtcdWatcher::Watch() {
 }
 
 void EtcdWatcher::Run() {
+  SetCurrentThreadName("osp-etcd-watch");
   std::mt19937_64 rng(std::random_device{}());
   MonoDelta backoff;  // the last wait; zero: none since a watch that worked
   bool logged = false;

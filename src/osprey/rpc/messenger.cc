@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "osprey/base/countdown_latch.h"
+#include "osprey/base/thread_name.h"
 #include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/http_endpoints.h"
 #include "osprey/rpc/messenger_inbound.h"
@@ -42,6 +43,7 @@ void Messenger::LastExternalReferenceDropped(std::shared_ptr<Messenger> self) {
     // Joining our own thread is impossible, and a reactor (of another
     // messenger) must not stop for the joins: a thread of its own does it.
     std::thread([m = std::move(self)]() mutable {
+      SetCurrentThreadName("osp-shutdown");
       m->Shutdown();
       m.reset();
     }).detach();
@@ -338,6 +340,7 @@ void Messenger::Shutdown(MonoDelta handler_wait) {
     CHECK(keep) << "Shutdown() of messenger " << name_ << " from its own thread during destruction";
     std::thread([keep = std::move(keep), acceptors = std::move(acceptors),
                  services = std::move(services), handler_deadline]() mutable {
+      SetCurrentThreadName("osp-shutdown");
       keep->FinishShutdown(std::move(acceptors), std::move(services), handler_deadline);
     }).detach();
     return;

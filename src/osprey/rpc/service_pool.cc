@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include "osprey/base/thread_name.h"
 #include "osprey/rpc/inbound_call.h"
 #include "osprey/rpc/messenger_metrics.h"
 #include "osprey/transport/connection.h"
@@ -95,7 +96,10 @@ Status ServicePool::Start() {
     live_workers_ = options_.worker_threads;
   }
   for (int i = 0; i < options_.worker_threads; ++i) {
-    workers_.emplace_back([this] { RunWorker(); });
+    workers_.emplace_back([this, i] {
+      SetCurrentThreadName("osp-worker-" + std::to_string(i));
+      RunWorker();
+    });
   }
   return Status::OK();
 }

@@ -1,5 +1,7 @@
 #include "osprey/transport/blocking_worker.h"
 
+#include "osprey/base/thread_name.h"
+
 namespace osprey::transport {
 
 BlockingWorker::BlockingWorker(size_t max_queued)
@@ -36,6 +38,7 @@ size_t BlockingWorker::queued() const {
 }
 
 void BlockingWorker::Run(std::shared_ptr<State> state) {
+  SetCurrentThreadName("osp-blocking");
   while (true) {
     Task work;
     {

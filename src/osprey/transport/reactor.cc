@@ -9,6 +9,7 @@
 #include <ctime>
 #include <utility>
 
+#include "osprey/base/thread_name.h"
 #include "osprey/transport/client_call.h"
 #include "osprey/transport/connection.h"
 #include "osprey/transport/http_connection.h"
@@ -340,6 +341,7 @@ void Reactor::RequestFlush(Connection* conn) {
 }
 
 void Reactor::Loop() {
+  SetCurrentThreadName("osp-reactor-" + std::to_string(reactor_index_));
   thread_id_.store(std::this_thread::get_id());
   tls_reactor = this;
   std::vector<epoll_event> events(256);
