@@ -8,7 +8,13 @@
 // its next request (Reactor::ParkForWorker, WaitForRequest): it must still
 // take other connections' calls, never stall a connection while a handler
 // blocks, and let the server shut down. Each test is bounded by a watchdog.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +29,7 @@
 #include "osprey/transport/reactor.h"
 #include "recording_proxy.h"
 #include "rpc_test_util.h"
+#include "wire_test_util.h"
 
 namespace osprey::rpc_test {
 namespace {
@@ -233,6 +240,199 @@ TEST_F(CallerReadsTest, AConnectionCutUnderAParkedWaitFailsTheCall) {
   EXPECT_TRUE(parked) << "no caller parked in 10 tries";
   // The proxy counts a cut after closing it, so the client may see it first.
   EXPECT_TRUE(WaitUntil([&] { return middle.cuts() >= 1; })) << middle.cuts() << " cuts";
+}
+
+// The descriptor number of the socket whose peer is `peer`: this process's
+// end of a client connection to it. -1 if none.
+int FdConnectedTo(const Sockaddr& peer) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
+    if (Sockaddr::FromNative(reinterpret_cast<sockaddr*>(&ss), len) == peer) return fd;
+  }
+  return -1;
+}
+
+// The system call thread `tid` of this process is blocked in; -1 when it
+// runs.
+long BlockedIn(pid_t tid) {
+  long nr = -1;
+  FILE* f = fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
+  if (f == nullptr) return -1;
+  if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+  fclose(f);
+  return nr;
+}
+
+// Holds the thread it interrupts in a signal handler until released.
+std::atomic<bool> held_in_handler{false}, release_handler{false};
+void HoldInHandler(int) {
+  held_in_handler = true;
+  while (!release_handler.load()) {
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
+}
+
+// A parked caller whose connection another thread closes while its call
+// goes on (here: the connection overflows its outbound queue; the call is
+// retried after a backoff). The close writes the caller's eventfd after
+// closing the socket, so by the time the caller looks again the number may
+// name another thread's file. Polling that number again held the file, and
+// its close, until the call ended: with an in-process proxy, the proxy's
+// cut of the retried connection never reached the client, whose call
+// waited out its whole deadline (WakeFdLeaseTest, 1 run in 7 with a tenth
+// of reads cut). Here the caller is held in a signal handler, which ends
+// its poll, while the connection closes and one end of a socket pair takes
+// the number; then its close must reach the pair's other end at once.
+TEST(WaitAsReaderTest, AClosedConnectionsNumberTakenByAnotherFileIsNotPolledAgain) {
+  Watchdog dog(std::chrono::seconds(60));
+  const std::string s2c = Golden("s2c.bin");
+  ASSERT_GE(s2c.size(), 66u);  // negotiation (53 bytes), then call 0's answer
+  Socket listener;
+  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
+  int small = 4096;  // the client's bytes back up into its own queue sooner
+  ASSERT_EQ(0, setsockopt(listener.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
+  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
+  ASSERT_TRUE(listener.Listen(4).ok());
+  Sockaddr addr;
+  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  constexpr size_t kLimit = 256 * 1024;
+  auto client = MakeClient(
+      1, MessengerBuilder("client")
+             .set_max_frame_size(kLimit)
+             .set_max_outbound_queue_bytes(kLimit)
+             .set_spin_before_sleep(MonoDelta::FromMicroseconds(0)));  // it blocks at once
+  CalculatorServiceProxy proxy(client, addr);
+  RetryPolicy retry;
+  retry.max_attempts = 2;
+  // Up to 3 s (jittered), within the call's 5 s: the call goes on.
+  retry.initial_backoff = MonoDelta::FromSeconds(3);
+  retry.max_backoff = MonoDelta::FromSeconds(3);
+  ASSERT_TRUE(proxy.set_retry_policy(retry).ok());
+  struct sigaction hold {
+  }, old{};
+  hold.sa_handler = HoldInHandler;
+  sigemptyset(&hold.sa_mask);
+  ASSERT_EQ(0, sigaction(SIGUSR2, &hold, &old));
+  held_in_handler = false;
+  release_handler = false;
+
+  CountDownLatch warmed(1), go(1);
+  std::atomic<bool> parked_call_ended{false};
+  std::atomic<pid_t> caller_tid{0};
+  Status warm_status, parked_status;
+  std::thread caller([&] {
+    warm_status = CheckedAdd(proxy, 400, 600);  // the recorded answer: 1000
+    warmed.CountDown();
+    go.Wait();
+    caller_tid = static_cast<pid_t>(syscall(SYS_gettid));
+    RpcController ctl;
+    ctl.set_timeout(MonoDelta::FromSeconds(5));
+    ctl.set_idempotent(true);
+    parked_status = SyncSleep(proxy, 1'000'000, &ctl);
+    parked_call_ended = true;
+  });
+  struct AtEnd {
+    std::thread* t;
+    CountDownLatch* go;
+    struct sigaction old;
+    ~AtEnd() {
+      release_handler = true;
+      go->CountDown();
+      t->join();
+      sigaction(SIGUSR2, &old, nullptr);
+    }
+  } at_end{&caller, &go, old};
+
+  // Play the server: negotiate, answer the first call, then read nothing.
+  Socket conn;
+  Sockaddr remote;
+  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
+  std::string header(7, '\0'), frame;
+  ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // NEGOTIATE
+  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()), 34).ok());
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // SASL_INITIATE
+  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 34, 19).ok());
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // call 0, the Add
+  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 53, 13).ok());
+  warmed.Wait();
+  ASSERT_TRUE(warm_status.ok()) << warm_status.ToString();
+  const int number = FdConnectedTo(addr);
+  ASSERT_GE(number, 0) << "the client's socket to " << addr.ToString();
+
+  // The caller parks (it finds the reactor asleep) and polls its socket.
+  ASSERT_TRUE(WaitUntilAsleepInEpoll("osp-reactor-0", std::chrono::seconds(10)));
+  const double parked_before = CallerReads(client);
+  go.CountDown();
+  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // call 1, the Sleep
+  ASSERT_TRUE(WaitUntil([&] { return CallerReads(client) == parked_before + 1; }))
+      << "the caller did not park";
+  ASSERT_TRUE(WaitUntil([&] {
+    const long nr = BlockedIn(caller_tid.load());
+#ifdef SYS_poll
+    if (nr == SYS_poll) return true;
+#endif
+    return nr == SYS_ppoll;
+  })) << "the caller is not blocked in poll";
+
+  // Fill the socket and the client's queue with calls on that connection,
+  // to below the limit.
+  constexpr int kMaxAsync = 200;
+  std::vector<EchoRequestPB> reqs(kMaxAsync);
+  std::vector<EchoResponsePB> resps(kMaxAsync);
+  std::vector<RpcController> ctls(kMaxAsync);
+  std::atomic<int> echoes_done{0};
+  int issued = 0;
+  auto issue = [&](size_t bytes) {
+    reqs[issued].set_data(std::string(bytes, 'a'));
+    proxy.EchoAsync(reqs[issued], &resps[issued], &ctls[issued], [&] { echoes_done.fetch_add(1); });
+    ++issued;
+  };
+  size_t queued = 0;
+  while (issued < kMaxAsync - 1) {
+    std::vector<ConnectionInfo> conns;
+    ASSERT_TRUE(client->DumpConnections(&conns).ok());
+    ASSERT_EQ(1u, conns.size());
+    queued = conns[0].outbound_queued_bytes;
+    if (queued > kLimit / 2) break;
+    issue(20 * 1024);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_GT(queued, kLimit / 2) << "the client's queue never filled";
+
+  // The caller leaves its poll for the handler and stays there. One more
+  // call overflows the queue: the connection closes, the parked call fails
+  // and waits for its retry, the caller's eventfd is written. A socket
+  // pair's end takes the closed socket's number.
+  ASSERT_EQ(0, syscall(SYS_tgkill, getpid(), caller_tid.load(), SIGUSR2));
+  ASSERT_TRUE(WaitUntil([&] { return held_in_handler.load(); }));
+  int pair[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair));
+  issue(kLimit - queued + 1000);
+  ASSERT_TRUE(WaitUntil([&] { return fcntl(number, F_GETFD) == -1; }))
+      << "the connection did not close";
+  ASSERT_EQ(number, fcntl(pair[0], F_DUPFD_CLOEXEC, number))
+      << "another file took the closed socket's number first";
+  close(pair[0]);
+  // The caller's poll ends (EINTR); it looks at its connection again.
+  release_handler = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(parked_call_ended.load()) << parked_status.ToString();
+
+  // Closed, the pair's end must tell its peer at once: no thread may still
+  // hold it by a number it polls.
+  close(number);
+  pollfd peer{pair[1], POLLIN, 0};
+  ASSERT_EQ(1, poll(&peer, 1, 1000)) << "the pair's end closed, and its peer not told in 1 s";
+  char byte;
+  EXPECT_EQ(0, read(pair[1], &byte, 1));
+  close(pair[1]);
+  EXPECT_TRUE(WaitUntil([&] { return echoes_done.load() == issued; })) << echoes_done.load();
+  client->Shutdown();
 }
 
 // Between blocking calls a connection stays out of its reactor's reading

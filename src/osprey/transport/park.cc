@@ -349,12 +349,19 @@ void Reactor::WaitAsReader(const ParkedConnection& parked, const std::atomic<boo
   while (!unparked && !done.load()) {
     ParkedPoll polled = PollParked(parked);
     if (polled == ParkedPoll::kFailed) break;  // the reactor reads from here on
-    if (done.load() || polled != ParkedPoll::kReadable) continue;
+    if (done.load()) continue;
     // Readable (or closed, or the number reused after the reactor closed
-    // it: the connection's state, under the loop lock, says which).
+    // it), or woken by the eventfd alone: the connection's state, under the
+    // loop lock, says which. Not polled again before that: a wake with
+    // nothing to read is the connection's close, which writes the eventfd
+    // after closing the socket, so its number may already name a file of
+    // another thread's (a socket just accepted), and a poll on it would
+    // hold that file, and its close, until this call ends
+    // (WaitAsReaderTest).
+    const bool readable = polled == ParkedPoll::kReadable;
     RunHere([&] {
       AssertCurrentThread();
-      if (conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
+      if (readable && conn->parked() && !conn->is_shut_down()) conn->HandleEvents(EPOLLIN);
       if (done.load() || !conn->parked() || conn->is_shut_down()) {
         ReadParkedAndUnpark(parked, /*readable=*/false);
         unparked = true;
