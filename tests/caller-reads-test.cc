@@ -291,13 +291,9 @@ TEST(WaitAsReaderTest, AClosedConnectionsNumberTakenByAnotherFileIsNotPolledAgai
   const std::string s2c = Golden("s2c.bin");
   ASSERT_GE(s2c.size(), 66u);  // negotiation (53 bytes), then call 0's answer
   Socket listener;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  int small = 4096;  // the client's bytes back up into its own queue sooner
-  ASSERT_EQ(0, setsockopt(listener.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(4).ok());
   Sockaddr addr;
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  // A small receive buffer: the client's bytes back up into its queue soon.
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr, 4, /*receive_buffer=*/4096).ok());
   constexpr size_t kLimit = 256 * 1024;
   auto client = MakeClient(
       1, MessengerBuilder("client")
@@ -348,15 +344,8 @@ TEST(WaitAsReaderTest, AClosedConnectionsNumberTakenByAnotherFileIsNotPolledAgai
 
   // Play the server: negotiate, answer the first call, then read nothing.
   Socket conn;
-  Sockaddr remote;
-  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
-  std::string header(7, '\0'), frame;
-  ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // NEGOTIATE
-  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()), 34).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // SASL_INITIATE
-  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 34, 19).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
+  std::string frame;
+  ASSERT_TRUE(PlayRecordedNegotiation(&listener, s2c, &conn).ok());
   ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // call 0, the Add
   ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 53, 13).ok());
   warmed.Wait();

@@ -111,13 +111,8 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   // A small receive buffer, set before listen() so that accepted sockets
   // take it: the client's bytes back up into its own queue sooner.
   Socket listener;
-  ASSERT_TRUE(listener.Init(Sockaddr::Loopback(0)).ok());
-  int small = 4096;
-  ASSERT_EQ(0, setsockopt(listener.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
-  ASSERT_TRUE(listener.Bind(Sockaddr::Loopback(0)).ok());
-  ASSERT_TRUE(listener.Listen(1).ok());
   Sockaddr addr;
-  ASSERT_TRUE(listener.GetLocalAddress(&addr).ok());
+  ASSERT_TRUE(ListenOnLoopback(&listener, &addr, 1, /*receive_buffer=*/4096).ok());
 
   constexpr size_t kLimit = 256 * 1024;
   auto client = MakeClient(
@@ -132,7 +127,6 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
   std::atomic<int> refused_sync{0}, callbacks{0};
 
   Socket conn;
-  Sockaddr remote;
   auto issue = [&](int i, size_t bytes) {
     reqs[i].set_data(std::string(bytes, 'a'));
     proxy.EchoAsync(reqs[i], &resps[i], &ctls[i], [&, i] {
@@ -148,14 +142,7 @@ TEST(ThreadingContractTest, ConnectionFailingInsideABorrowRunsCallbacksOnTheReac
     });
   };
   issue(0, 10);
-  ASSERT_TRUE(listener.Accept(&conn, &remote, false).ok());
-  std::string header(7, '\0'), frame;
-  ASSERT_TRUE(conn.ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // NEGOTIATE
-  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()), 34).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // SASL_INITIATE
-  ASSERT_TRUE(conn.WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 34, 19).ok());
-  ASSERT_TRUE(ReadFrameBytes(&conn, &frame).ok());  // connection context
+  ASSERT_TRUE(PlayRecordedNegotiation(&listener, s2c, &conn).ok());
   // From here on the server reads nothing. Fill the socket buffers, then
   // the client's queue, to somewhere below the limit.
   int issued = 1;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -54,11 +56,35 @@ inline Status ReadFrameBytes(Socket* s, std::string* frame) {
   return s->ReadAll(reinterpret_cast<uint8_t*>(frame->data()) + 4, n);
 }
 
-// A listening socket on a free loopback port, to play a Kudu server.
-inline Status ListenOnLoopback(Socket* listener, Sockaddr* addr) {
+// Plays a Kudu server's side of a plain connection's negotiation with the
+// recorded answers (Golden("s2c.bin"): NEGOTIATE's, then SASL PLAIN's):
+// accepts on `listener` into `conn` and reads up to the connection
+// context. The next bytes are the client's first call.
+inline Status PlayRecordedNegotiation(Socket* listener, const std::string& s2c, Socket* conn) {
+  if (s2c.size() < 53) return Status::InvalidArgument("the recorded answers are cut short");
+  Sockaddr remote;
+  OSPREY_RETURN_NOT_OK(listener->Accept(conn, &remote, false));
+  std::string header(7, '\0'), frame;
+  OSPREY_RETURN_NOT_OK(conn->ReadAll(reinterpret_cast<uint8_t*>(header.data()), 7));
+  OSPREY_RETURN_NOT_OK(ReadFrameBytes(conn, &frame));  // NEGOTIATE
+  OSPREY_RETURN_NOT_OK(conn->WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()), 34));
+  OSPREY_RETURN_NOT_OK(ReadFrameBytes(conn, &frame));  // SASL_INITIATE
+  OSPREY_RETURN_NOT_OK(conn->WriteAll(reinterpret_cast<const uint8_t*>(s2c.data()) + 34, 19));
+  return ReadFrameBytes(conn, &frame);  // connection context
+}
+
+// A listening socket on a free loopback port, to play a Kudu server. With
+// `receive_buffer`, the sockets it accepts take that SO_RCVBUF (set before
+// listen()): a small one backs a client's bytes up into its own queue soon.
+inline Status ListenOnLoopback(Socket* listener, Sockaddr* addr, int backlog = 1,
+                               int receive_buffer = 0) {
   OSPREY_RETURN_NOT_OK(listener->Init(Sockaddr::Loopback(0)));
+  if (receive_buffer > 0 && setsockopt(listener->fd(), SOL_SOCKET, SO_RCVBUF, &receive_buffer,
+                                       sizeof(receive_buffer)) != 0) {
+    return Status::NetworkError("setsockopt(SO_RCVBUF)", errno);
+  }
   OSPREY_RETURN_NOT_OK(listener->Bind(Sockaddr::Loopback(0)));
-  OSPREY_RETURN_NOT_OK(listener->Listen(1));
+  OSPREY_RETURN_NOT_OK(listener->Listen(backlog));
   return listener->GetLocalAddress(addr);
 }
 
