@@ -227,9 +227,11 @@ CallPhase Connection::PhaseOf(const ClientCall* call) {
     if (::ioctl(socket_.fd(), FIONREAD, &unread) == 0 && unread > 0) {
       phase.unread_bytes = static_cast<size_t>(unread);
       // An answer may have come as the deadline passed; one that waited
-      // while no one held the socket's read interest is a stall here.
-      LOG(WARNING) << ToString() << ": " << call->Describe() << " timed out with " << unread
-                   << " bytes unread on its socket; wake route " << WakeRoute::Name(route_.route());
+      // while no one held the socket's read interest is a stall here. The
+      // status says it each time; the log, with the route, now and then.
+      LOG_EVERY_N(WARNING, 100) << ToString() << ": " << call->Describe() << " timed out with "
+                                << unread << " bytes unread on its socket; wake route "
+                                << WakeRoute::Name(route_.route());
     }
   }
   return phase;
