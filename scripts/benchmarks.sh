@@ -201,7 +201,7 @@ brpc's client: brpc-la-healthy, brpc-rr, brpc-la and brpc-la-backup-<ms>
 Its variables (environment only): FLEET_SECONDS=20 (run 1), FLEET_GAP=4 (between
 restarts), FLEET_SLOW_SECONDS=10 (each slow run), FLEET_RATE=1500 (calls/s),
 FLEET_HANDLER_US=200 (the Sleep), FLEET_BACKUP_MS=1 (brpc's backup and the fixed
-hedge), BRPC_OVERLOAD_BENCH (brpc's side), FLEET_QUICK=1 (a smoke run of about 11 s: 5 s
+hedge), BRPC_OVERLOAD_BENCH (brpc's side), FLEET_QUICK=1 (a smoke run of about 12 s: 6 s
 with restarts 1 s apart, 2 s slow runs, 300 calls/s). It ends only the
 processes it started, by PID. Exit status 1 if a run gave no report, a
 server did not exit 0 after SIGTERM, or the plots could not be drawn.

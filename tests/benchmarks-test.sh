@@ -185,7 +185,7 @@ done
 fi
 
 if want fleet; then
-# --fleet's smoke run (about 10 s): 3 servers, a rolling restart under an
+# --fleet's smoke run (about 12 s): 3 servers, a rolling restart under an
 # open loop that fails no call, every server exiting 0 after SIGTERM and
 # answering again after its restart; the slow server gets less with p2c than
 # with round robin; hedging fails no call; through etcd (where it is) a server
@@ -213,8 +213,13 @@ end = max(float(r["t_s"]) for r in rows)
 for e in events:
     seen = [r for r in rows if float(r["t_s"]) > float(e["restarted_s"]) + 0.5]
     if sum(int(r[e["server"]]) for r in seen) == 0:
+        # What the client said of it (ejections), and its answers by window.
+        log = open(os.path.join(d, "fleet-raw", "rolling-restart.err")).read()
+        said = [l for l in log.splitlines() if e["server"] in l][-5:]
+        windows = [(r["t_s"], r[e["server"]]) for r in rows]
         sys.exit(f"{e['server']} answered nothing after its restart at {e['restarted_s']} s "
-                 f"({len(seen)} windows of 100 ms seen after it, the run's last at {end} s)")
+                 f"({len(seen)} windows of 100 ms seen after it, the run's last at {end} s); "
+                 f"the client's log of it: {said}; its answers by window: {windows}")
 def slow_share(lb):
     rows = list(csv.DictReader(open(os.path.join(d, f"fleet-slow-{lb}.csv"))))
     cols = [c for c in rows[0] if c.startswith("127.")]
