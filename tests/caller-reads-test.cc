@@ -254,17 +254,6 @@ int FdConnectedTo(const Sockaddr& peer) {
   return -1;
 }
 
-// The system call thread `tid` of this process is blocked in; -1 when it
-// runs.
-long BlockedIn(pid_t tid) {
-  long nr = -1;
-  FILE* f = fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
-  if (f == nullptr) return -1;
-  if (fscanf(f, "%ld", &nr) != 1) nr = -1;
-  fclose(f);
-  return nr;
-}
-
 // Holds the thread it interrupts in a signal handler until released.
 std::atomic<bool> held_in_handler{false}, release_handler{false};
 void HoldInHandler(int) {

@@ -131,6 +131,17 @@ inline std::vector<pid_t> ThreadsNamed(const std::string& name) {
   return tids;
 }
 
+// The system call thread `tid` of this process is blocked in
+// (/proc/self/task/TID/syscall); -1 when it runs.
+inline long BlockedIn(pid_t tid) {
+  long nr = -1;
+  FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
+  if (f == nullptr) return -1;
+  if (std::fscanf(f, "%ld", &nr) != 1) nr = -1;
+  std::fclose(f);
+  return nr;
+}
+
 // Waits (bounded) until every thread named `name` is blocked in an epoll
 // wait, seen in /proc/self/task/TID/syscall: a reactor blocked there has
 // published that it sleeps and left its loop lock free. Three readings a
@@ -142,12 +153,7 @@ inline testing::AssertionResult WaitUntilAsleepInEpoll(const std::string& name,
     const std::vector<pid_t> tids = ThreadsNamed(name);
     *named = tids.size();
     for (pid_t tid : tids) {
-      // The system call it is blocked in ("running" when none).
-      long nr = -1;
-      FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
-      if (f == nullptr || std::fscanf(f, "%ld", &nr) != 1) nr = -1;
-      if (f != nullptr) std::fclose(f);
-      if (!IsEpollWait(nr)) return false;
+      if (!IsEpollWait(BlockedIn(tid))) return false;
     }
     return !tids.empty();
   };
