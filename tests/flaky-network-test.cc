@@ -9,10 +9,16 @@
 // queue_length, 50, and one worker), and each checks that the server
 // refused none: a refusal spends the budget by design, and would make a
 // failure here the client's load, not the network's.
+// Each test runs once for each way a thread may read a socket (the hot
+// path's switches, on both ends), since each way meets a cut connection
+// in its own place: a caller in its poll, a worker waiting on its
+// connection, a reactor. The proxy's cuts come from a seeded generator:
+// OSPREY_FLAKY_SEED (default 46) replays a run, and a failure names it.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -97,11 +103,39 @@ RetryPolicy SixtyAttempts() {
 uint32_t AmountOf(int i) { return 1 + static_cast<uint32_t>(i % 97); }
 uint32_t AccountOf(int i) { return static_cast<uint32_t>(i % kAccounts); }
 
-class FlakyNetworkTest : public ::testing::Test {
+uint32_t CutSeed() {
+  const char* env = std::getenv("OSPREY_FLAKY_SEED");
+  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 46;
+}
+
+// Who reads a socket, on both ends: the defaults (a blocking caller reads
+// its own answer, a worker its connection's next request, both spinning
+// briefly before they sleep), or one of those turned off, or all of them
+// (only reactors read, as in Kudu).
+struct HotPath {
+  const char* name;
+  bool caller_reads, worker_reads, spin;
+};
+constexpr HotPath kHotPaths[] = {
+    {"Defaults", true, true, true},
+    {"CallerReadsOff", false, true, true},
+    {"WorkerReadsOff", true, false, true},
+    {"SpinOff", true, true, false},
+    {"OnlyReactorsRead", false, false, false},
+};
+MessengerBuilder WithHotPath(MessengerBuilder b, const HotPath& h) {
+  b.set_caller_reads(h.caller_reads).set_worker_reads(h.worker_reads);
+  if (!h.spin) b.set_spin_before_sleep(MonoDelta::FromMicroseconds(0));
+  return b;
+}
+
+class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
  protected:
   void SetUp() override {
-    // Everything at its default but the reactors: a server as users make it.
-    ASSERT_TRUE(MessengerBuilder("bank").set_num_reactors(2).Build(&server_).ok());
+    // Everything at its default but the reactors and the hot path's
+    // switches: a server as users make it.
+    ASSERT_TRUE(
+        WithHotPath(MessengerBuilder("bank"), GetParam()).set_num_reactors(2).Build(&server_).ok());
     auto bank = std::make_unique<Bank>();
     bank_ = bank.get();
     ASSERT_TRUE(server_->RegisterService(std::move(bank)).ok());
@@ -109,9 +143,9 @@ class FlakyNetworkTest : public ::testing::Test {
     ASSERT_TRUE(server_->Listen(Sockaddr::Loopback(0), &addr).ok());
     server_addr_ = addr;
     cutter_ = std::make_unique<RecordingProxy>(addr);
-    cutter_->CutAtRandomReads(0.02, /*seed=*/46);
+    cutter_->CutAtRandomReads(0.02, seed_);
     ASSERT_TRUE(cutter_->Start(&via_).ok());
-    ASSERT_TRUE(MessengerBuilder("client").Build(&client_).ok());  // every default
+    ASSERT_TRUE(WithHotPath(MessengerBuilder("client"), GetParam()).Build(&client_).ok());
   }
   void TearDown() override {
     if (client_) client_->Shutdown();
@@ -144,7 +178,8 @@ class FlakyNetworkTest : public ::testing::Test {
     std::string why;
     for (const std::string& f : failures_) why += "\n  " + f;
     EXPECT_EQ(0, failed_) << failed_ << " of " << deposits << " deposits failed ("
-                          << cutter_->cuts() << " cuts), e.g.:" << why;
+                          << cutter_->cuts() << " cuts, OSPREY_FLAKY_SEED=" << seed_
+                          << "), e.g.:" << why;
     EXPECT_EQ(deposits, succeeded_);
     EXPECT_EQ(expected_, bank_->balances());
     EXPECT_EQ(static_cast<uint64_t>(succeeded_), bank_->runs())
@@ -229,6 +264,7 @@ class FlakyNetworkTest : public ::testing::Test {
     ASSERT_TRUE(all_done.WaitFor(MonoDelta::FromSeconds(120)));
   }
 
+  const uint32_t seed_ = CutSeed();
   std::shared_ptr<Messenger> server_, client_;
   Sockaddr server_addr_;
   Bank* bank_ = nullptr;
@@ -243,7 +279,7 @@ class FlakyNetworkTest : public ::testing::Test {
 
 // Eight blocking callers hold at most eight calls in the server's queue of
 // 50, and a cut leaves at most eight behind: the server refuses none.
-TEST_F(FlakyNetworkTest, EightThreadsOfBlockingDepositsAllSucceedExactlyOnce) {
+TEST_P(FlakyNetworkTest, EightThreadsOfBlockingDepositsAllSucceedExactlyOnce) {
   Watchdog dog(std::chrono::seconds(150));
   constexpr int kDeposits = 2000;
   SyncDeposits(8, kDeposits, /*sleep_ms=*/0);
@@ -251,7 +287,7 @@ TEST_F(FlakyNetworkTest, EightThreadsOfBlockingDepositsAllSucceedExactlyOnce) {
   EXPECT_EQ(0, ServerRefusals()) << "the server refused calls: the test's load, not the network";
 }
 
-TEST_F(FlakyNetworkTest, BlockingDepositsWithAOneMillisecondHandlerAllSucceedExactlyOnce) {
+TEST_P(FlakyNetworkTest, BlockingDepositsWithAOneMillisecondHandlerAllSucceedExactlyOnce) {
   Watchdog dog(std::chrono::seconds(150));
   constexpr int kDeposits = 2000;
   SyncDeposits(8, kDeposits, /*sleep_ms=*/1);
@@ -273,7 +309,7 @@ TEST_F(FlakyNetworkTest, BlockingDepositsWithAOneMillisecondHandlerAllSucceedExa
 // refuse a few (4 of 1,000 in one CI run under ASan): the calls a cut
 // connection left in its queue are still there when their retries arrive.
 // Those refusals are retried too, within the same budget.
-TEST_F(FlakyNetworkTest, AnAsyncWindowOfFiftyDepositsAllSucceedExactlyOnce) {
+TEST_P(FlakyNetworkTest, AnAsyncWindowOfFiftyDepositsAllSucceedExactlyOnce) {
   Watchdog dog(std::chrono::seconds(150));
   constexpr int kDeposits = 1000;
   AsyncDeposits(via_, kDeposits, /*window=*/50);
@@ -286,7 +322,7 @@ TEST_F(FlakyNetworkTest, AnAsyncWindowOfFiftyDepositsAllSucceedExactlyOnce) {
 // The same window straight to the server, with no proxy and no cut: the
 // server refuses nothing and no call is retried, so what the test above
 // spends of the budget is the network's doing, not its load's.
-TEST_F(FlakyNetworkTest, TheSameAsyncWindowWithoutCutsIsNeverRefused) {
+TEST_P(FlakyNetworkTest, TheSameAsyncWindowWithoutCutsIsNeverRefused) {
   Watchdog dog(std::chrono::seconds(150));
   constexpr int kDeposits = 1000;
   AsyncDeposits(server_addr_, kDeposits, /*window=*/50);
@@ -296,6 +332,11 @@ TEST_F(FlakyNetworkTest, TheSameAsyncWindowWithoutCutsIsNeverRefused) {
   EXPECT_EQ(0, ServerRefusals()) << "the server refused calls: the test's load, not the network";
   EXPECT_EQ(expected_, bank_->balances());
 }
+
+INSTANTIATE_TEST_SUITE_P(HotPaths, FlakyNetworkTest, ::testing::ValuesIn(kHotPaths),
+                         [](const ::testing::TestParamInfo<HotPath>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // A server that is gone: nothing listens. Each of 100 calls in flight at
 // once is retried as its policy says, to its last attempt, and ends with
