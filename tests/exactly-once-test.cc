@@ -372,9 +372,11 @@ TEST_F(ExactlyOnceTest, DuplicatesWaitForTheFirstAttemptOrGetItsStoredAnswer) {
   for (int j = 1; j <= 16; ++j) {
     ASSERT_TRUE(conns[j % kConns]->Send(AddFrame(100 + j, &id, 3)).ok());
   }
-  // Time for the server to read the duplicates (on other connections than
-  // the 17th's, so in no order with it); the first attempt waits meanwhile.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The server reads the duplicates (on other connections than the
+  // 17th's, so in no order with it) and each waits; the first attempt
+  // waits meanwhile.
+  ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_tracked_duplicates_waiting") == 16; }))
+      << Gauge("osprey_server_tracked_duplicates_waiting") << " duplicates waiting after 20 s";
   ASSERT_TRUE(conns[1]->Send(AddFrame(200, &id, 3)).ok());
   // Its refusal comes before the answers of the duplicates on its
   // connection, which wait for the first attempt.
@@ -443,8 +445,9 @@ TEST_F(ExactlyOnceTest, AStoredAnswerGoesOnlyToItsUserAndDuplicatesAreAuthorized
 }
 
 // A first attempt whose connection closed while it waited in the queue is
-// dropped unrun; its retry, queued behind it on a new connection, runs (it
-// used to wait for the dropped attempt and be answered TOO_BUSY).
+// dropped unrun; its retry, on a new connection, runs (it used to wait for
+// the dropped attempt and be answered TOO_BUSY). Each step waits for what
+// the server shows of the one before (the queue's length), not a time.
 TEST_F(ExactlyOnceTest, ARetryBehindAFirstAttemptDroppedUnrunRunsInItsPlace) {
   ASSERT_NO_FATAL_FAILURE(Start(MessengerBuilder("ledger-server"), /*workers=*/1));
   RawConn busy, lost, retry;
@@ -452,17 +455,27 @@ TEST_F(ExactlyOnceTest, ARetryBehindAFirstAttemptDroppedUnrunRunsInItsPlace) {
   ASSERT_NO_FATAL_FAILURE(Connect(&lost));
   ASSERT_NO_FATAL_FAILURE(Connect(&retry));
   const wire::RequestIdPB blocker = Id("busy-client", 1, 1);
-  ASSERT_TRUE(busy.Send(AddFrame(1, &blocker, 1, /*sleep_ms=*/400)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the worker sleeps
+  ASSERT_TRUE(busy.Send(AddFrame(1, &blocker, 1, kHeldSleep)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return ledger_->started.load() == 1; }))
+      << "the blocker did not start within 20 s";
   const wire::RequestIdPB first = Id("client-j", 1, 1);
   ASSERT_TRUE(lost.Send(AddFrame(2, &first, 5)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_queue_length") == 1; }))
+      << "the first attempt was not queued within 20 s";
   lost.Close();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the server sees it go
+  ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_queue_length") == 0; }))
+      << "the closed connection's call was not dropped from the queue within 20 s";
   const wire::RequestIdPB second = Id("client-j", 1, 1, /*attempt=*/2);
-  Answer a = Exchange(&retry, AddFrame(3, &second, 5));
+  ASSERT_TRUE(retry.Send(AddFrame(3, &second, 5)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_queue_length") == 1; }))
+      << "the retry was not queued within 20 s";
+  ledger_->ReleaseHeld();
+  Answer a;
+  ASSERT_TRUE(ReadAnswer(&retry, &a).ok());
+  EXPECT_EQ(3, a.call_id);
   ASSERT_FALSE(a.is_error) << a.error.message();
   EXPECT_EQ(2u, ledger_->runs());  // the blocker and the retry
+  EXPECT_EQ(2, ledger_->started.load()) << "the dropped first attempt ran";
 }
 
 TEST_F(ExactlyOnceTest, AnAttemptBelowTheClientsFirstIncompleteIsStale) {
@@ -906,7 +919,8 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
     std::vector<std::unique_ptr<RpcController>> busy;
     CountDownLatch drained(2);
     occupy(400, &busy, &drained);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both taken
+    ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_queue_length") == 1; }))
+        << "the second did not take the queue's place in 20 s";
     // Async, with retries: refused while both are busy, then served.
     LedgerAddRequestPB req;
     req.set_amount(5);
@@ -926,7 +940,8 @@ TEST_F(ExactlyOnceTest, ATooBusyCallIsRetriedUntilTheQueueDrainsOrItsDeadline) {
     CountDownLatch drained(2);
     occupier_timeout = MonoDelta::FromMilliseconds(300);
     occupy(3000, &busy, &drained);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(WaitUntil([&] { return Gauge("osprey_server_queue_length") == 1; }))
+        << "the second did not take the queue's place in 20 s";
     // Sync, with a deadline the queue will not drain by: it gives up at it.
     LedgerAddRequestPB req;
     req.set_amount(5);

@@ -52,6 +52,12 @@ void AddRememberedAnswerMetrics(MetricRegistry* r, std::shared_ptr<ResultTracker
                     [t] { return static_cast<double>(t->clients()); });
   }
   if (s.ok()) {
+    s = r->AddGauge("osprey_server_tracked_duplicates_waiting",
+                    "Attempts of exactly-once requests waiting for their first attempt to "
+                    "finish (a bounded number a request; more are refused).",
+                    {}, [t] { return static_cast<double>(t->waiting_duplicates()); });
+  }
+  if (s.ok()) {
     s = r->AddGauge("osprey_server_pooled_message_bytes",
                     "Bytes of large request and response messages kept, cleared, for their "
                     "methods' next large calls, over every service in the process (bounded).",

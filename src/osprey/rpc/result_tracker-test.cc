@@ -236,10 +236,13 @@ TEST(ResultTrackerTest, DuplicatesWaitingAreBoundedAndCounted) {
   std::vector<std::shared_ptr<Answered>> waiting(3);
   for (auto& w : waiting) ASSERT_EQ(Decision::kWaiting, Attempt(&t, "u", Id("c", 1, 1), &w, 5000));
   EXPECT_EQ(before + 3 * 5000, t.memory_bytes());
+  EXPECT_EQ(3u, t.waiting_duplicates());
   std::shared_ptr<Answered> extra;
   EXPECT_EQ(Decision::kRefused, Attempt(&t, "u", Id("c", 1, 1), &extra));
   EXPECT_EQ(wire::ErrorStatusPB::ERROR_SERVER_TOO_BUSY, extra->code);
+  EXPECT_EQ(3u, t.waiting_duplicates());  // the refused one does not wait
   t.Record({"u", "c", 1}, Body(7, 'x'), true);
+  EXPECT_EQ(0u, t.waiting_duplicates());
   for (auto& w : waiting) {
     EXPECT_TRUE(w->stored);
     EXPECT_EQ("xxxxxxx", w->answer.body);

@@ -135,6 +135,7 @@ ResultTracker::Decision ResultTracker::Track(const std::string& user, const std:
             Charge(u, cost);
             e.waiting_bytes += cost;
             e.waiting.push_back(std::move(*call));
+            ++waiting_;
             return Decision::kWaiting;
           }
         }
@@ -208,6 +209,7 @@ void ResultTracker::Record(const Key& key, const Answer& answer, bool store) {
     User* u = client.user;
     waiting.swap(e.waiting);
     counts_.after_waiting += waiting.size();
+    waiting_ -= waiting.size();
     Uncharge(u, e.waiting_bytes);
     e.waiting_bytes = 0;
     --client.running;
@@ -247,6 +249,7 @@ void ResultTracker::Erase(Client* client, std::map<int64_t, Entry>::iterator it)
     evicted_.erase(e.order);
   }
   Uncharge(u, kRequestOverhead + e.waiting_bytes);
+  waiting_ -= e.waiting.size();
   client->entries.erase(it);
   UpdateEmpty(client);
 }
@@ -397,6 +400,11 @@ size_t ResultTracker::clients() const {
 ResultTracker::DuplicateCounts ResultTracker::duplicate_counts() const {
   MutexLock l(mu_);
   return counts_;
+}
+
+size_t ResultTracker::waiting_duplicates() const {
+  MutexLock l(mu_);
+  return waiting_;
 }
 
 size_t ResultTracker::user_bytes(const std::string& user) const {

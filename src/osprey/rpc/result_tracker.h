@@ -180,6 +180,9 @@ class ResultTracker {
     uint64_t refused = 0;  // the memory bound, or too many waiting
   };
   DuplicateCounts duplicate_counts() const OSPREY_EXCLUDES(mu_);
+  // Attempts waiting now for their first attempt to finish, over every
+  // request (each request's at most max_waiting_per_request).
+  size_t waiting_duplicates() const OSPREY_EXCLUDES(mu_);
 
  private:
   struct Client;
@@ -269,6 +272,7 @@ class ResultTracker {
   OrderList evicted_ OSPREY_GUARDED_BY(mu_);           // records of evicted answers
   size_t bytes_ OSPREY_GUARDED_BY(mu_) = 0;
   DuplicateCounts counts_ OSPREY_GUARDED_BY(mu_);
+  size_t waiting_ OSPREY_GUARDED_BY(mu_) = 0;  // the entries' waiting calls, in all
 };
 
 }  // namespace osprey
