@@ -12,7 +12,8 @@
 // Each test runs once for each way a thread may read a socket (the hot
 // path's switches, on both ends), since each way meets a cut connection
 // in its own place: a caller in its poll, a worker waiting on its
-// connection, a reactor. The proxy's cuts come from a seeded generator:
+// connection, a reactor; and once with TLS, where a cut may end a
+// handshake or a record part way. The proxy's cuts come from a seeded generator:
 // OSPREY_FLAKY_SEED (default 46) replays a run, and a failure names it.
 #include <gtest/gtest.h>
 
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "cert_test_util.h"
 #include "contract_test_util.h"
 #include "exactly_once_test.osprey.h"
 #include "osprey/base/countdown_latch.h"
@@ -112,20 +114,29 @@ uint32_t CutSeed() {
 // its own answer, a worker its connection's next request, both spinning
 // briefly before they sleep), or one of those turned off, or all of them
 // (only reactors read, as in Kudu).
+// And with TLS, whose handshake and records a cut may end anywhere.
 struct HotPath {
   const char* name;
-  bool caller_reads, worker_reads, spin;
+  bool caller_reads, worker_reads, spin, tls;
 };
 constexpr HotPath kHotPaths[] = {
-    {"Defaults", true, true, true},
-    {"CallerReadsOff", false, true, true},
-    {"WorkerReadsOff", true, false, true},
-    {"SpinOff", true, true, false},
-    {"OnlyReactorsRead", false, false, false},
+    {"Defaults", true, true, true, false},
+    {"CallerReadsOff", false, true, true, false},
+    {"WorkerReadsOff", true, false, true, false},
+    {"SpinOff", true, true, false, false},
+    {"OnlyReactorsRead", false, false, false, false},
+    {"Tls", true, true, true, true},
 };
-MessengerBuilder WithHotPath(MessengerBuilder b, const HotPath& h) {
+// `cert` (its own CA) is both ends' identity and trust when h.tls.
+MessengerBuilder WithHotPath(MessengerBuilder b, const HotPath& h, const test::CertFiles& cert) {
   b.set_caller_reads(h.caller_reads).set_worker_reads(h.worker_reads);
   if (!h.spin) b.set_spin_before_sleep(MonoDelta::FromMicroseconds(0));
+  if (h.tls) {
+    b.set_rpc_encryption(RpcEncryption::kRequired)
+        .set_rpc_encrypt_loopback(true)
+        .set_tls_certificate_files(cert.cert, cert.key)
+        .set_tls_ca_file(cert.cert);
+  }
   return b;
 }
 
@@ -134,8 +145,10 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
   void SetUp() override {
     // Everything at its default but the reactors and the hot path's
     // switches: a server as users make it.
-    ASSERT_TRUE(
-        WithHotPath(MessengerBuilder("bank"), GetParam()).set_num_reactors(2).Build(&server_).ok());
+    ASSERT_TRUE(WithHotPath(MessengerBuilder("bank"), GetParam(), cert_)
+                    .set_num_reactors(2)
+                    .Build(&server_)
+                    .ok());
     auto bank = std::make_unique<Bank>();
     bank_ = bank.get();
     ASSERT_TRUE(server_->RegisterService(std::move(bank)).ok());
@@ -145,7 +158,7 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
     cutter_ = std::make_unique<RecordingProxy>(addr);
     cutter_->CutAtRandomReads(0.02, seed_);
     ASSERT_TRUE(cutter_->Start(&via_).ok());
-    ASSERT_TRUE(WithHotPath(MessengerBuilder("client"), GetParam()).Build(&client_).ok());
+    ASSERT_TRUE(WithHotPath(MessengerBuilder("client"), GetParam(), cert_).Build(&client_).ok());
   }
   void TearDown() override {
     if (client_) client_->Shutdown();
@@ -265,6 +278,8 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
   }
 
   const uint32_t seed_ = CutSeed();
+  test::TempDir cert_dir_;
+  const test::CertFiles cert_ = test::MakeCert(cert_dir_, "bank");
   std::shared_ptr<Messenger> server_, client_;
   Sockaddr server_addr_;
   Bank* bank_ = nullptr;
