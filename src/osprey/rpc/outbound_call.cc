@@ -235,7 +235,11 @@ bool OutboundCall::ScheduleRetry(const Status& status, bool move) {
     std::uniform_real_distribution<double> jitter(0, std::max(cap, 0.0));
     at = at + MonoDelta::FromMicroseconds(static_cast<int64_t>(jitter(rng)));
   }
-  if (!deadline().IsMax() && at >= deadline()) return false;
+  if (!deadline().IsMax() && at >= deadline()) {
+    // Ends now rather than at the deadline, with its attempt's error.
+    not_retried_because_ = "its deadline comes before its retry's backoff ends";
+    return false;
+  }
   // Only a server's refusal spends the guards: they keep retries from
   // adding to a server's overload. A connection that broke failed every
   // call it carried at once; those retries are paced by the policy's
