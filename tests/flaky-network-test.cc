@@ -62,6 +62,7 @@ class Bank : public LedgerServiceIf {
     balances_[req->account()] += req->amount();
     resp->set_balance(balances_[req->account()]);
     resp->set_handler_runs(++runs_);
+    if (req->answer_padding() > 0) resp->set_padding(std::string(req->answer_padding(), 'p'));
     ctx->RespondSuccess();
   }
   void AddUntracked(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp,
@@ -239,7 +240,8 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
 
   // Up to `window` deposits in flight at once through `to`, each running 1
   // ms in the server, `deposits` in all; returns when every one has ended.
-  void AsyncDeposits(const Sockaddr& to, int deposits, int window) {
+  // Each answer carries `padding` bytes, checked whole.
+  void AsyncDeposits(const Sockaddr& to, int deposits, int window, uint32_t padding = 0) {
     LedgerServiceProxy proxy(client_, to);
     struct Deposit {
       LedgerAddRequestPB req;
@@ -262,11 +264,15 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       d->req.set_account(AccountOf(i));
       d->req.set_amount(AmountOf(i));
       d->req.set_sleep_ms(1);
+      d->req.set_answer_padding(padding);
       d->ctl.set_timeout(MonoDelta::FromSeconds(60));
       EXPECT_TRUE(d->ctl.set_retry_policy(SixtyAttempts()).ok());
       Deposit* raw = d.get();
-      proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, raw, i] {
+      proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, raw, i, padding] {
         Record(i, raw->ctl.status(), raw->ctl.attempts());
+        if (raw->ctl.status().ok()) {
+          EXPECT_EQ(padding, raw->resp.padding().size()) << "deposit " << i << "'s answer";
+        }
         {
           std::lock_guard<std::mutex> l(window_mu);
           --in_flight;
@@ -333,6 +339,21 @@ TEST_P(FlakyNetworkTest, AnAsyncWindowOfFiftyDepositsAllSucceedExactlyOnce) {
   std::lock_guard<std::mutex> l(mu_);
   EXPECT_GT(retries_, 100 + kDeposits / 10)
       << "the cuts failed fewer calls than the retry budget allows: spending it would not show";
+}
+
+// Answers of 128 KiB, each several reads and writes long, so that cuts
+// fall inside frames as well as between them: a window of 20 deposits, 200
+// in all, each answer whole and each deposit made once. A call retrying
+// through cuts holds its client's first incomplete request back, so the
+// server keeps every answer after it: 200 of them, 25 MiB, are within the
+// share of the server's memory of answers a user may hold (32 MiB by
+// default). Beyond it the oldest are evicted, and their retries refused as
+// stale, never run twice (ResultTrackerTest.*Evict*).
+TEST_P(FlakyNetworkTest, LargeAnswersThroughCutsArriveWholeExactlyOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kDeposits = 200;
+  AsyncDeposits(via_, kDeposits, /*window=*/20, /*padding=*/128 * 1024);
+  ExpectEveryDepositExactlyOnce(kDeposits);
 }
 
 // The same window straight to the server, with no proxy and no cut: the

@@ -180,6 +180,33 @@ TEST(ResultTrackerTest, EvictionNeverRefusesARequestThatDidNotRun) {
   EXPECT_EQ(Decision::kRun, Attempt(&t, "u", Id("c", 1, 1)));
 }
 
+// A client's first incomplete request (the lowest it says it has in
+// flight) is one it certainly still waits for: if it ran, its answer was
+// lost on the way, and its retry is coming. Its answer is evicted last,
+// though it is the oldest. (It went first: a flaky network with 256 KiB
+// answers turned its retries into ERROR_REQUEST_STALE, the deposit made
+// and its caller told it failed, FlakyNetworkTest.LargeAnswers...)
+TEST(ResultTrackerTest, TheAnswerAClientSaysItStillWaitsForIsEvictedLast) {
+  FakeClock clock;
+  ResultTracker::Options o = Small(&clock, 64 * 1024);
+  o.max_bytes_per_user = o.max_bytes;
+  ResultTracker t(o);
+  ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "u", Id("c", 1, 1), Body(1024, 'w')));
+  // Its answer was lost; the client's later calls keep saying 1 is not done.
+  for (int64_t seq = 2; seq <= 200; ++seq) {
+    ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "u", Id("c", seq, 1), Body(1024)));
+    ASSERT_LE(t.memory_bytes(), 64u * 1024);
+  }
+  EXPECT_GT(t.evicted_records(), 100u);
+  std::shared_ptr<Answered> out;
+  EXPECT_EQ(Decision::kAnswered, Attempt(&t, "u", Id("c", 1, 1), &out));
+  EXPECT_EQ(std::string(1024, 'w'), out->answer.body);
+  EXPECT_EQ(Decision::kStale, Attempt(&t, "u", Id("c", 2, 1)));  // the oldest of the others
+  // Once the client moves past it, it is an answer like any other: freed.
+  ASSERT_NO_FATAL_FAILURE(RunAndRecord(&t, "u", Id("c", 201, 2), Body(10)));
+  EXPECT_EQ(Decision::kStale, Attempt(&t, "u", Id("c", 1, 2)));
+}
+
 TEST(ResultTrackerTest, WhenRecordsFillTheBoundNewRequestsAreRefusedUntilRoomFrees) {
   FakeClock clock;
   const size_t bound = 100 * ResultTracker::kRequestOverhead;
@@ -344,7 +371,8 @@ TEST(ResultTrackerTest, AtTheWholeBoundTheUserHoldingTheMostGivesFirst) {
     ASSERT_LE(t.memory_bytes(), bound);
   }
   EXPECT_EQ(Decision::kAnswered, Attempt(&t, "bob", Id("b", 1, 1)));
-  EXPECT_EQ(Decision::kStale, Attempt(&t, "mallory", Id("m", 1, 1)));
+  // Her oldest but the one her client still awaits (its first incomplete).
+  EXPECT_EQ(Decision::kStale, Attempt(&t, "mallory", Id("m", 2, 1)));
   EXPECT_EQ(Decision::kAnswered, Attempt(&t, "mallory", Id("m", 1000, 1)));
 }
 

@@ -296,9 +296,22 @@ bool ResultTracker::CanEvict(const User& user, const Client* keep) {
   return !user.done.empty() || empty.size() > 1 || (empty.size() == 1 && empty.front() != keep);
 }
 
+bool ResultTracker::IsAwaited(const OrderNode& answer) {
+  return answer.seq_no == answer.client->first_incomplete;
+}
+
 bool ResultTracker::EvictOne(User* user, const Client* keep) {
   if (!user->done.empty()) {
     // The oldest answer goes; its record stays, so its retry is refused.
+    // But not the answer of a client's first incomplete request while
+    // others are left: by the client's own word it still waits for that
+    // one (it ran, so its answer was lost on the way and a retry is
+    // coming), where any other may have been delivered. Such answers move
+    // to the back, so each is passed over once per round of evictions:
+    // one per client at most.
+    for (size_t n = user->done.size(); n > 1 && IsAwaited(user->done.front()); --n) {
+      user->done.splice(user->done.end(), user->done, user->done.begin());
+    }
     OrderNode n = user->done.front();
     Entry& e = n.client->entries.at(n.seq_no);
     user->done.pop_front();

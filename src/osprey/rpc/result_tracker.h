@@ -26,7 +26,10 @@
 //    what is dropped.
 //  - Each user (who authenticated the calls) may hold at most its share,
 //    `max_bytes_per_user`: beyond it, that user's own oldest answers are
-//    evicted, then its clients that hold nothing. An evicted answer leaves
+//    evicted, then its clients that hold nothing. The answer of a client's
+//    first incomplete request goes last: by the client's word it is still
+//    awaited (its answer was lost on the way and a retry is coming), where
+//    any other may have been delivered. An evicted answer leaves
 //    a small record behind, so that a retry of exactly that request is
 //    refused as stale and never runs twice; no other sequence number is
 //    affected (one that never ran still runs).
@@ -245,6 +248,8 @@ class ResultTracker {
   bool MakeRoom(User* user, size_t need, const Client* keep = nullptr) OSPREY_REQUIRES(mu_);
   // One eviction from `user`, as above. False if it has nothing to give.
   bool EvictOne(User* user, const Client* keep) OSPREY_REQUIRES(mu_);
+  // The stored answer of its client's first incomplete request.
+  static bool IsAwaited(const OrderNode& answer);
   static bool CanEvict(const User& user, const Client* keep);
   // Every byte the tracker keeps is added and taken here, to its user's
   // count and the total.
