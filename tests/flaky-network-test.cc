@@ -17,6 +17,7 @@
 // OSPREY_FLAKY_SEED (default 46) replays a run, and a failure names it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cert_test_util.h"
@@ -54,7 +56,19 @@ constexpr int kAccounts = 16;
 // retry of a deposit that ran from memory.
 class Bank : public LedgerServiceIf {
  public:
+  // A request's sidecar, when it has one, is this many bytes of 'r'.
+  static constexpr size_t kRequestSidecar = 128 * 1024;
+
   void Add(const LedgerAddRequestPB* req, LedgerAddResponsePB* resp, RpcContext* ctx) override {
+    if (ctx->num_inbound_sidecars() > 0) {
+      Slice sidecar;
+      const bool whole = ctx->GetInboundSidecar(0, &sidecar).ok() &&
+                         sidecar.size() == kRequestSidecar &&
+                         std::all_of(sidecar.data(), sidecar.data() + sidecar.size(),
+                                     [](uint8_t b) { return b == 'r'; });
+      std::lock_guard<std::mutex> l(mu_);
+      (whole ? sidecars_ : bad_sidecars_)++;
+    }
     if (req->sleep_ms() > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(req->sleep_ms()));
     }
@@ -88,11 +102,17 @@ class Bank : public LedgerServiceIf {
     std::lock_guard<std::mutex> l(mu_);
     return runs_;
   }
+  // Requests with a whole sidecar, and with one that was not.
+  std::pair<int, int> sidecars() {
+    std::lock_guard<std::mutex> l(mu_);
+    return {sidecars_, bad_sidecars_};
+  }
 
  private:
   std::mutex mu_;
   std::map<uint32_t, uint64_t> balances_;
   uint64_t runs_ = 0;
+  int sidecars_ = 0, bad_sidecars_ = 0;
 };
 
 // What the application asks for: many attempts, the default backoffs.
@@ -240,8 +260,10 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
 
   // Up to `window` deposits in flight at once through `to`, each running 1
   // ms in the server, `deposits` in all; returns when every one has ended.
-  // Each answer carries `padding` bytes, checked whole.
-  void AsyncDeposits(const Sockaddr& to, int deposits, int window, uint32_t padding = 0) {
+  // Each answer carries `padding` bytes, checked whole; with `sidecars`,
+  // each request a sidecar the bank checks whole.
+  void AsyncDeposits(const Sockaddr& to, int deposits, int window, uint32_t padding = 0,
+                     bool sidecars = false) {
     LedgerServiceProxy proxy(client_, to);
     struct Deposit {
       LedgerAddRequestPB req;
@@ -265,6 +287,10 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       d->req.set_amount(AmountOf(i));
       d->req.set_sleep_ms(1);
       d->req.set_answer_padding(padding);
+      if (sidecars) {
+        int idx;
+        EXPECT_TRUE(d->ctl.AddOutboundSidecar(std::string(Bank::kRequestSidecar, 'r'), &idx).ok());
+      }
       d->ctl.set_timeout(MonoDelta::FromSeconds(60));
       EXPECT_TRUE(d->ctl.set_retry_policy(SixtyAttempts()).ok());
       Deposit* raw = d.get();
@@ -354,6 +380,17 @@ TEST_P(FlakyNetworkTest, LargeAnswersThroughCutsArriveWholeExactlyOnce) {
   constexpr int kDeposits = 200;
   AsyncDeposits(via_, kDeposits, /*window=*/20, /*padding=*/128 * 1024);
   ExpectEveryDepositExactlyOnce(kDeposits);
+}
+
+// Requests with sidecars of 128 KiB, several reads and writes each, sent
+// again whole by each retry: every one reaches the handler whole, and
+// every deposit is made once.
+TEST_P(FlakyNetworkTest, LargeRequestsThroughCutsArriveWholeExactlyOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kDeposits = 200;
+  AsyncDeposits(via_, kDeposits, /*window=*/20, /*padding=*/0, /*sidecars=*/true);
+  ExpectEveryDepositExactlyOnce(kDeposits);
+  EXPECT_EQ(std::make_pair(kDeposits, 0), bank_->sidecars()) << "(whole, not whole)";
 }
 
 // The same window straight to the server, with no proxy and no cut: the
