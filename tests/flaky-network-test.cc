@@ -265,6 +265,11 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
   void AsyncDeposits(const Sockaddr& to, int deposits, int window, uint32_t padding = 0,
                      bool sidecars = false) {
     LedgerServiceProxy proxy(client_, to);
+    AsyncDeposits(&proxy, deposits, window, padding, sidecars);
+  }
+  void AsyncDeposits(LedgerServiceProxy* through, int deposits, int window, uint32_t padding = 0,
+                     bool sidecars = false) {
+    LedgerServiceProxy& proxy = *through;
     struct Deposit {
       LedgerAddRequestPB req;
       LedgerAddResponsePB resp;
@@ -391,6 +396,51 @@ TEST_P(FlakyNetworkTest, LargeRequestsThroughCutsArriveWholeExactlyOnce) {
   AsyncDeposits(via_, kDeposits, /*window=*/20, /*padding=*/0, /*sidecars=*/true);
   ExpectEveryDepositExactlyOnce(kDeposits);
   EXPECT_EQ(std::make_pair(kDeposits, 0), bank_->sidecars()) << "(whole, not whole)";
+}
+
+// Two servers, each behind its own cutting proxy, one target: a tracked
+// deposit whose answer a cut lost is retried only on the server that may
+// have run it, where its answer is kept; one that was never sent may go to
+// either. Every deposit succeeds, and the two banks together hold each
+// exactly once.
+TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
+  Watchdog dog(std::chrono::seconds(150));
+  std::shared_ptr<Messenger> second;
+  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
+                  .set_num_reactors(2)
+                  .Build(&second)
+                  .ok());
+  auto bank_b = std::make_unique<Bank>();
+  Bank* b = bank_b.get();
+  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
+  Sockaddr b_addr, b_via;
+  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
+  RecordingProxy b_cutter(b_addr);
+  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
+  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
+  constexpr int kDeposits = 1000;
+  {
+    LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+    AsyncDeposits(&proxy, kDeposits, /*window=*/50);
+  }
+  std::map<uint32_t, uint64_t> both = bank_->balances();
+  for (const auto& [account, balance] : b->balances()) both[account] += balance;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::string why;
+    for (const std::string& f : failures_) why += "\n  " + f;
+    EXPECT_EQ(0, failed_) << failed_ << " of " << kDeposits << " deposits failed ("
+                          << cutter_->cuts() << " + " << b_cutter.cuts()
+                          << " cuts, OSPREY_FLAKY_SEED=" << seed_ << "), e.g.:" << why;
+    EXPECT_EQ(expected_, both) << "the two banks together";
+    EXPECT_EQ(static_cast<uint64_t>(succeeded_), bank_->runs() + b->runs())
+        << "a deposit ran twice, or on both servers";
+  }
+  EXPECT_GT(bank_->runs(), 0u);
+  EXPECT_GT(b->runs(), 0u);
+  EXPECT_GT(cutter_->cuts() + b_cutter.cuts(), 0);
+  client_->Shutdown();
+  second->Shutdown();
 }
 
 // The same window straight to the server, with no proxy and no cut: the
