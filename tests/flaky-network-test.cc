@@ -398,6 +398,53 @@ TEST_P(FlakyNetworkTest, LargeRequestsThroughCutsArriveWholeExactlyOnce) {
   EXPECT_EQ(std::make_pair(kDeposits, 0), bank_->sidecars()) << "(whole, not whole)";
 }
 
+// Eight client messengers (eight client ids in the server's memory of
+// answers, eight sets of connections) at once, each with a window of five
+// deposits (40 in all, within the server's queue of 50), through the same
+// cuts: every deposit made once.
+TEST_P(FlakyNetworkTest, EightClientsAtOnceThroughCutsEachDepositOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  constexpr int kClients = 8, kEach = 200, kWindow = 5;
+  std::vector<std::thread> clients;
+  std::vector<std::shared_ptr<Messenger>> messengers(kClients);
+  for (auto& m : messengers) {
+    ASSERT_TRUE(WithHotPath(MessengerBuilder("client"), GetParam(), cert_).Build(&m).ok());
+  }
+  std::atomic<int> next{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      LedgerServiceProxy proxy(messengers[c], via_);
+      struct Deposit {
+        LedgerAddRequestPB req;
+        LedgerAddResponsePB resp;
+        RpcController ctl;
+      };
+      std::vector<Deposit> window(kWindow);
+      for (int round = 0; round < kEach / kWindow; ++round) {
+        CountDownLatch done(kWindow);
+        std::vector<int> ids(kWindow);
+        for (int k = 0; k < kWindow; ++k) {
+          Deposit& d = window[k];
+          d.ctl.Reset();
+          ids[k] = next++;
+          d.req.set_account(AccountOf(ids[k]));
+          d.req.set_amount(AmountOf(ids[k]));
+          d.ctl.set_timeout(MonoDelta::FromSeconds(60));
+          EXPECT_TRUE(d.ctl.set_retry_policy(SixtyAttempts()).ok());
+          proxy.AddAsync(d.req, &d.resp, &d.ctl, [&done] { done.CountDown(); });
+        }
+        EXPECT_TRUE(done.WaitFor(MonoDelta::FromSeconds(120)));
+        for (int k = 0; k < kWindow; ++k) {
+          Record(ids[k], window[k].ctl.status(), window[k].ctl.attempts());
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (auto& m : messengers) m->Shutdown();
+  ExpectEveryDepositExactlyOnce(kClients * kEach);
+}
+
 // Two servers, each behind its own cutting proxy, one target: a tracked
 // deposit whose answer a cut lost is retried only on the server that may
 // have run it, where its answer is kept; one that was never sent may go to
