@@ -315,6 +315,122 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
     ASSERT_TRUE(all_done.WaitFor(MonoDelta::FromSeconds(120)));
   }
 
+  // What the tests of that name (below) run: 1,000 deposits in a window
+  // of 50 (async) or through 8 threads (sync).
+  void DepositsEndingEveryWay(bool sync) {
+    Watchdog dog(std::chrono::seconds(150));
+    constexpr int kDeposits = 1000, kWindow = 50, kThreads = 8;
+    std::mt19937 rng(seed_);
+    LedgerServiceProxy proxy(client_, via_);
+    struct Deposit {
+      LedgerAddRequestPB req;
+      LedgerAddResponsePB resp;
+      RpcController ctl;
+      std::atomic<int> ends{0};
+    };
+    // Set up before any call: the controllers outlive the calls, so that
+    // the canceller may reach any of them at any time.
+    std::vector<std::unique_ptr<Deposit>> calls(kDeposits);
+    for (int i = 0; i < kDeposits; ++i) {
+      auto d = std::make_unique<Deposit>();
+      d->req.set_account(static_cast<uint32_t>(1000 + i));
+      d->req.set_amount(AmountOf(i));
+      d->req.set_sleep_ms(rng() % 4 == 0 ? 1 : 0);
+      d->ctl.set_timeout(rng() % 4 == 0 ? MonoDelta::FromMilliseconds(2 + rng() % 29)
+                                        : MonoDelta::FromSeconds(60));
+      EXPECT_TRUE(d->ctl.set_retry_policy(SixtyAttempts()).ok());
+      calls[i] = std::move(d);
+    }
+    CountDownLatch all_done(kDeposits);
+    std::atomic<int> issued{0};
+    std::atomic<bool> stop{false};
+    // Cancels a deposit already issued, at random, every 200 us or so (an
+    // ended call's Cancel does nothing).
+    std::thread canceller([&, seed = seed_ + 1] {
+      std::mt19937 pick(seed);
+      while (!stop.load()) {
+        const int n = issued.load();
+        if (n > 0) calls[pick() % n]->ctl.Cancel();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    if (sync) {
+      std::atomic<int> next{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&] {
+          for (int i = next++; i < kDeposits; i = next++) {
+            Deposit* d = calls[i].get();
+            issued.store(std::max(issued.load(), i + 1));
+            (void)proxy.Add(d->req, &d->resp, &d->ctl);
+            d->ends.fetch_add(1);
+            all_done.CountDown();
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+    } else {
+      std::mutex window_mu;
+      std::condition_variable window_cv;
+      int in_flight = 0;
+      for (int i = 0; i < kDeposits; ++i) {
+        {
+          std::unique_lock<std::mutex> l(window_mu);
+          window_cv.wait(l, [&] { return in_flight < kWindow; });
+          ++in_flight;
+        }
+        Deposit* d = calls[i].get();
+        proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, d] {
+          d->ends.fetch_add(1);
+          {
+            std::lock_guard<std::mutex> l(window_mu);
+            --in_flight;
+          }
+          window_cv.notify_one();
+          all_done.CountDown();
+        });
+        issued.store(i + 1);
+      }
+    }
+    const bool ended = all_done.WaitFor(MonoDelta::FromSeconds(120));
+    stop = true;
+    canceller.join();
+    ASSERT_TRUE(ended) << "not every deposit ended in 120 s";
+    const std::map<uint32_t, uint64_t> balances = bank_->balances();
+    int ok = 0, aborted = 0, timed_out = 0, other = 0, ran = 0;
+    for (int i = 0; i < kDeposits; ++i) {
+      const Deposit& d = *calls[i];
+      EXPECT_EQ(1, d.ends.load()) << "deposit " << i;
+      auto it = balances.find(static_cast<uint32_t>(1000 + i));
+      const uint64_t balance = it == balances.end() ? 0 : it->second;
+      const Status s = d.ctl.status();
+      if (balance != 0) ++ran;
+      if (s.ok()) {
+        ++ok;
+        EXPECT_EQ(AmountOf(i), balance)
+            << "deposit " << i << " succeeded (OSPREY_FLAKY_SEED=" << seed_ << ")";
+        continue;
+      }
+      (s.IsAborted() ? aborted : s.IsTimedOut() ? timed_out : other)++;
+      // With 60 attempts allowed, any other end is a retry not made, and
+      // says why (a short deadline's cut, mostly).
+      if (!s.IsAborted() && !s.IsTimedOut()) {
+        EXPECT_NE(std::string::npos, s.message().find("not retried (")) << s.ToString();
+      }
+      EXPECT_TRUE(balance == 0 || balance == AmountOf(i))
+          << "deposit " << i << " ended " << s.ToString() << " with " << balance << " deposited of "
+          << AmountOf(i) << " (OSPREY_FLAKY_SEED=" << seed_ << ")";
+    }
+    EXPECT_EQ(static_cast<uint64_t>(ran), bank_->runs()) << "a deposit ran twice";
+    std::cerr << kDeposits << (sync ? " blocking" : " async") << " deposits: " << ok
+              << " succeeded, " << aborted << " cancelled, " << timed_out << " timed out, " << other
+              << " failed otherwise; " << ran << " ran; " << cutter_->cuts() << " cuts\n";
+    // The test tests what it says: calls ended each way.
+    EXPECT_GT(ok, 0);
+    EXPECT_GT(aborted, 0);
+    EXPECT_GT(timed_out, 0);
+  }
+
   const uint32_t seed_ = CutSeed();
   test::TempDir cert_dir_;
   const test::CertFiles cert_ = test::MakeCert(cert_dir_, "bank");
@@ -508,103 +624,18 @@ TEST_P(FlakyNetworkTest, TheSameAsyncWindowWithoutCutsIsNeverRefused) {
 // at random while in flight, some with deadlines too short for every retry
 // (2 to 30 ms), the rest with a minute. Each deposit goes to an account of
 // its own, so a deposit run twice shows as twice its amount. Each call ends
-// once (its callback runs once); a deposit that succeeded ran exactly
-// once; one that was cancelled, timed out or failed ran at most once (the
-// server may have run it before the caller gave up).
+// once (its callback runs, or its sync call returns, once); a deposit that
+// succeeded ran exactly once; one that was cancelled, timed out or failed
+// ran at most once (the server may have run it before the caller gave up).
 TEST_P(FlakyNetworkTest, DepositsCancelledOrTimedOutAtRandomRunAtMostOnce) {
-  Watchdog dog(std::chrono::seconds(150));
-  constexpr int kDeposits = 1000, kWindow = 50;
-  std::mt19937 rng(seed_);
-  LedgerServiceProxy proxy(client_, via_);
-  struct Deposit {
-    LedgerAddRequestPB req;
-    LedgerAddResponsePB resp;
-    RpcController ctl;
-    std::atomic<int> callbacks{0};
-  };
-  std::vector<std::unique_ptr<Deposit>> calls(kDeposits);
-  for (auto& d : calls) d = std::make_unique<Deposit>();
-  CountDownLatch all_done(kDeposits);
-  std::mutex window_mu;
-  std::condition_variable window_cv;
-  int in_flight = 0;
-  std::atomic<int> issued{0};
-  std::atomic<bool> stop{false};
-  // Cancels a deposit already issued, at random, every 200 us or so (an
-  // ended call's Cancel does nothing; the controllers outlive the test's
-  // calls).
-  std::thread canceller([&, seed = seed_ + 1] {
-    std::mt19937 pick(seed);
-    while (!stop.load()) {
-      const int n = issued.load();
-      if (n > 0) calls[pick() % n]->ctl.Cancel();
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  });
-  for (int i = 0; i < kDeposits; ++i) {
-    {
-      std::unique_lock<std::mutex> l(window_mu);
-      window_cv.wait(l, [&] { return in_flight < kWindow; });
-      ++in_flight;
-    }
-    Deposit* d = calls[i].get();
-    d->req.set_account(static_cast<uint32_t>(1000 + i));
-    d->req.set_amount(AmountOf(i));
-    d->req.set_sleep_ms(rng() % 4 == 0 ? 1 : 0);
-    d->ctl.set_timeout(rng() % 4 == 0 ? MonoDelta::FromMilliseconds(2 + rng() % 29)
-                                      : MonoDelta::FromSeconds(60));
-    EXPECT_TRUE(d->ctl.set_retry_policy(SixtyAttempts()).ok());
-    proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, d] {
-      d->callbacks.fetch_add(1);
-      {
-        std::lock_guard<std::mutex> l(window_mu);
-        --in_flight;
-      }
-      window_cv.notify_one();
-      all_done.CountDown();
-    });
-    issued.store(i + 1);
-  }
-  const bool ended = all_done.WaitFor(MonoDelta::FromSeconds(120));
-  stop = true;
-  canceller.join();
-  ASSERT_TRUE(ended) << "not every deposit ended in 120 s";
-  const std::map<uint32_t, uint64_t> balances = bank_->balances();
-  int ok = 0, aborted = 0, timed_out = 0, other = 0, ran = 0;
-  for (int i = 0; i < kDeposits; ++i) {
-    const Deposit& d = *calls[i];
-    EXPECT_EQ(1, d.callbacks.load()) << "deposit " << i;
-    auto it = balances.find(static_cast<uint32_t>(1000 + i));
-    const uint64_t balance = it == balances.end() ? 0 : it->second;
-    const Status s = d.ctl.status();
-    if (balance != 0) ++ran;
-    if (s.ok()) {
-      ++ok;
-      EXPECT_EQ(AmountOf(i), balance)
-          << "deposit " << i << " succeeded (OSPREY_FLAKY_SEED=" << seed_ << ")";
-    } else {
-      (s.IsAborted() ? aborted : s.IsTimedOut() ? timed_out : other)++;
-      // With 60 attempts allowed, any other end is a retry not made, and
-      // says why (a short deadline's cut, mostly).
-      if (!s.IsAborted() && !s.IsTimedOut()) {
-        EXPECT_NE(std::string::npos, s.message().find("not retried (")) << s.ToString();
-      }
-      if (!s.IsAborted() && !s.IsTimedOut())
-        std::cerr << "OTHER " << i << ": " << s.ToString() << " attempts " << d.ctl.attempts()
-                  << " timeout " << d.ctl.timeout().ToString() << "\n";
-      EXPECT_TRUE(balance == 0 || balance == AmountOf(i))
-          << "deposit " << i << " ended " << s.ToString() << " with " << balance << " deposited of "
-          << AmountOf(i) << " (OSPREY_FLAKY_SEED=" << seed_ << ")";
-    }
-  }
-  EXPECT_EQ(static_cast<uint64_t>(ran), bank_->runs()) << "a deposit ran twice";
-  std::cerr << kDeposits << " deposits: " << ok << " succeeded, " << aborted << " cancelled, "
-            << timed_out << " timed out, " << other << " failed otherwise; " << ran << " ran; "
-            << cutter_->cuts() << " cuts\n";
-  // The test tests what it says: calls ended each way.
-  EXPECT_GT(ok, 0);
-  EXPECT_GT(aborted, 0);
-  EXPECT_GT(timed_out, 0);
+  DepositsEndingEveryWay(/*sync=*/false);
+}
+
+// The same with eight threads of blocking calls, cancelled from another
+// thread while they wait (a caller parked in its poll, where caller reads
+// are on).
+TEST_P(FlakyNetworkTest, BlockingDepositsCancelledOrTimedOutAtRandomRunAtMostOnce) {
+  DepositsEndingEveryWay(/*sync=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(HotPaths, FlakyNetworkTest, ::testing::ValuesIn(kHotPaths),
