@@ -974,13 +974,7 @@ TEST_F(ExactlyOnceTest, WithoutARetryPolicyAFailedCallIsNotRetried) {
 // though its method is neither tracked nor idempotent, until the server
 // listens.
 TEST(RetryTest, ACallThatCouldNotConnectIsRetriedUntilTheServerListens) {
-  Sockaddr addr;
-  {
-    Socket probe;  // a free port, closed again
-    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.GetLocalAddress(&addr).ok());
-  }
+  const Sockaddr addr = ClosedLoopbackPort();
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client").set_num_reactors(1).Build(&client).ok());
   kudu::rpc_test::CalculatorServiceProxy proxy(client, addr);

@@ -648,13 +648,7 @@ INSTANTIATE_TEST_SUITE_P(HotPaths, FlakyNetworkTest, ::testing::ValuesIn(kHotPat
 // the connection's error, not with a spent budget after its first.
 TEST(RetryWithoutAServerTest, EachCallUsesItsPolicysAttemptsNotABudget) {
   Watchdog dog(std::chrono::seconds(60));
-  Sockaddr addr;
-  {
-    Socket probe;  // a free port, closed again
-    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.GetLocalAddress(&addr).ok());
-  }
+  const Sockaddr addr = ClosedLoopbackPort();
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client").Build(&client).ok());  // every default
   LedgerServiceProxy proxy(client, addr);
@@ -696,13 +690,7 @@ TEST(RetryWithoutAServerTest, EachCallUsesItsPolicysAttemptsNotABudget) {
 // same way.
 TEST(RetryWithoutAServerTest, ARetryThatWouldStartPastTheDeadlineIsNotMadeAndTheErrorSaysSo) {
   Watchdog dog(std::chrono::seconds(60));
-  Sockaddr addr;
-  {
-    Socket probe;  // a free port, closed again
-    ASSERT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
-    ASSERT_TRUE(probe.GetLocalAddress(&addr).ok());
-  }
+  const Sockaddr addr = ClosedLoopbackPort();
   std::shared_ptr<Messenger> client;
   ASSERT_TRUE(MessengerBuilder("client").Build(&client).ok());
   LedgerServiceProxy proxy(client, addr);

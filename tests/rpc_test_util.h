@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "osprey/base/socket.h"
 #include "osprey/rpc/messenger.h"
 #include "rpc_test.osprey.h"
 
@@ -194,6 +195,17 @@ bool WaitUntil(Condition condition, MonoDelta timeout = MonoDelta::FromSeconds(2
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// A loopback address nothing listens on: a port the kernel gave, closed
+// again (connecting to it is refused, unless another test takes it first).
+inline Sockaddr ClosedLoopbackPort() {
+  Sockaddr addr;
+  Socket probe;
+  EXPECT_TRUE(probe.Init(Sockaddr::Loopback(0)).ok());
+  EXPECT_TRUE(probe.Bind(Sockaddr::Loopback(0)).ok());
+  EXPECT_TRUE(probe.GetLocalAddress(&addr).ok());
+  return addr;
 }
 
 // One Add of `x` + `y` through `proxy` within `timeout`: its status, or
