@@ -678,6 +678,9 @@ TEST(RetryWithoutAServerTest, EachCallUsesItsPolicysAttemptsNotABudget) {
     EXPECT_EQ(std::string::npos, c->ctl.status().message().find("budget"))
         << c->ctl.status().ToString();
     EXPECT_EQ(policy.max_attempts, c->ctl.attempts()) << c->ctl.status().ToString();
+    // Its error says it was retried.
+    EXPECT_NE(std::string::npos, c->ctl.status().message().find("after 5 attempts: "))
+        << c->ctl.status().ToString();
   }
   client->Shutdown();
 }

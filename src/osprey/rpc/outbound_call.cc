@@ -465,6 +465,11 @@ void OutboundCall::Complete(const Status& attempt_status,
       if (group_->hedge_sent.load(std::memory_order_relaxed)) ++attempts_sent;
     }
   }
+  // A failure after retries says so: the last attempt's error alone reads
+  // as if the call had been made once.
+  if (!status.ok() && attempts > 1) {
+    status = status.CloneAndPrepend("after " + std::to_string(attempts) + " attempts");
+  }
   // The controller and response may be gone the moment the callback runs
   // (a sync caller returns): touch nothing of theirs after it.
   if (metrics_ != nullptr || slow_calls_ != nullptr) {
