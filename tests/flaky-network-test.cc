@@ -606,6 +606,116 @@ TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
   second->Shutdown();
 }
 
+// Hedged calls through the cuts: two servers, each behind its own cutting
+// proxy; untracked deposits marked idempotent (so they may be hedged and
+// retried after they were sent), a hedge after 1 ms for any call (no cap),
+// a quarter of them running 2 ms, some cancelled at random and some with 2
+// to 30 ms to live. Each call ends once; one that succeeded ran at least
+// once; each account, one a deposit, holds a whole number of its deposit.
+TEST_P(FlakyNetworkTest, HedgedCallsThroughCutsEachEndOnce) {
+  Watchdog dog(std::chrono::seconds(150));
+  std::shared_ptr<Messenger> second;
+  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
+                  .set_num_reactors(2)
+                  .Build(&second)
+                  .ok());
+  auto bank_b = std::make_unique<Bank>();
+  Bank* b = bank_b.get();
+  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
+  Sockaddr b_addr, b_via;
+  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
+  RecordingProxy b_cutter(b_addr);
+  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
+  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
+  LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+  HedgingPolicy hedging;
+  hedging.enabled = true;
+  hedging.when = HedgingPolicy::When::kFixed;
+  hedging.delay = MonoDelta::FromMilliseconds(1);
+  hedging.max_share = 1.0;
+  hedging.burst = 1000;
+  ASSERT_TRUE(proxy.set_hedging(hedging).ok());
+  constexpr int kCalls = 1000, kWindow = 25;
+  std::mt19937 rng(seed_);
+  struct Call {
+    LedgerAddRequestPB req;
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+    std::atomic<int> ends{0};
+  };
+  std::vector<std::unique_ptr<Call>> calls(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    auto c = std::make_unique<Call>();
+    c->req.set_account(static_cast<uint32_t>(1000 + i));
+    c->req.set_amount(AmountOf(i));
+    c->req.set_sleep_ms(rng() % 4 == 0 ? 2 : 0);
+    c->ctl.set_timeout(rng() % 4 == 0 ? MonoDelta::FromMilliseconds(2 + rng() % 29)
+                                      : MonoDelta::FromSeconds(60));
+    c->ctl.set_idempotent(true);
+    EXPECT_TRUE(c->ctl.set_retry_policy(SixtyAttempts()).ok());
+    calls[i] = std::move(c);
+  }
+  CountDownLatch all_done(kCalls);
+  std::atomic<int> issued{0};
+  std::atomic<bool> stop{false};
+  std::thread canceller([&, seed = seed_ + 2] {
+    std::mt19937 pick(seed);
+    while (!stop.load()) {
+      const int n = issued.load();
+      if (n > 0) calls[pick() % n]->ctl.Cancel();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::mutex window_mu;
+  std::condition_variable window_cv;
+  int in_flight = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    {
+      std::unique_lock<std::mutex> l(window_mu);
+      window_cv.wait(l, [&] { return in_flight < kWindow; });
+      ++in_flight;
+    }
+    Call* c = calls[i].get();
+    proxy.AddUntrackedAsync(c->req, &c->resp, &c->ctl, [&, c] {
+      c->ends.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> l(window_mu);
+        --in_flight;
+      }
+      window_cv.notify_one();
+      all_done.CountDown();
+    });
+    issued.store(i + 1);
+  }
+  const bool ended = all_done.WaitFor(MonoDelta::FromSeconds(120));
+  stop = true;
+  canceller.join();
+  ASSERT_TRUE(ended) << "not every call ended in 120 s";
+  std::map<uint32_t, uint64_t> both = bank_->balances();
+  for (const auto& [account, balance] : b->balances()) both[account] += balance;
+  int ok = 0, hedged = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    const Call& c = *calls[i];
+    EXPECT_EQ(1, c.ends.load()) << "call " << i;
+    const uint64_t balance = both[static_cast<uint32_t>(1000 + i)];
+    EXPECT_EQ(0u, balance % AmountOf(i)) << "call " << i << ": " << balance;
+    if (c.ctl.hedge() != RpcController::Hedge::kNone) ++hedged;
+    if (c.ctl.status().ok()) {
+      ++ok;
+      EXPECT_GE(balance, AmountOf(i)) << "call " << i << " succeeded";
+    }
+  }
+  const HedgeStats stats = proxy.hedging_stats();
+  std::cerr << kCalls << " hedged calls: " << ok << " succeeded, " << hedged << " hedged; hedges "
+            << stats.sent << " sent, " << stats.won << " won, " << stats.eligible << " eligible, "
+            << stats.refused_by_cap << " refused by the cap, " << stats.no_other_server
+            << " with no other server; " << cutter_->cuts() + b_cutter.cuts() << " cuts\n";
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(stats.sent, 0);
+  client_->Shutdown();
+  second->Shutdown();
+}
+
 // The same window straight to the server, with no proxy and no cut: the
 // server refuses nothing and no call is retried, so what the test above
 // spends of the budget is the network's doing, not its load's.
