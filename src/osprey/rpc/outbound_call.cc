@@ -185,7 +185,10 @@ ServerSet::Outcome OutboundCall::OutcomeOf(const Status& status,
     }
   }
   if (status.IsNetworkError()) {
-    return may_have_reached_server() ? Outcome::kLost : Outcome::kConnectFailed;
+    // A connection that connected and then broke (before the request went,
+    // or after) is lost, whatever it carried; one that never connected is
+    // a failed connect.
+    return may_have_reached_server() || lost_with() != 0 ? Outcome::kLost : Outcome::kConnectFailed;
   }
   if (status.IsTimedOut()) return Outcome::kTimedOut;
   return Outcome::kAbandoned;
@@ -417,14 +420,15 @@ void OutboundCall::Complete(const Status& attempt_status,
       outcome = ServerSet::Outcome::kOutrun;
     }
     const MonoDelta took = MonoTime::Now() - attempt_start_;
-    servers_->Ended(server_, outcome, took);
+    servers_->Ended(server_, outcome, took, outcome == ServerSet::Outcome::kLost ? lost_with() : 0);
     counted_ = false;
     // Every answer, the first or not, is a sample of the method's latency.
     if (status.ok() && hedge_window_ != nullptr) hedge_window_->Record(took);
     // An exactly-once attempt that may have run there: its retries stay,
     // where the server keeps its answer.
     if (request_tracker_ != nullptr &&
-        (outcome == ServerSet::Outcome::kLost || outcome == ServerSet::Outcome::kTimedOut)) {
+        ((outcome == ServerSet::Outcome::kLost && may_have_reached_server()) ||
+         outcome == ServerSet::Outcome::kTimedOut)) {
       pinned_ = true;
     }
   }

@@ -298,7 +298,8 @@ Sockaddr ServerSet::first() const {
   return servers_.empty() ? Sockaddr() : servers_.front()->address;
 }
 
-void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
+void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took,
+                      uint64_t connection) {
   MutexLock l(mu_);
   Entry* e = server.get();
   --e->outstanding;
@@ -348,6 +349,10 @@ void ServerSet::Ended(const EntryPtr& server, Outcome outcome, MonoDelta took) {
       ForgetLatencyLocked(e);
       break;
     case Outcome::kLost:
+      // A cut connection fails every call it carried at once: one failure.
+      if (connection != 0 && connection == e->last_lost_connection) break;
+      e->last_lost_connection = connection;
+      [[fallthrough]];
     case Outcome::kTimedOut:
       if (++e->failures_in_a_row >= options_.failures_to_eject) EjectLocked(e, now);
       break;

@@ -45,8 +45,9 @@ class ServerSet {
   struct Options {
     LoadBalancing lb = LoadBalancing::kPowerOfTwoChoices;
     bool ejection = true;  // false: never eject (outlier detection off)
-    // Calls in a row that timed out or lost their connection, past which
-    // the server is ejected (a refused connection ejects at once).
+    // Calls in a row that timed out, or connections in a row lost with
+    // calls on them, past which the server is ejected (a refused
+    // connection ejects at once).
     int failures_to_eject = 5;
     MonoDelta base_ejection = MonoDelta::FromSeconds(1);
     MonoDelta max_ejection = MonoDelta::FromSeconds(30);
@@ -70,7 +71,7 @@ class ServerSet {
     kRefusedBusy,    // ERROR_SERVER_TOO_BUSY: it works, but is full
     kDraining,       // ERROR_UNAVAILABLE or FATAL_SERVER_SHUTTING_DOWN
     kConnectFailed,  // no connection: refused, unreachable (not sent)
-    kLost,           // the connection broke with the call in flight
+    kLost,           // the connection broke, after it connected, with the call on it
     kTimedOut,
     kAbandoned,  // cancelled, or ended on the client: says nothing
     // Cancelled because a hedge to another server answered first: it took
@@ -92,7 +93,8 @@ class ServerSet {
     // that outran the server): only then does the balancer see it.
     bool latency_confirmed = false;
     int failures_in_a_row = 0;
-    MonoTime ejected_until;  // MonoTime() (the epoch): not ejected
+    uint64_t last_lost_connection = 0;  // the last kLost's, counted once
+    MonoTime ejected_until;             // MonoTime() (the epoch): not ejected
     MonoDelta next_ejection;
     MonoTime draining_until;
     bool in_set = true;  // false once a re-resolution dropped it
@@ -125,8 +127,11 @@ class ServerSet {
   // must stay where the call may have run.
   EntryPtr Keep(const EntryPtr& server) OSPREY_EXCLUDES(mu_);
   // The attempt sent to `server` by Pick or Keep ended so, after `took`.
-  void Ended(const EntryPtr& server, Outcome outcome, MonoDelta took = MonoDelta())
-      OSPREY_EXCLUDES(mu_);
+  // For kLost, `connection` names the connection that was lost (a serial,
+  // transport::Connection::serial(); 0: unknown): the calls lost with one
+  // connection are one failure of the server, not one each.
+  void Ended(const EntryPtr& server, Outcome outcome, MonoDelta took = MonoDelta(),
+             uint64_t connection = 0) OSPREY_EXCLUDES(mu_);
 
   // Switches, for measuring and bisecting (Proxy::set_load_balancing,
   // set_outlier_detection); any thread, for the calls that start after.

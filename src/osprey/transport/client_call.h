@@ -103,6 +103,14 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     return call_id_ >= 0;
   }
   Reactor* reactor() const { return reactor_; }
+  // Reactor thread: the serial (Connection::serial()) of the connection
+  // whose close failed the call, if that connection had connected (sent
+  // or held the request, the server up); 0 otherwise (it never connected,
+  // or the call ended another way).
+  uint64_t lost_with() const {
+    AssertOnReactor();
+    return lost_with_;
+  }
   // Under the loop lock of the reactor that took the call: OnCallTimer
   // runs at `when` on its thread, unless the call finished first (the
   // timer goes when it finishes, as its deadline's does; no allocation).
@@ -152,6 +160,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // held is not provably the call's reactor's.
   Connection* conn_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = nullptr;  // the connection it waits on
   int32_t call_id_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = -1;
+  uint64_t lost_with_ OSPREY_GUARDED_BY(reactor_->loop_mu_) = 0;
   TimerId timer_id_ OSPREY_GUARDED_BY(reactor_->loop_mu_);
   TimerId call_timer_ OSPREY_GUARDED_BY(reactor_->loop_mu_);  // ArmCallTimer's
   MonoDelta timeout_ OSPREY_GUARDED_BY(reactor_->loop_mu_);

@@ -33,11 +33,19 @@ void LogBadPeer(const std::string& line) {
 }
 }  // namespace connection_internal
 
+namespace {
+uint64_t NextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 Connection::Connection(Reactor* reactor, Role role, Socket socket, const Sockaddr& remote,
                        std::string user, std::string host, PreAuthLimits::Ticket pre_auth)
     : reactor_(reactor),
       reactor_keepalive_(reactor->shared_from_this()),
       role_(role),
+      serial_(NextSerial()),
       socket_(std::move(socket)),
       remote_(remote),
       host_(std::move(host)),
@@ -283,6 +291,8 @@ void Connection::Shutdown(const Status& why) {
   const std::string where = ToString();
   if (call_status.message().rfind(where, 0) != 0) call_status = call_status.CloneAndPrepend(where);
   for (auto& c : client_calls_.TakeAll()) {
+    c->AssertOnReactor();
+    c->lost_with_ = never_connected ? 0 : serial_;
     if (never_connected && c->TakeFallback()) {
       VLOG(1) << c->Describe() << ": " << call_status.ToString() << "; trying "
               << c->destination().remote.ToString();

@@ -62,6 +62,10 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   ~Connection() override;
 
   Role role() const { return role_; }
+  // Unique among the process's connections, never 0: what a call this
+  // one's close failed remembers of it (ClientCall::lost_with()), which a
+  // freed connection's reused address would not be.
+  uint64_t serial() const { return serial_; }
   const Sockaddr& remote() const { return remote_; }
   Reactor* reactor() const { return reactor_; }
   // Client: the user it authenticates as. Server: set when SASL succeeds.
@@ -322,6 +326,7 @@ class Connection : public EventHandler, public std::enable_shared_from_this<Conn
   // free.
   const std::shared_ptr<Reactor> reactor_keepalive_;
   const Role role_;
+  const uint64_t serial_;
   Socket socket_;
   const Sockaddr remote_;
   const std::string host_;
