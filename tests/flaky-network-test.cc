@@ -342,6 +342,10 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       calls[i] = std::move(d);
     }
     CountDownLatch all_done(kDeposits);
+    // The async window's; the callbacks use them until all_done is down.
+    std::mutex window_mu;
+    std::condition_variable window_cv;
+    int in_flight = 0;
     std::atomic<int> issued{0};
     std::atomic<bool> stop{false};
     // Cancels a deposit already issued, at random, every 200 us or so (an
@@ -370,9 +374,6 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       }
       for (auto& t : threads) t.join();
     } else {
-      std::mutex window_mu;
-      std::condition_variable window_cv;
-      int in_flight = 0;
       for (int i = 0; i < kDeposits; ++i) {
         {
           std::unique_lock<std::mutex> l(window_mu);
