@@ -306,10 +306,11 @@ bool ResultTracker::EvictOne(User* user, const Client* keep) {
     // But not the answer of a client's first incomplete request while
     // others are left: by the client's own word it still waits for that
     // one (it ran, so its answer was lost on the way and a retry is
-    // coming), where any other may have been delivered. Such answers move
-    // to the back, so each is passed over once per round of evictions:
-    // one per client at most.
-    for (size_t n = user->done.size(); n > 1 && IsAwaited(user->done.front()); --n) {
+    // coming), where any other may have been delivered. Such an answer
+    // moves to the back, once per eviction, so that an eviction stays one
+    // step however many clients a user has (an answer awaited behind
+    // another awaited one may go).
+    if (user->done.size() > 1 && IsAwaited(user->done.front())) {
       user->done.splice(user->done.end(), user->done, user->done.begin());
     }
     OrderNode n = user->done.front();
