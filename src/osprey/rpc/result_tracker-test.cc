@@ -182,11 +182,11 @@ TEST(ResultTrackerTest, EvictionNeverRefusesARequestThatDidNotRun) {
 
 // A client's first incomplete request (the lowest it says it has in
 // flight) is one it certainly still waits for: if it ran, its answer was
-// lost on the way, and its retry is coming. Its answer is evicted last,
+// lost on the way, and its retry is coming. Its answer is passed over,
 // though it is the oldest. (It went first: a flaky network with 256 KiB
 // answers turned its retries into ERROR_REQUEST_STALE, the deposit made
 // and its caller told it failed, FlakyNetworkTest.LargeAnswers...)
-TEST(ResultTrackerTest, TheAnswerAClientSaysItStillWaitsForIsEvictedLast) {
+TEST(ResultTrackerTest, TheAnswerAClientSaysItStillAwaitsIsPassedOver) {
   FakeClock clock;
   ResultTracker::Options o = Small(&clock, 64 * 1024);
   o.max_bytes_per_user = o.max_bytes;

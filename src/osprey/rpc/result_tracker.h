@@ -27,9 +27,10 @@
 //  - Each user (who authenticated the calls) may hold at most its share,
 //    `max_bytes_per_user`: beyond it, that user's own oldest answers are
 //    evicted, then its clients that hold nothing. The answer of a client's
-//    first incomplete request goes last: by the client's word it is still
-//    awaited (its answer was lost on the way and a retry is coming), where
-//    any other may have been delivered. An evicted answer leaves
+//    first incomplete request is passed over: by the client's word it is
+//    still awaited (its answer was lost on the way and a retry is coming),
+//    where any other may have been delivered. It goes only when the next
+//    oldest is awaited too, so that an eviction stays one step. An evicted answer leaves
 //    a small record behind, so that a retry of exactly that request is
 //    refused as stale and never runs twice; no other sequence number is
 //    affected (one that never ran still runs).
