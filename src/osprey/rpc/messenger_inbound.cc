@@ -36,6 +36,18 @@ void QueueHeldCalls() {
   pool->QueueInboundCalls(&held.calls);
 }
 
+// ERROR_UNAVAILABLE: retried by Kudu's client as by ours, which moves it
+// to another server of its set; the text says it did not run.
+std::shared_ptr<const std::string> DrainRefusal(const Messenger* m) {
+  return std::make_shared<const std::string>(
+      "server " + m->name() + " is draining: this call did not run; send it to another server");
+}
+
+void RefuseWhileDraining(const Messenger* m, InboundCall* call) {
+  call->RespondFailure(wire::ErrorStatusPB::ERROR_UNAVAILABLE,
+                       Status::ServiceUnavailable(*DrainRefusal(m)));
+}
+
 }  // namespace
 
 void Messenger::InboundHandler::EndOfInboundCalls() { QueueHeldCalls(); }
@@ -46,15 +58,16 @@ void Messenger::InboundHandler::HandleInboundCall(
   Messenger* m = m_;
   auto call = std::make_unique<InboundCall>(conn, std::move(frame));
   if (trace != nullptr) call->set_trace(trace);
-  if (m->draining_.load(std::memory_order_relaxed)) {
+  const bool draining = m->draining_.load(std::memory_order_relaxed);
+  if (draining) {
     m->last_drain_refusal_ns_.store((conn->reactor()->loop_time() - MonoTime()).ToNanoseconds());
-    // ERROR_UNAVAILABLE: retried by Kudu's client as by ours, which moves
-    // it to another server of its set; the text says it did not run.
-    call->RespondFailure(wire::ErrorStatusPB::ERROR_UNAVAILABLE,
-                         Status::ServiceUnavailable("server " + m->name_ +
-                                                    " is draining: this call did not run; "
-                                                    "send it to another server"));
-    return;
+    // A retry of a request this server may have run is answered from its
+    // memory (below, once its method is known to track results): refused
+    // here, a call whose answer a cut lost could only fail.
+    if (!call->has_request_id()) {
+      RefuseWhileDraining(m, call.get());
+      return;
+    }
   }
   std::string_view service_name = call->remote_method().service_name();
   std::shared_ptr<ServicePool> pool;
@@ -99,6 +112,10 @@ void Messenger::InboundHandler::HandleInboundCall(
   // Exactly once: a retry of a request this server has seen is answered,
   // not run. (A call of such a method without a request id just runs.)
   // The id is checked here; the tracker sees the call once it is authorized.
+  if (draining && !method->track_result) {
+    RefuseWhileDraining(m, call.get());
+    return;
+  }
   if (method->track_result && call->has_request_id()) {
     wire::RequestIdPB id;
     std::string_view bytes = call->request_id_pb();
@@ -109,6 +126,7 @@ void Messenger::InboundHandler::HandleInboundCall(
     }
     // Tracked once authorized (ServiceIf::Handle), as Kudu does.
     call->set_request_id(m->result_tracker_, std::move(id));
+    if (draining) call->set_refused_if_new(DrainRefusal(m));
   }
   if (!pool->has_workers()) {
     pool->QueueInboundCall(std::move(call));  // runs it here, now

@@ -195,14 +195,18 @@ ServerSet::Outcome OutboundCall::OutcomeOf(const Status& status,
 }
 
 bool OutboundCall::IsMove(const Status& status, const wire::ErrorStatusPB* error) const {
-  if (servers_ == nullptr || pinned_ || moves_ >= static_cast<int>(servers_->size())) {
-    return false;
-  }
+  if (servers_ == nullptr || moves_ >= static_cast<int>(servers_->size())) return false;
   if (error != nullptr) {
+    // A call pinned where it may have run moves only when that server says
+    // it never ran it: ERROR_UNAVAILABLE, which a server sends for a
+    // tracked call only once its memory of answers says so (a draining
+    // Osprey server; Kudu's before its services start, or for a token it
+    // cannot check yet, after its tracker let the call through).
+    if (pinned_) return error->code() == wire::ErrorStatusPB::ERROR_UNAVAILABLE;
     return error->code() == wire::ErrorStatusPB::ERROR_UNAVAILABLE ||
            error->code() == wire::ErrorStatusPB::FATAL_SERVER_SHUTTING_DOWN;
   }
-  return status.IsNetworkError() && !may_have_reached_server();
+  return !pinned_ && status.IsNetworkError() && !may_have_reached_server();
 }
 
 bool OutboundCall::ShouldRetry(const Status& status, const wire::ErrorStatusPB* error) const {
@@ -263,7 +267,10 @@ bool OutboundCall::ScheduleRetry(const Status& status, bool move) {
     }
   }
   std::shared_ptr<OutboundCall> next(new OutboundCall(RetryOf{}, this));
-  if (move) ++next->moves_;
+  if (move) {
+    ++next->moves_;
+    next->pinned_ = false;  // it did not run where it was: any server may take it
+  }
   if (group_ != nullptr) group_->SetAttempt(false, next);  // the hedge's winner cancels it
   next->set_reactor_for_cancel(r);  // a Cancel() during the backoff ends it at once
   if (controller_->Retrying(next)) {

@@ -54,6 +54,15 @@ bool ServiceIf::TrackAuthorized(RpcContext* ctx) {
   ctx->call_.reset(static_cast<InboundCall*>(tracked.release()));
   if (d == ResultTracker::Decision::kRun) {
     ctx->call_->set_tracked(std::move(key));
+    if (const auto& why = ctx->call_->refused_if_new(); why != nullptr) {
+      // Draining: it never ran here, and will not. The refusal is its
+      // answer (not stored: the request is forgotten), and any duplicate
+      // that came meanwhile gets it too.
+      ctx->call_->RespondFailure(wire::ErrorStatusPB::ERROR_UNAVAILABLE,
+                                 Status::ServiceUnavailable(*why));
+      delete ctx;
+      return false;
+    }
     return true;
   }
   // Nobody else has seen this context: it ends here, without a response
