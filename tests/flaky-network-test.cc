@@ -185,8 +185,28 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
   void TearDown() override {
     if (client_) client_->Shutdown();
     cutter_.reset();
+    second_cutter_.reset();
     if (server_) server_->Shutdown();
+    if (second_) second_->Shutdown();
   }
+
+  // For the tests of a set of two servers: a second bank, behind a cutting
+  // proxy of its own (seeded after the first); BothBanks() names the two.
+  void StartSecondBank() {
+    ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
+                    .set_num_reactors(2)
+                    .Build(&second_)
+                    .ok());
+    auto bank = std::make_unique<Bank>();
+    second_bank_ = bank.get();
+    ASSERT_TRUE(second_->RegisterService(std::move(bank)).ok());
+    Sockaddr addr;
+    ASSERT_TRUE(second_->Listen(Sockaddr::Loopback(0), &addr).ok());
+    second_cutter_ = std::make_unique<RecordingProxy>(addr);
+    second_cutter_->CutAtRandomReads(0.02, seed_ + 1);
+    ASSERT_TRUE(second_cutter_->Start(&second_via_).ok());
+  }
+  std::string BothBanks() const { return via_.ToString() + "," + second_via_.ToString(); }
 
   // Records deposit `i`'s outcome; the first few failures are kept.
   void Record(int i, const Status& s, int attempts) {
@@ -442,6 +462,10 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
   Bank* bank_ = nullptr;
   std::unique_ptr<RecordingProxy> cutter_;
   Sockaddr via_;
+  std::shared_ptr<Messenger> second_;  // StartSecondBank
+  Bank* second_bank_ = nullptr;
+  std::unique_ptr<RecordingProxy> second_cutter_;
+  Sockaddr second_via_;
   std::mutex mu_;
   std::map<uint32_t, uint64_t> expected_;
   int succeeded_ = 0, failed_ = 0;
@@ -571,22 +595,11 @@ TEST_P(FlakyNetworkTest, EightClientsAtOnceThroughCutsEachDepositOnce) {
 // exactly once.
 TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
   Watchdog dog(std::chrono::seconds(150));
-  std::shared_ptr<Messenger> second;
-  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
-                  .set_num_reactors(2)
-                  .Build(&second)
-                  .ok());
-  auto bank_b = std::make_unique<Bank>();
-  Bank* b = bank_b.get();
-  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
-  Sockaddr b_addr, b_via;
-  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
-  RecordingProxy b_cutter(b_addr);
-  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
-  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
+  ASSERT_NO_FATAL_FAILURE(StartSecondBank());
+  Bank* b = second_bank_;
   constexpr int kDeposits = 1000;
   {
-    LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+    LedgerServiceProxy proxy(client_, BothBanks());
     AsyncDeposits(&proxy, kDeposits, /*window=*/50);
   }
   std::map<uint32_t, uint64_t> both = bank_->balances();
@@ -596,7 +609,7 @@ TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
     std::string why;
     for (const std::string& f : failures_) why += "\n  " + f;
     EXPECT_EQ(0, failed_) << failed_ << " of " << kDeposits << " deposits failed ("
-                          << cutter_->cuts() << " + " << b_cutter.cuts()
+                          << cutter_->cuts() << " + " << second_cutter_->cuts()
                           << " cuts, OSPREY_FLAKY_SEED=" << seed_ << "), e.g.:" << why;
     EXPECT_EQ(expected_, both) << "the two banks together";
     EXPECT_EQ(static_cast<uint64_t>(succeeded_), bank_->runs() + b->runs())
@@ -604,9 +617,8 @@ TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
   }
   EXPECT_GT(bank_->runs(), 0u);
   EXPECT_GT(b->runs(), 0u);
-  EXPECT_GT(cutter_->cuts() + b_cutter.cuts(), 0);
+  EXPECT_GT(cutter_->cuts() + second_cutter_->cuts(), 0);
   client_->Shutdown();
-  second->Shutdown();
 }
 
 // A graceful drain through the cuts: two servers, each behind its own
@@ -621,20 +633,9 @@ TEST_P(FlakyNetworkTest, TwoServersBehindCutsRunEachDepositOnceInAll) {
 // then it may have run there, which the caller is told by a network error.
 TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
   Watchdog dog(std::chrono::seconds(150));
-  std::shared_ptr<Messenger> second;
-  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
-                  .set_num_reactors(2)
-                  .Build(&second)
-                  .ok());
-  auto bank_b = std::make_unique<Bank>();
-  Bank* b = bank_b.get();
-  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
-  Sockaddr b_addr, b_via;
-  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
-  RecordingProxy b_cutter(b_addr);
-  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
-  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
-  LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+  ASSERT_NO_FATAL_FAILURE(StartSecondBank());
+  Bank* b = second_bank_;
+  LedgerServiceProxy proxy(client_, BothBanks());
   constexpr int kDeposits = 1000, kWindow = 20;
   // Backoffs of at most 50 ms: a call whose server left fails within
   // seconds, not the minutes 60 attempts at up to 2 s would take.
@@ -701,11 +702,10 @@ TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
       << "a deposit ran twice, or on both servers";
   std::cerr << kDeposits << " deposits through a drain: " << ok << " succeeded, " << failed
             << " failed with the server that may have run them gone; " << cutter_->cuts() << " + "
-            << b_cutter.cuts() << " cuts\n";
+            << second_cutter_->cuts() << " cuts\n";
   EXPECT_GT(bank_->runs(), 0u);
   EXPECT_GT(b->runs(), 0u);
   client_->Shutdown();
-  second->Shutdown();
 }
 
 // Hedged calls through the cuts: two servers, each behind its own cutting
@@ -716,20 +716,9 @@ TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
 // once; each account, one a deposit, holds a whole number of its deposit.
 TEST_P(FlakyNetworkTest, HedgedCallsThroughCutsEachEndOnce) {
   Watchdog dog(std::chrono::seconds(150));
-  std::shared_ptr<Messenger> second;
-  ASSERT_TRUE(WithHotPath(MessengerBuilder("bank-b"), GetParam(), cert_)
-                  .set_num_reactors(2)
-                  .Build(&second)
-                  .ok());
-  auto bank_b = std::make_unique<Bank>();
-  Bank* b = bank_b.get();
-  ASSERT_TRUE(second->RegisterService(std::move(bank_b)).ok());
-  Sockaddr b_addr, b_via;
-  ASSERT_TRUE(second->Listen(Sockaddr::Loopback(0), &b_addr).ok());
-  RecordingProxy b_cutter(b_addr);
-  b_cutter.CutAtRandomReads(0.02, seed_ + 1);
-  ASSERT_TRUE(b_cutter.Start(&b_via).ok());
-  LedgerServiceProxy proxy(client_, via_.ToString() + "," + b_via.ToString());
+  ASSERT_NO_FATAL_FAILURE(StartSecondBank());
+  Bank* b = second_bank_;
+  LedgerServiceProxy proxy(client_, BothBanks());
   HedgingPolicy hedging;
   hedging.enabled = true;
   hedging.when = HedgingPolicy::When::kFixed;
@@ -811,14 +800,13 @@ TEST_P(FlakyNetworkTest, HedgedCallsThroughCutsEachEndOnce) {
   std::cerr << kCalls << " hedged calls: " << ok << " succeeded, " << hedged << " hedged; hedges "
             << stats.sent << " sent, " << stats.won << " won, " << stats.eligible << " eligible, "
             << stats.refused_by_cap << " refused by the cap, " << stats.no_other_server
-            << " with no other server; " << cutter_->cuts() + b_cutter.cuts() << " cuts\n";
+            << " with no other server; " << cutter_->cuts() + second_cutter_->cuts() << " cuts\n";
   EXPECT_GT(ok, 0);
   // Hedges came due (sent, or with the other server ejected: over TLS under
   // a sanitizer, the short deadlines' timeouts may keep one server ejected
   // all run long, one ASan run here).
   EXPECT_GT(stats.sent + stats.no_other_server, 0);
   client_->Shutdown();
-  second->Shutdown();
 }
 
 // The same window straight to the server, with no proxy and no cut: the
