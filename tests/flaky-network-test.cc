@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -126,6 +127,31 @@ RetryPolicy SixtyAttempts() {
 // deposit shows in the account's balance.
 uint32_t AmountOf(int i) { return 1 + static_cast<uint32_t>(i % 97); }
 uint32_t AccountOf(int i) { return static_cast<uint32_t>(i % kAccounts); }
+
+// At most `size` calls in flight: Enter before each call, Leave in its
+// callback. It must outlive the callbacks.
+class CallWindow {
+ public:
+  explicit CallWindow(int size) : size_(size) {}
+  void Enter() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return in_flight_ < size_; });
+    ++in_flight_;
+  }
+  void Leave() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --in_flight_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;  // under mu_
+};
 
 uint32_t CutSeed() {
   const char* env = std::getenv("OSPREY_FLAKY_SEED");
@@ -297,15 +323,9 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
     };
     std::vector<std::unique_ptr<Deposit>> calls(deposits);
     CountDownLatch all_done(deposits);
-    std::mutex window_mu;
-    std::condition_variable window_cv;
-    int in_flight = 0;
+    CallWindow in_flight(window);
     for (int i = 0; i < deposits; ++i) {
-      {
-        std::unique_lock<std::mutex> l(window_mu);
-        window_cv.wait(l, [&] { return in_flight < window; });
-        ++in_flight;
-      }
+      in_flight.Enter();
       auto& d = calls[i];
       d = std::make_unique<Deposit>();
       d->req.set_account(AccountOf(i));
@@ -324,11 +344,7 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
         if (raw->ctl.status().ok()) {
           EXPECT_EQ(padding, raw->resp.padding().size()) << "deposit " << i << "'s answer";
         }
-        {
-          std::lock_guard<std::mutex> l(window_mu);
-          --in_flight;
-        }
-        window_cv.notify_one();
+        in_flight.Leave();
         all_done.CountDown();
       });
     }
@@ -362,10 +378,8 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       calls[i] = std::move(d);
     }
     CountDownLatch all_done(kDeposits);
-    // The async window's; the callbacks use them until all_done is down.
-    std::mutex window_mu;
-    std::condition_variable window_cv;
-    int in_flight = 0;
+    // The async window; the callbacks use it until all_done is down.
+    CallWindow in_flight(kWindow);
     std::atomic<int> issued{0};
     std::atomic<bool> stop{false};
     // Cancels a deposit already issued, at random, every 200 us or so (an
@@ -395,19 +409,11 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
       for (auto& t : threads) t.join();
     } else {
       for (int i = 0; i < kDeposits; ++i) {
-        {
-          std::unique_lock<std::mutex> l(window_mu);
-          window_cv.wait(l, [&] { return in_flight < kWindow; });
-          ++in_flight;
-        }
+        in_flight.Enter();
         Deposit* d = calls[i].get();
         proxy.AddAsync(d->req, &d->resp, &d->ctl, [&, d] {
           d->ends.fetch_add(1);
-          {
-            std::lock_guard<std::mutex> l(window_mu);
-            --in_flight;
-          }
-          window_cv.notify_one();
+          in_flight.Leave();
           all_done.CountDown();
         });
         issued.store(i + 1);
@@ -649,19 +655,13 @@ TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
   };
   std::vector<std::unique_ptr<Deposit>> calls(kDeposits);
   CountDownLatch all_done(kDeposits);
-  std::mutex window_mu;
-  std::condition_variable window_cv;
-  int in_flight = 0;
+  CallWindow in_flight(kWindow);
   std::thread drainer([&] {
     ASSERT_TRUE(WaitUntil([&] { return bank_->runs() + b->runs() >= kDeposits / 3; }));
     server_->Drain(MonoDelta::FromSeconds(5));
   });
   for (int i = 0; i < kDeposits; ++i) {
-    {
-      std::unique_lock<std::mutex> l(window_mu);
-      window_cv.wait(l, [&] { return in_flight < kWindow; });
-      ++in_flight;
-    }
+    in_flight.Enter();
     auto& d = calls[i];
     d = std::make_unique<Deposit>();
     d->req.set_account(static_cast<uint32_t>(1000 + i));
@@ -669,11 +669,7 @@ TEST_P(FlakyNetworkTest, ADrainThroughCutsAnswersRetriesFromMemory) {
     d->ctl.set_timeout(MonoDelta::FromSeconds(60));
     EXPECT_TRUE(d->ctl.set_retry_policy(quick).ok());
     proxy.AddAsync(d->req, &d->resp, &d->ctl, [&] {
-      {
-        std::lock_guard<std::mutex> l(window_mu);
-        --in_flight;
-      }
-      window_cv.notify_one();
+      in_flight.Leave();
       all_done.CountDown();
     });
   }
@@ -757,23 +753,13 @@ TEST_P(FlakyNetworkTest, HedgedCallsThroughCutsEachEndOnce) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   });
-  std::mutex window_mu;
-  std::condition_variable window_cv;
-  int in_flight = 0;
+  CallWindow in_flight(kWindow);
   for (int i = 0; i < kCalls; ++i) {
-    {
-      std::unique_lock<std::mutex> l(window_mu);
-      window_cv.wait(l, [&] { return in_flight < kWindow; });
-      ++in_flight;
-    }
+    in_flight.Enter();
     Call* c = calls[i].get();
     proxy.AddUntrackedAsync(c->req, &c->resp, &c->ctl, [&, c] {
       c->ends.fetch_add(1);
-      {
-        std::lock_guard<std::mutex> l(window_mu);
-        --in_flight;
-      }
-      window_cv.notify_one();
+      in_flight.Leave();
       all_done.CountDown();
     });
     issued.store(i + 1);
