@@ -216,6 +216,14 @@ Status MiniEtcd::Restart() {
   return Launch();
 }
 
+Status MiniEtcd::RestartEmpty() {
+  if (pid_ > 0) return Status::IllegalState("etcd is running");
+  std::error_code error;
+  std::filesystem::remove_all(dir_ + "/data", error);
+  if (error) return Status::IOError("removing " + dir_ + "/data: " + error.message());
+  return Launch();
+}
+
 MiniEtcd::~MiniEtcd() {
   if (pid_ > 0) (void)Stop();
   std::error_code ignored;

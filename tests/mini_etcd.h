@@ -49,6 +49,10 @@ class MiniEtcd {
   // on the same ports and data directory.
   Status Stop();
   Status Restart();
+  // Starts it again, stopped, on the same ports but with its data gone: an
+  // etcd replaced by a new one (a lost disk, a cluster made again), whose
+  // revisions start again at 1 and which holds no lease and no key.
+  Status RestartEmpty();
   // SIGSTOP / SIGCONT by PID: a member that hangs. Its sockets stay open
   // and the kernel still accepts connections, but nothing answers; its
   // peers lose it as if it were cut off.

@@ -226,6 +226,52 @@ TEST(DiscoveryTest, ServersThatRegisterGetCallsAndOnesWhoseKeyGoesGetNone) {
   EXPECT_EQ(1u, proxy.servers().size());
 }
 
+// etcd replaced by an empty one on the same address (its disk lost, the
+// cluster made again): its revisions start again at 1, and it has no lease
+// and no key. The servers register again, and a client that watched the
+// old etcd from its revision (here 42, where the new one is at a few) must
+// read the new one afresh: a watch from a revision the new etcd has not
+// reached would wait, silent, until it did, and the client would never
+// see a server join.
+TEST(DiscoveryTest, AnEtcdReplacedByAnEmptyOneIsReadAfreshAndRegisteredInAgain) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  auto etcd = StartEtcd();
+  ASSERT_NE(nullptr, etcd);
+  // Other users of this etcd moved its revision on.
+  {
+    EtcdHttp http({etcd->endpoint()});
+    for (int i = 0; i < 40; ++i) {
+      std::string answer;
+      nlohmann::json put{{"key", Base64Encode("/other/" + std::to_string(i))},
+                         {"value", Base64Encode("x")}};
+      ASSERT_TRUE(http.Post("/v3/kv/put", put.dump(), MonoDelta::FromSeconds(2), &answer).ok());
+    }
+  }
+  auto builder =
+      MessengerBuilder("calc").set_registry(etcd->Target("/calc"), MonoDelta::FromSeconds(2));
+  TestServer a, b;
+  ASSERT_TRUE(a.Start(1, ServicePoolOptions(), builder).ok());
+  auto client = MakeClient(1);
+  CalculatorServiceProxy proxy(client, etcd->Target("/calc"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return AddVia(proxy) == a.address.ToString(); }, MonoDelta::FromSeconds(5)));
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  ASSERT_TRUE(etcd->Stop().ok());
+  ASSERT_TRUE(etcd->RestartEmpty().ok());
+  // a's lease is gone with the old etcd: it registers again.
+  EXPECT_TRUE(WaitUntil([&] { return Keys(*etcd, "/calc").count("/calc/" + a.address.ToString()); },
+                        MonoDelta::FromSeconds(10)))
+      << "a server did not register again in the new etcd within 10 s";
+  ASSERT_TRUE(b.Start(1, ServicePoolOptions(), builder).ok());
+  EXPECT_TRUE(
+      WaitUntil([&] { return AddVia(proxy) == b.address.ToString(); }, MonoDelta::FromSeconds(10)))
+      << "a server that registered in the new etcd got no call within 10 s: the client still "
+         "watches the old etcd's revisions";
+  EXPECT_TRUE(WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(5)));
+}
+
 // etcd over TLS ("etcds://", MessengerBuilder::set_etcd_tls), etcd
 // requiring client certificates (--client-cert-auth). The attackers: a man
 // in the middle of a client's etcd (plain HTTP would let it list servers of

@@ -207,6 +207,39 @@ TEST(EtcdServerTableTest, WhatEndsAWatchAndWhatMakesItReadEverythingAgain) {
   }
 }
 
+// An etcd replaced by an empty one (or restored from an older snapshot)
+// answers from revisions before the ones this table saw: the watch is
+// read again, not left waiting for revisions that history has not reached.
+TEST(EtcdServerTableTest, AHeaderBeforeTheRevisionSeenMakesItReadEverythingAgain) {
+  using N = EtcdWatchStep::Next;
+  EtcdServerTable t("/svc");
+  ASSERT_TRUE(t.LoadRange(R"({"header":{"revision":"40"}})").ok());
+  struct Cell {
+    const char* message;
+    N next;
+  };
+  const Cell cells[] = {
+      {R"({"result":{"header":{"revision":"40"},"created":true}})", N::kContinue},
+      {R"({"result":{"header":{"revision":"41"}}})", N::kContinue},
+      {R"({"result":{"header":{}}})", N::kContinue},                // no revision: not known
+      {R"({"result":{"header":{"revision":"x"}}})", N::kContinue},  // not a number
+      {R"({"result":{"header":{"revision":"39"}}})", N::kReadAgain},
+      {R"({"result":{"header":{"revision":"3"},"created":true}})", N::kReadAgain},
+  };
+  for (const Cell& c : cells) {
+    EtcdWatchStep step = t.ApplyWatchMessage(c.message);
+    EXPECT_EQ(c.next, step.next) << c.message;
+    EXPECT_EQ(40, t.revision()) << c.message;
+  }
+  EtcdWatchStep step = t.ApplyWatchMessage(R"({"result":{"header":{"revision":"3"}}})");
+  EXPECT_NE(std::string::npos, step.why.find("etcd is at revision 3, before the 40")) << step.why;
+  // Read again, the new etcd's revision is the table's, and its watch goes on.
+  ASSERT_TRUE(t.LoadRange(R"({"header":{"revision":"3"}})").ok());
+  EXPECT_EQ(3, t.revision());
+  EXPECT_EQ(N::kContinue,
+            t.ApplyWatchMessage(R"({"result":{"header":{"revision":"3"},"created":true}})").next);
+}
+
 TEST(EtcdServerTableTest, RevisionsOutsideZeroToBelowInt64MaxAreIgnored) {
   EtcdServerTable t("/svc");
   ASSERT_TRUE(t.LoadRange(R"({"header":{"revision":"9223372036854775807"}})").ok());

@@ -150,6 +150,19 @@ EtcdWatchStep EtcdServerTable::ApplyWatchMessage(std::string_view message) {
     return step;
   }
   if (!r.is_object()) return step;
+  if (auto header = r.find("header"); header != r.end()) {
+    // Within one etcd the revision never goes back: a watch's header is at
+    // least every revision this table saw from that etcd.
+    const int64_t now = Int64Of(*header, "revision");
+    if (now > 0 && now < revision_) {
+      step.next = EtcdWatchStep::Next::kReadAgain;
+      step.why = "etcd is at revision " + std::to_string(now) + ", before the " +
+                 std::to_string(revision_) +
+                 " this client saw: another etcd (its data lost, or restored from an older "
+                 "snapshot)";
+      return step;
+    }
+  }
   if (BoolOf(r, "canceled")) {
     step.next = EtcdWatchStep::Next::kWatchAgain;
     step.why = "etcd canceled the watch: " + StringOf(r, "cancel_reason");

@@ -111,7 +111,11 @@ class EtcdServerTable {
   // this table's. Corruption (and nothing changed) if it is not a JSON
   // object.
   Status LoadRange(std::string_view answer);
-  // One message of a watch stream (/v3/watch).
+  // One message of a watch stream (/v3/watch). One whose header's
+  // revision is below this table's comes from another history (an etcd
+  // replaced by an empty one, or restored from an older snapshot): the
+  // watch would wait for revisions that history has not reached, so it
+  // says read everything again.
   EtcdWatchStep ApplyWatchMessage(std::string_view message);
 
   // The addresses, sorted, each once.

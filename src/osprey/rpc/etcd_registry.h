@@ -209,7 +209,8 @@ class EtcdRegistration {
 // `on_change` with every server's address after each change (on that
 // thread). While etcd is unreachable it keeps the last set and logs so;
 // when etcd answers again it resumes the watch from its revision (no full
-// read unless etcd compacted that revision away, or a message was lost),
+// read unless etcd compacted that revision away, a message was lost, or
+// etcd is at a revision before the client's: another etcd's history),
 // after a backoff with jitter (NextEtcdBackoff) so that many clients do
 // not come back at once. A member that stops answering while its
 // connection stays up (a hung process) is left for the next once a probe
