@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -870,6 +871,70 @@ TEST(RegistryProcessTest, AMemberThatHangsMidWatchIsLeftForAnother) {
   Status s;
   EXPECT_NE("", AddVia(proxy, &s)) << s.ToString();
   EXPECT_TRUE(cluster[0]->Resume().ok());
+}
+
+// A client whose only etcd member hangs while the others move on: a server
+// registers, other keys change, and etcd compacts its history past the
+// revision the client watched from. When the member is back, the client's
+// watch from that revision is refused as compacted: it reads the prefix
+// again and finds the server.
+TEST(RegistryProcessTest, AWatchResumedPastACompactionReadsEverythingAgain) {
+  SKIP_WITHOUT_ETCD();
+  Watchdog dog(std::chrono::seconds(60));
+  std::vector<std::unique_ptr<MiniEtcd>> cluster;
+  std::string target;
+  RegisteredFleet fleet;
+  Status started = StartRegisteredCluster("/compacted", 5, &cluster, &target, &fleet);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  // The client knows member 0 alone.
+  const std::string only_member0 = cluster[0]->Target("/compacted");
+  auto client =
+      MakeClient(1, MessengerBuilder("client").set_etcd_watch_probe(MonoDelta::FromSeconds(1)));
+  CalculatorServiceProxy proxy(client, only_member0);
+  ASSERT_EQ(1u, proxy.servers().size());
+  ASSERT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+
+  ASSERT_TRUE(cluster[0]->Pause().ok());
+  // The watch is given up (its probe unanswered), and made again only once
+  // the member is back: from the revision before the compaction.
+  ASSERT_TRUE(WaitUntil([&] { return !proxy.registry_connected(); }, MonoDelta::FromSeconds(10)));
+  ASSERT_TRUE(fleet.Add(target, 5).ok());  // through the members left
+  int64_t revision = 0;
+  {
+    EtcdHttp http({cluster[1]->endpoint()});
+    for (int i = 0; i < 20; ++i) {
+      std::string answer;
+      nlohmann::json put{{"key", Base64Encode("/other/" + std::to_string(i))},
+                         {"value", Base64Encode("x")}};
+      ASSERT_TRUE(http.Post("/v3/kv/put", put.dump(), MonoDelta::FromSeconds(2), &answer).ok());
+      revision = std::stoll(nlohmann::json::parse(answer)["header"]["revision"].get<std::string>());
+    }
+    std::string answer;
+    Status s =
+        http.Post("/v3/kv/compaction",
+                  nlohmann::json{{"revision", std::to_string(revision)}, {"physical", true}}.dump(),
+                  MonoDelta::FromSeconds(5), &answer);
+    ASSERT_TRUE(s.ok()) << s.ToString() << " " << answer;
+  }
+  EXPECT_EQ(1u, proxy.servers().size()) << "a hung member told the client of a new server";
+  ASSERT_TRUE(cluster[0]->Resume().ok());
+  const MonoTime resumed = MonoTime::Now();
+  const bool found =
+      WaitUntil([&] { return proxy.servers().size() == 2; }, MonoDelta::FromSeconds(15));
+  std::cerr << "member 0 back: the server registered while it hung was "
+            << (found ? "found after " : "not found in ") << (MonoTime::Now() - resumed).ToString()
+            << "\n";
+  EXPECT_TRUE(found) << "the client's watch did not get past the compaction";
+  EXPECT_TRUE(WaitUntil([&] { return proxy.registry_connected(); }, MonoDelta::FromSeconds(5)));
+  std::set<std::string> answered;
+  for (int i = 0; i < 50; ++i) {
+    Status s;
+    const std::string server = AddVia(proxy, &s);
+    EXPECT_NE("", server) << s.ToString();
+    answered.insert(server);
+  }
+  EXPECT_EQ((std::set<std::string>{fleet.addrs[0].ToString(), fleet.addrs[1].ToString()}),
+            answered);
 }
 
 }  // namespace
