@@ -419,8 +419,12 @@ TEST(FleetProcessTest, ARollingRestartUnderLoadFailsNoCall) {
   const MonoDelta steady_p99 = Percentile(steady, 0.99), p99 = Percentile(all, 0.99);
   std::cerr << "rolling restart: " << calls.size() << " calls, p99 " << p99.ToString()
             << ", steady p99 " << steady_p99.ToString() << "\n";
-  // The floor: a loaded CI machine's scheduling noise is not the restart's.
-  EXPECT_LE(p99, std::max(steady_p99 * 2, MonoDelta::FromMilliseconds(5)));
+  // The floor: a loaded machine's scheduling noise is not the restart's. At
+  // 5 ms, a run of the whole suite (ctest -j2, other tests' load coming and
+  // going over the 20 s) measured 10.0 ms against a steady 4.7 ms. What
+  // the restart could cost is larger: a call waiting on a reconnect or a
+  // connect timeout takes 100 ms and more.
+  EXPECT_LE(p99, std::max(steady_p99 * 2, MonoDelta::FromMilliseconds(20)));
   // Each server took calls again after its restart.
   for (int i = 0; i < 3; ++i) {
     int after = 0;
