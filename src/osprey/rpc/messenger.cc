@@ -18,6 +18,7 @@
 #include "osprey/rpc/result_tracker.h"
 #include "osprey/rpc/rpc_metrics.h"
 #include "osprey/rpc/service_pool.h"
+#include "osprey/rpc/shared_etcd_watch.h"
 #include "osprey/rpc/slow_call_log.h"
 #include "osprey/transport/acceptor.h"
 #include "osprey/transport/client_call.h"
@@ -83,7 +84,8 @@ Messenger::Messenger(std::string name, int num_reactors, transport::ConnectionOp
                                  .max_bytes = obs.remembered.max_bytes,
                                  .max_bytes_per_user = obs.remembered.max_bytes_per_user,
                                  .clock = obs.remembered.clock})),
-      guard_settings_(obs) {
+      guard_settings_(obs),
+      etcd_watches_(obs.share_etcd_watches ? std::make_shared<EtcdWatches>() : nullptr) {
   options.metrics = metrics_->transport();
   if (metrics_->counting()) AddRememberedAnswerMetrics(metrics_->registry(), result_tracker_);
   options.keepalive = metrics_;
@@ -369,6 +371,8 @@ void Messenger::FinishShutdown(std::vector<std::shared_ptr<transport::Acceptor>>
   // Services first, so the answers to queued calls still go out.
   for (auto& [name, pool] : services) (void)pool->Shutdown(handler_deadline);
   for (auto& r : reactors_) r->Shutdown();
+  // The etcd watches no proxy holds: their threads end now.
+  if (etcd_watches_ != nullptr) etcd_watches_->Trim(0);
   MutexLock l(mu_);
   shutdown_done_ = true;
   shutdown_done_cv_.Broadcast();

@@ -57,6 +57,7 @@ struct ParkedConnection;
 }  // namespace transport
 class ClientMethodMetrics;
 class EtcdRegistration;
+class EtcdWatches;
 struct EtcdTlsFiles;
 struct EtcdCredentials;
 class HttpEndpoints;
@@ -375,6 +376,11 @@ class MessengerBuilder {
   // `after_silence` + 2 s. Zero: off (such a member then holds the watch
   // until it answers again or its connection breaks). Default 5 s.
   MessengerBuilder& set_etcd_watch_probe(MonoDelta after_silence);
+  // Whether the proxies of this messenger on one etcd target share one
+  // watch of it (one read, one thread, one stream to etcd), so that a
+  // proxy made per call costs neither etcd nor the client a watch. Off:
+  // each proxy reads and watches etcd on its own, as before. Default on.
+  MessengerBuilder& set_share_etcd_watches(bool on);
 
   // InvalidArgument for settings out of range and for TLS files that do
   // not load.
@@ -409,6 +415,7 @@ class MessengerBuilder {
   MonoDelta registry_ttl_ = MonoDelta::FromSeconds(5);
   std::string etcd_ca_file_, etcd_cert_file_, etcd_key_file_;
   std::optional<MonoDelta> etcd_watch_probe_after_;  // unset: EtcdWatchTimeouts's
+  bool share_etcd_watches_ = true;
   std::string etcd_user_, etcd_password_file_;
   HedgingPolicy hedging_;
 };
@@ -494,6 +501,7 @@ class Messenger {
     // etcds:// targets' files (set_etcd_tls).
     std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
     MonoDelta etcd_watch_probe_after;  // set_etcd_watch_probe
+    bool share_etcd_watches = true;    // set_share_etcd_watches
     // set_etcd_credentials: the user, and the password Build read.
     std::string etcd_user, etcd_password;
     // Proxies' hedging until they set their own (set_hedging).
@@ -509,6 +517,8 @@ class Messenger {
   // set_etcd_credentials's user and password, for etcd targets.
   EtcdCredentials etcd_credentials() const;
   MonoDelta etcd_watch_probe_after() const { return guard_settings_.etcd_watch_probe_after; }
+  // Proxies' etcd watches, shared by target; null with set_share_etcd_watches off.
+  const std::shared_ptr<EtcdWatches>& etcd_watches() const { return etcd_watches_; }
   // Proxy: the client metrics of `method` (null with metrics off). Cached
   // per thread: a hit takes no lock and makes no string.
   ClientMethodMetrics* ClientMetricsFor(const RemoteMethod& method);
@@ -566,6 +576,7 @@ class Messenger {
   // calls, which may answer after the messenger is gone.
   const std::shared_ptr<ResultTracker> result_tracker_;
   const Settings guard_settings_;
+  const std::shared_ptr<EtcdWatches> etcd_watches_;
   // Per server; at most kMaxGuardedServers, past which servers share one.
   static constexpr size_t kMaxGuardedServers = 4096;
   Mutex guards_mu_;

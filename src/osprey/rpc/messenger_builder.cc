@@ -306,6 +306,11 @@ MessengerBuilder& MessengerBuilder::set_etcd_watch_probe(MonoDelta after_silence
   return *this;
 }
 
+MessengerBuilder& MessengerBuilder::set_share_etcd_watches(bool on) {
+  share_etcd_watches_ = on;
+  return *this;
+}
+
 MessengerBuilder& MessengerBuilder::set_remembered_results(const RememberedResults& remembered) {
   remembered_ = remembered;
   return *this;
@@ -561,6 +566,7 @@ Status MessengerBuilder::Build(std::shared_ptr<Messenger>* out) const {
   obs.etcd_cert_file = etcd_cert_file_;
   obs.etcd_key_file = etcd_key_file_;
   obs.etcd_watch_probe_after = etcd_watch_probe_after;
+  obs.share_etcd_watches = share_etcd_watches_;
   obs.etcd_user = etcd_user_;
   obs.etcd_password = std::move(etcd_password);
   std::shared_ptr<Messenger> m(new Messenger(name_, num_reactors, std::move(options), obs));

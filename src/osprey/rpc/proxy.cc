@@ -78,6 +78,7 @@ Proxy::Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::s
     options.etcd_tls = messenger_->etcd_tls_files();
     options.etcd_credentials = messenger_->etcd_credentials();
     options.etcd_watch_probe_after = messenger_->etcd_watch_probe_after();
+    options.etcd_watches = messenger_->etcd_watches();
     servers_status_ = ServerSet::Make(host_port_, std::move(options), &servers_);
     if (servers_ != nullptr && EtcdTarget::IsEtcd(host_port_) && messenger_->metrics_->counting()) {
       AddRegistryMetrics(messenger_->metrics(), host_port_, servers_);

@@ -55,11 +55,11 @@ class Proxy {
   //
   // Or "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" (issue 50): the servers
   // registered under PREFIX in etcd (MessengerBuilder::set_registry), read
-  // now and watched by a thread of the set's own (stopped with the proxy
-  // and its calls): a server that registers gets calls within a watch
-  // event, one whose key goes gets none. While etcd is unreachable the
-  // last known servers keep serving. With none registered, calls fail
-  // ServiceUnavailable.
+  // and watched by a thread, one per target for all of the messenger's
+  // proxies (MessengerBuilder::set_share_etcd_watches): a server that
+  // registers gets calls within a watch event, one whose key goes gets
+  // none. While etcd is unreachable the last known servers keep serving.
+  // With none registered, calls fail ServiceUnavailable.
   Proxy(std::shared_ptr<Messenger> messenger, std::string host_port, std::string service_name);
   ~Proxy();
 

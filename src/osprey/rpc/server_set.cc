@@ -76,17 +76,12 @@ Status ServerSet::Make(const std::string& target, Options options,
     ServerSet* raw = set.get();
     EtcdWatchTimeouts timeouts;
     timeouts.probe_after = set->options_.etcd_watch_probe_after;
-    set->watcher_ = std::make_unique<EtcdWatcher>(
-        etcd, [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); },
-        timeouts);
-    // The first read now, so the first calls have servers; if etcd does
-    // not answer, the set starts empty and the watcher keeps trying.
-    Status loaded = set->watcher_->Load(MonoDelta::FromSeconds(2));
-    if (!loaded.ok()) {
-      LOG(WARNING) << "target " << target << ": cannot read etcd (" << loaded.ToString()
-                   << "); no servers until it answers";
-    }
-    set->watcher_->Start();
+    set->watch_ = set->options_.etcd_watches != nullptr
+                      ? set->options_.etcd_watches->Get(target, etcd, timeouts)
+                      : std::make_shared<SharedEtcdWatch>(etcd, timeouts);
+    set->subscription_ = set->watch_->Subscribe(
+        [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); },
+        MonoDelta::FromSeconds(2));
   }
   *out = std::move(set);
   return Status::OK();
@@ -103,17 +98,19 @@ ServerSet::ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, O
 }
 
 ServerSet::~ServerSet() {
-  if (watcher_ != nullptr) watcher_->Stop();
+  if (watch_ == nullptr) return;
+  watch_->Unsubscribe(subscription_);
+  if (options_.etcd_watches != nullptr) options_.etcd_watches->Trim();
 }
 
-bool ServerSet::registry_connected() const { return watcher_ == nullptr || watcher_->connected(); }
+bool ServerSet::registry_connected() const { return watch_ == nullptr || watch_->connected(); }
 
 Status ServerSet::registry_error() const {
-  return watcher_ == nullptr ? Status::OK() : watcher_->last_error();
+  return watch_ == nullptr ? Status::OK() : watch_->last_error();
 }
 
 int64_t ServerSet::registry_reconnects() const {
-  return watcher_ == nullptr ? 0 : watcher_->reconnects();
+  return watch_ == nullptr ? 0 : watch_->reconnects();
 }
 
 void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {

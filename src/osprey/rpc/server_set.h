@@ -17,11 +17,11 @@
 //
 // An "etcd://HOST:PORT[,HOST:PORT]/PREFIX" target (issue 50) is the servers
 // registered under PREFIX (EtcdRegistration), read when the set is made and
-// then watched by a thread the set owns (EtcdWatcher), which replaces the
-// servers as keys come and go (ReplaceServers) and is stopped and joined
-// when the set is destroyed. Such a set may be empty: no server registered
-// yet; Pick then returns null. While etcd is unreachable the set keeps its
-// last servers.
+// then watched (SharedEtcdWatch: one watch for every set of a messenger on
+// the target, or the set's own), which replaces the servers as keys come
+// and go (ReplaceServers); the set unsubscribes when it is destroyed, and
+// the last set to go stops the watch and joins its thread. Such a set may be empty: no server
+// registered yet; Pick then returns null. While etcd is unreachable the set keeps its last servers.
 #pragma once
 
 #include <atomic>
@@ -37,6 +37,7 @@
 #include "osprey/base/status.h"
 #include "osprey/rpc/etcd_registry.h"
 #include "osprey/rpc/load_balancer.h"
+#include "osprey/rpc/shared_etcd_watch.h"
 
 namespace osprey {
 
@@ -63,6 +64,10 @@ class ServerSet {
     // etcd targets: a watch silent this long asks its member whether it is
     // alive (EtcdWatchLiveness); zero: never. MessengerBuilder::set_etcd_watch_probe.
     MonoDelta etcd_watch_probe_after = EtcdWatchTimeouts().probe_after;
+    // etcd targets: where sets share their target's watch (a messenger's,
+    // MessengerBuilder::set_share_etcd_watches); null: the set watches on
+    // its own.
+    std::shared_ptr<EtcdWatches> etcd_watches;
   };
 
   // How an attempt sent to a server ended, for what the set learns of it.
@@ -184,10 +189,12 @@ class ServerSet {
   uint64_t round_robin_next_ OSPREY_GUARDED_BY(mu_) = 0;
   MonoTime resolved_at_ OSPREY_GUARDED_BY(mu_);
   bool resolve_now_ OSPREY_GUARDED_BY(mu_) = false;
-  // An etcd target's watcher; set by Make before the set is shared, then
-  // only read (its own accessors are thread-safe). Its callback holds
-  // `this`: the destructor stops it first.
-  std::unique_ptr<EtcdWatcher> watcher_;
+  // An etcd target's watch and this set's subscription to it; set by Make
+  // before the set is shared, then only read (the watch's accessors are
+  // thread-safe). The subscription's callback holds `this`: the destructor
+  // ends it first.
+  std::shared_ptr<SharedEtcdWatch> watch_;
+  uint64_t subscription_ = 0;
 };
 
 }  // namespace osprey
