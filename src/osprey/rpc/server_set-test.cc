@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <random>
+#include <thread>
+
+#include "osprey/base/countdown_latch.h"
 
 namespace osprey {
 namespace {
@@ -334,6 +338,60 @@ TEST(ServerSetTest, EtcdTargetsAreSetsAndMadeEvenWithoutEtcd) {
   EXPECT_FALSE(set->registry_connected());
   EXPECT_EQ(nullptr, set->Pick(0, nullptr, true));
   set.reset();
+}
+
+// A "dns:" set is resolved again by the thread of a call that picks once
+// the period is over. getaddrinfo can block for seconds (a DNS server that
+// does not answer); meanwhile the other threads, reactors among them (they
+// end calls and pick for retries and hedges), must go on with the servers
+// resolved last. Here the second resolution blocks until the test lets it
+// go: a pick and an end on another thread must not wait for it.
+TEST(ServerSetTest, AResolutionInProgressBlocksNoOtherThread) {
+  Fixture f;
+  std::atomic<int> resolutions{0};
+  CountDownLatch resolving(1), release(1);
+  ServerSet::Options o = f.Options();
+  o.resolve_period = MonoDelta::FromSeconds(30);
+  o.resolve = [&](const std::string& host_port, std::vector<Sockaddr>* out) {
+    EXPECT_EQ("db.example:7051", host_port);
+    if (resolutions.fetch_add(1) > 0) {
+      resolving.CountDown();
+      release.Wait();
+    }
+    Sockaddr a, b;
+    EXPECT_TRUE(Sockaddr::Parse("127.0.0.1:1", &a).ok());
+    EXPECT_TRUE(Sockaddr::Parse("127.0.0.1:2", &b).ok());
+    *out = {a, b};
+    return Status::OK();
+  };
+  f.Make("dns:db.example:7051", o);
+  ASSERT_EQ(2u, f.set->size());
+  ASSERT_EQ(1, resolutions.load());
+  f.now = f.now + MonoDelta::FromSeconds(31);  // due again; before any thread reads the clock
+  std::thread caller([&] {
+    ServerSet::EntryPtr e = f.set->Pick(1, nullptr, /*may_resolve=*/true);
+    ASSERT_NE(nullptr, e);
+    f.set->Ended(e, ServerSet::Outcome::kAnswered);
+  });
+  ASSERT_TRUE(resolving.WaitFor(MonoDelta::FromSeconds(10)));
+  // A reactor's work while the caller's thread sits in the resolver.
+  CountDownLatch other_done(1);
+  std::thread reactor([&] {
+    ServerSet::EntryPtr e = f.set->Pick(2, nullptr, /*may_resolve=*/false);
+    EXPECT_NE(nullptr, e);
+    if (e != nullptr) f.set->Ended(e, ServerSet::Outcome::kAnswered);
+    // A second caller may resolve too: one resolution at a time is made.
+    ServerSet::EntryPtr again = f.set->Pick(3, nullptr, /*may_resolve=*/true);
+    if (again != nullptr) f.set->Ended(again, ServerSet::Outcome::kAnswered);
+    other_done.CountDown();
+  });
+  const bool went_on = other_done.WaitFor(MonoDelta::FromSeconds(5));
+  release.CountDown();
+  caller.join();
+  reactor.join();
+  EXPECT_TRUE(went_on) << "a pick and an end on another thread waited for a DNS resolution";
+  EXPECT_EQ(2, resolutions.load()) << "a second resolution began while one was under way";
+  EXPECT_EQ(2u, f.set->size());
 }
 
 }  // namespace

@@ -20,6 +20,12 @@ ServerSet::EntryPtr MakeEntry(const Sockaddr& address, std::string host) {
   return e;
 }
 
+Status Resolve(const ServerSet::Options& options, const std::string& host_port,
+               std::vector<Sockaddr>* out) {
+  return options.resolve != nullptr ? options.resolve(host_port, out)
+                                    : Sockaddr::ResolveAll(host_port, out);
+}
+
 }  // namespace
 
 bool ServerSet::IsSetTarget(const std::string& target) {
@@ -41,7 +47,7 @@ Status ServerSet::Make(const std::string& target, Options options,
   } else if (target.rfind("dns:", 0) == 0) {
     dns = target.substr(4);
     std::vector<Sockaddr> all;
-    Status s = Sockaddr::ResolveAll(dns, &all);
+    Status s = Resolve(options, dns, &all);
     if (!s.ok()) return s.CloneAndPrepend("target " + target);
     for (const Sockaddr& a : all) servers.push_back(MakeEntry(a, Sockaddr::HostOf(dns)));
   } else {
@@ -212,13 +218,23 @@ void ServerSet::EjectLocked(Entry* e, MonoTime now) {
                << " after failed calls";
 }
 
-void ServerSet::MaybeResolveLocked(MonoTime now) {
+void ServerSet::MaybeResolve() {
   if (dns_host_port_.empty()) return;
-  if (!resolve_now_ && now - resolved_at_ < options_.resolve_period) return;
-  resolved_at_ = now;
-  resolve_now_ = false;
+  {
+    MutexLock l(mu_);
+    const MonoTime now = Now();
+    if (resolving_ || (!resolve_now_ && now - resolved_at_ < options_.resolve_period)) return;
+    resolving_ = true;
+    resolved_at_ = now;
+    resolve_now_ = false;
+  }
+  // Outside the lock: getaddrinfo may block for seconds (a DNS server that
+  // does not answer), and meanwhile the other threads, reactors among them,
+  // pick and end calls with the servers resolved last.
   std::vector<Sockaddr> all;
-  Status s = Sockaddr::ResolveAll(dns_host_port_, &all);
+  Status s = Resolve(options_, dns_host_port_, &all);
+  MutexLock l(mu_);
+  resolving_ = false;
   if (!s.ok() || all.empty()) {
     LOG(WARNING) << "dns:" << dns_host_port_ << " did not resolve (" << s.ToString()
                  << "); keeping its last " << servers_.size() << " servers";
@@ -238,9 +254,9 @@ void ServerSet::MaybeResolveLocked(MonoTime now) {
 
 ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may_resolve) {
   const uint64_t d1 = Draw(), d2 = Draw();
+  if (may_resolve) MaybeResolve();
   MutexLock l(mu_);
   const MonoTime now = Now();
-  if (may_resolve) MaybeResolveLocked(now);
   if (servers_.empty()) return nullptr;
   std::vector<ServerView> views(servers_.size());
   int excluded = -1;

@@ -58,7 +58,9 @@ class ServerSet {
     MonoDelta resolve_period = MonoDelta::FromSeconds(30);
     std::function<MonoTime()> clock;   // null: MonoTime::Now
     std::function<uint64_t()> random;  // null: a generator per thread
-    EtcdTlsFiles etcd_tls;             // "etcds://" targets: MessengerBuilder::set_etcd_tls
+    // "dns:" targets' resolver; null: Sockaddr::ResolveAll (getaddrinfo).
+    std::function<Status(const std::string& host_port, std::vector<Sockaddr>* out)> resolve;
+    EtcdTlsFiles etcd_tls;  // "etcds://" targets: MessengerBuilder::set_etcd_tls
     // etcd targets: MessengerBuilder::set_etcd_credentials (only etcds://).
     EtcdCredentials etcd_credentials;
     // etcd targets: a watch silent this long asks its member whether it is
@@ -178,7 +180,9 @@ class ServerSet {
   static double BalancerLatency(const Entry& e, MonoTime now);
   void EjectLocked(Entry* e, MonoTime now) OSPREY_REQUIRES(mu_);
   void ForgetLatencyLocked(Entry* e) OSPREY_REQUIRES(mu_);
-  void MaybeResolveLocked(MonoTime now) OSPREY_REQUIRES(mu_);
+  // A "dns:" set's resolution, when due and none is under way; blocks the
+  // calling thread, not the set.
+  void MaybeResolve() OSPREY_EXCLUDES(mu_);
 
   const Options options_;
   std::atomic<LoadBalancing> lb_;
@@ -189,6 +193,7 @@ class ServerSet {
   uint64_t round_robin_next_ OSPREY_GUARDED_BY(mu_) = 0;
   MonoTime resolved_at_ OSPREY_GUARDED_BY(mu_);
   bool resolve_now_ OSPREY_GUARDED_BY(mu_) = false;
+  bool resolving_ OSPREY_GUARDED_BY(mu_) = false;  // a thread is in MaybeResolve's resolver
   // An etcd target's watch and this set's subscription to it; set by Make
   // before the set is shared, then only read (the watch's accessors are
   // thread-safe). The subscription's callback holds `this`: the destructor
