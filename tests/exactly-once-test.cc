@@ -64,6 +64,9 @@ class Ledger : public LedgerServiceIf {
       balance_ += req->amount();
       resp->set_balance(balance_);
       resp->set_handler_runs(++runs_);
+      const wire::RequestIdPB* id = ctx->request_id();
+      request_ids_.push_back(id != nullptr ? id->client_id() + "/" + std::to_string(id->seq_no())
+                                           : "none");
     }
     if (req->answer_padding() > 0) resp->set_padding(std::string(req->answer_padding(), 'p'));
     ctx->RespondSuccess();
@@ -90,6 +93,11 @@ class Ledger : public LedgerServiceIf {
     std::lock_guard<std::mutex> l(mu_);
     return runs_;
   }
+  // What each run's RpcContext::request_id() said: "CLIENT/SEQ", or "none".
+  std::vector<std::string> request_ids() {
+    std::lock_guard<std::mutex> l(mu_);
+    return request_ids_;
+  }
   // Ends every held handler's wait, and any later one's at once.
   void ReleaseHeld() {
     {
@@ -107,6 +115,7 @@ class Ledger : public LedgerServiceIf {
   std::mutex mu_;
   uint64_t balance_ = 0;
   uint64_t runs_ = 0;
+  std::vector<std::string> request_ids_;  // guarded by mu_
   std::mutex held_mu_;
   std::condition_variable held_cv_;
   bool held_released_ = false;  // guarded by held_mu_
@@ -717,7 +726,7 @@ TEST_F(ExactlyOnceTest, AnErrorAnswerIsNotRememberedSoItsRetryRuns) {
   EXPECT_EQ(2, ledger_->refusals.load());  // ran again, as in Kudu
 }
 
-TEST_F(ExactlyOnceTest, TheGeneratedProxySendsRequestIdsForTrackedMethodsOnly) {
+TEST_F(ExactlyOnceTest, TheGeneratedProxySendsRequestIdsForTrackedMethodsOnlyAndHandlersSeeThem) {
   ASSERT_NO_FATAL_FAILURE(Start());
   RecordingProxy wire_tap(addr_);
   Sockaddr via;
@@ -765,6 +774,13 @@ TEST_F(ExactlyOnceTest, TheGeneratedProxySendsRequestIdsForTrackedMethodsOnly) {
   EXPECT_EQ(1, ids[0].attempt_no());
   // Sync calls one after the other: each is the lowest in flight.
   EXPECT_EQ(ids[1].seq_no(), ids[1].first_incomplete_seq_no());
+  // The handler sees the ids a tracked call carries, to store with effects
+  // that outlive the process; an untracked call has none.
+  const auto named = [](const wire::RequestIdPB& id) {
+    return id.client_id() + "/" + std::to_string(id.seq_no());
+  };
+  EXPECT_EQ((std::vector<std::string>{named(ids[0]), named(ids[1]), "none"}),
+            ledger_->request_ids());
 }
 
 TEST_F(ExactlyOnceTest, AuthorizationHooksRefuseOneUserAndNotAnother) {

@@ -126,6 +126,10 @@ Status RpcContext::GetInboundSidecar(int idx, Slice* out) const {
 
 const Sockaddr& RpcContext::remote_address() const { return call_->remote_address(); }
 const std::string& RpcContext::remote_user() const { return call_->remote_user(); }
+const wire::RequestIdPB* RpcContext::request_id() const {
+  // Set (with every required field: it parsed) only for a tracked method.
+  return call_->request_id().has_client_id() ? &call_->request_id() : nullptr;
+}
 const std::string& RpcContext::remote_principal() const {
   return call_->remote_identity().principal;
 }

@@ -62,6 +62,13 @@ class RpcContext {
   AuthenticationMethod authentication_method() const;
   // When the client stops waiting; MonoTime::Max() if it set no timeout.
   MonoTime GetClientDeadline() const;
+  // An exactly-once call's request id (a method with track_rpc_result),
+  // as Kudu's RpcContext::request_id(): the client id and sequence number
+  // that name the request across its retries; null for other calls. The
+  // server's memory of answers is its process's: a handler whose effects
+  // outlive the process stores this id with them, and checks it, so that
+  // the retry a restarted server does not remember does not run twice.
+  const wire::RequestIdPB* request_id() const;
 
   const google::protobuf::Message* request_pb() const { return request_.get(); }
   google::protobuf::Message* response_pb() { return response_.get(); }
