@@ -47,19 +47,122 @@ uint64_t ServerIdOf(std::string_view address) {
   return Mix(h);
 }
 
+namespace {
+
+// Draw `k` of a pick from `draw`, below `m`: the first as given, the
+// later ones mixed from it.
+size_t DrawBelow(uint64_t draw, int k, size_t m) {
+  const uint64_t d = k == 0 ? draw : Mix(draw + static_cast<uint64_t>(k));
+  return static_cast<size_t>(d % m);
+}
+
+// Two choices between drawn servers a and b: the one of lower cost.
+size_t Cheaper(size_t first, const ServerView& a, size_t second, const ServerView& b) {
+  // Latencies within twice each other are noise between like servers,
+  // and so are differences under a millisecond (a scheduler's delay on a
+  // busy host is that long): then the calls outstanding decide alone, so
+  // that like servers share the calls even one at a time. Otherwise each
+  // call outstanding costs its server's own latency: a 2 ms server beside
+  // 0.35 ms ones costs six times as much per call (not as much as a 1 ms
+  // floor under the fast ones would make it).
+  constexpr double kNoiseNs = 1e6;
+  const double l1 = a.latency_ns, l2 = b.latency_ns;
+  const bool alike = std::abs(l1 - l2) < kNoiseNs || (l1 <= 2 * l2 && l2 <= 2 * l1);
+  auto cost = [&](const ServerView& v, double latency) {
+    return static_cast<double>(v.outstanding + 1) * (alike ? 1.0 : latency);
+  };
+  return cost(b, l2) < cost(a, l1) ? second : first;
+}
+
+}  // namespace
+
 size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_t key,
                   uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude) {
-  const size_t n = servers.size();
+  return PickServer(
+      lb, servers.size(), [servers](size_t i) { return servers[i]; }, key, draw1, draw2,
+      round_robin_next, exclude);
+}
+
+size_t PickServer(LoadBalancing lb, size_t n, const ServerViewOf& view_of, uint64_t key,
+                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude) {
   if (n == 1) return 0;
-  // The candidates: eligible and not excluded; else eligible; else all.
+  const auto usable = [exclude](size_t i, const ServerView& v) {
+    return v.eligible && static_cast<int>(i) != exclude;
+  };
+  switch (lb) {
+    case LoadBalancing::kRoundRobin: {
+      // The first usable server at or after the position, in server order
+      // (wrapping), so that an ejection shifts only the ejected one's turn.
+      const size_t from = static_cast<size_t>(*round_robin_next % n);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = (from + k) % n;
+        if (usable(i, view_of(i))) {
+          *round_robin_next = i + 1;
+          return i;
+        }
+      }
+      break;  // none usable: the fallback below
+    }
+    case LoadBalancing::kPowerOfTwoChoices: {
+      // Two distinct usable servers, each drawn uniformly among all and
+      // drawn again when not usable: uniform among the usable ones.
+      size_t a = n, b = n;
+      ServerView va, vb;
+      for (int k = 0; k < kDraws && a == n; ++k) {
+        const size_t i = DrawBelow(draw1, k, n);
+        ServerView v = view_of(i);
+        if (usable(i, v)) {
+          a = i;
+          va = v;
+        }
+      }
+      for (int k = 0; a != n && k < kDraws && b == n; ++k) {
+        size_t i = DrawBelow(draw2, k, n - 1);
+        if (i >= a) ++i;  // distinct from a
+        ServerView v = view_of(i);
+        if (usable(i, v)) {
+          b = i;
+          vb = v;
+        }
+      }
+      if (b != n) return Cheaper(a, va, b, vb);
+      break;  // few or none usable: the fallback below
+    }
+    case LoadBalancing::kConsistentHash: {
+      // The highest weight among usable servers; else among eligible ones
+      // (the excluded one among them); else among all but the excluded.
+      struct Best {
+        size_t index = 0;
+        uint64_t weight = 0;
+        bool any = false;
+        void Offer(size_t i, uint64_t w) {
+          if (!any || w > weight) *this = {i, w, true};
+        }
+      } usable_best, eligible_best, other_best;
+      for (size_t i = 0; i < n; ++i) {
+        const ServerView v = view_of(i);
+        const uint64_t w = Mix(key ^ Mix(v.id));
+        if (usable(i, v)) usable_best.Offer(i, w);
+        if (v.eligible) eligible_best.Offer(i, w);
+        if (static_cast<int>(i) != exclude) other_best.Offer(i, w);
+      }
+      for (const Best& b : {usable_best, eligible_best, other_best}) {
+        if (b.any) return b.index;
+      }
+      return static_cast<size_t>(exclude);
+    }
+  }
+  // The candidates, listed: usable; else eligible; else all but the
+  // excluded; else the excluded.
   std::vector<size_t> candidates;
-  candidates.reserve(n);
+  std::vector<ServerView> views(n);
   for (size_t i = 0; i < n; ++i) {
-    if (servers[i].eligible && static_cast<int>(i) != exclude) candidates.push_back(i);
+    views[i] = view_of(i);
+    if (usable(i, views[i])) candidates.push_back(i);
   }
   if (candidates.empty()) {
     for (size_t i = 0; i < n; ++i) {
-      if (servers[i].eligible) candidates.push_back(i);
+      if (views[i].eligible) candidates.push_back(i);
     }
   }
   if (candidates.empty()) {
@@ -68,60 +171,24 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
     }
   }
   if (candidates.empty()) candidates.push_back(static_cast<size_t>(exclude));
-  switch (lb) {
-    case LoadBalancing::kRoundRobin: {
-      // The first candidate at or after the position, in server order, so
-      // that an ejection shifts only the ejected server's turn.
-      const size_t from = static_cast<size_t>(*round_robin_next % n);
-      size_t best = candidates.front();
-      for (size_t c : candidates) {
-        if (c >= from) {
-          best = c;
-          break;
-        }
+  if (lb == LoadBalancing::kRoundRobin) {
+    const size_t from = static_cast<size_t>(*round_robin_next % n);
+    size_t best = candidates.front();
+    for (size_t c : candidates) {
+      if (c >= from) {
+        best = c;
+        break;
       }
-      *round_robin_next = best + 1;
-      return best;
     }
-    case LoadBalancing::kPowerOfTwoChoices: {
-      const size_t m = candidates.size();
-      if (m == 1) return candidates.front();
-      const size_t a = static_cast<size_t>(draw1 % m);
-      size_t b = static_cast<size_t>(draw2 % (m - 1));
-      if (b >= a) ++b;  // distinct from a
-      const size_t first = candidates[a], second = candidates[b];
-      // Latencies within twice each other are noise between like servers,
-      // and so are differences under a millisecond (a scheduler's delay
-      // on a busy host is that long): then the calls outstanding decide
-      // alone, so that like servers share the calls even one at a time.
-      // Otherwise each call outstanding costs its server's own latency: a
-      // 2 ms server beside 0.35 ms ones costs six times as much per call
-      // (not as much as a 1 ms floor under the fast ones would make it).
-      constexpr double kNoiseNs = 1e6;
-      const double l1 = servers[first].latency_ns;
-      const double l2 = servers[second].latency_ns;
-      const bool alike = std::abs(l1 - l2) < kNoiseNs || (l1 <= 2 * l2 && l2 <= 2 * l1);
-      auto cost = [&](size_t i, double latency) {
-        return static_cast<double>(servers[i].outstanding + 1) * (alike ? 1.0 : latency);
-      };
-      return cost(second, l2) < cost(first, l1) ? second : first;
-    }
-    case LoadBalancing::kConsistentHash: {
-      size_t best = candidates.front();
-      uint64_t best_weight = 0;
-      bool any = false;
-      for (size_t c : candidates) {
-        const uint64_t w = Mix(key ^ Mix(servers[c].id));
-        if (!any || w > best_weight) {
-          best = c;
-          best_weight = w;
-          any = true;
-        }
-      }
-      return best;
-    }
+    *round_robin_next = best + 1;
+    return best;
   }
-  return candidates.front();
+  const size_t m = candidates.size();
+  if (m == 1) return candidates.front();
+  const size_t a = static_cast<size_t>(draw1 % m);
+  size_t b = static_cast<size_t>(draw2 % (m - 1));
+  if (b >= a) ++b;
+  return Cheaper(candidates[a], views[candidates[a]], candidates[b], views[candidates[b]]);
 }
 
 }  // namespace osprey

@@ -99,7 +99,7 @@ ServerSet::ServerSet(std::vector<EntryPtr> servers, std::string dns_host_port, O
       ejection_(options_.ejection),
       dns_host_port_(std::move(dns_host_port)) {
   MutexLock l(mu_);
-  servers_ = std::move(servers);
+  PlaceLocked(std::move(servers));
   resolved_at_ = Now();
 }
 
@@ -157,7 +157,7 @@ void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {
   if (!added.empty() || !removed.empty()) {
     LOG(INFO) << "servers changed:" << added << removed << " (" << next.size() << " now)";
   }
-  servers_ = std::move(next);
+  PlaceLocked(std::move(next));
 }
 
 MonoTime ServerSet::Now() const { return options_.clock ? options_.clock() : MonoTime::Now(); }
@@ -194,6 +194,28 @@ void ServerSet::ForgetLatencyLocked(Entry* e) {
 
 bool ServerSet::EligibleLocked(const Entry& e, MonoTime now) const {
   return now >= e.ejected_until && now >= e.draining_until;
+}
+
+ServerView ServerSet::ViewLocked(const Entry& e, MonoTime now, LoadBalancing lb) const {
+  // Only two choices weighs latency (an exponential each).
+  const double latency = lb == LoadBalancing::kPowerOfTwoChoices ? BalancerLatency(e, now) : 0;
+  return {EligibleLocked(e, now), e.outstanding, latency, e.id};
+}
+
+void ServerSet::PlaceLocked(std::vector<EntryPtr> servers) {
+  servers_ = std::move(servers);
+  for (size_t i = 0; i < servers_.size(); ++i) servers_[i]->index = i;
+}
+
+int ServerSet::IndexOfLocked(const Entry* e) const {
+  // Where the set last put it: found at once unless the set changed since.
+  if (e->index < servers_.size() && servers_[e->index].get() == e) {
+    return static_cast<int>(e->index);
+  }
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].get() == e) return static_cast<int>(i);
+  }
+  return -1;  // no longer in the set
 }
 
 void ServerSet::EjectLocked(Entry* e, MonoTime now) {
@@ -249,7 +271,7 @@ void ServerSet::MaybeResolve() {
   for (const EntryPtr& e : servers_) {
     if (std::find(next.begin(), next.end(), e) == next.end()) e->in_set = false;
   }
-  servers_ = std::move(next);
+  PlaceLocked(std::move(next));
 }
 
 ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may_resolve) {
@@ -258,14 +280,15 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
   MutexLock l(mu_);
   const MonoTime now = Now();
   if (servers_.empty()) return nullptr;
-  std::vector<ServerView> views(servers_.size());
-  int excluded = -1;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    const Entry& e = *servers_[i];
-    views[i] = {EligibleLocked(e, now), e.outstanding, BalancerLatency(e, now), e.id};
-    if (&e == exclude) excluded = static_cast<int>(i);
-  }
-  size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
+  const LoadBalancing lb = this->lb();
+  // Views made when the balancer asks for them: a pick among thousands of
+  // servers looks at a few.
+  const auto view_of = [this, now, lb](size_t i) {
+    mu_.AssertHeld();  // the lambda runs within PickServer, under the lock above
+    return ViewLocked(*servers_[i], now, lb);
+  };
+  const int excluded = exclude != nullptr ? IndexOfLocked(exclude) : -1;
+  size_t i = PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_, excluded);
   EntryPtr& e = servers_[i];
   ++e->outstanding;
   ++e->calls;
@@ -276,24 +299,19 @@ ServerSet::EntryPtr ServerSet::PickOther(uint64_t key, const EntryPtr& other) {
   const uint64_t d1 = Draw(), d2 = Draw();
   MutexLock l(mu_);
   const MonoTime now = Now();
-  std::vector<ServerView> views(servers_.size());
-  int excluded = -1;
-  size_t eligible_others = 0;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    const Entry& e = *servers_[i];
-    views[i] = {EligibleLocked(e, now), e.outstanding, BalancerLatency(e, now), e.id};
-    if (&e == other.get()) {
-      excluded = static_cast<int>(i);
-    } else if (views[i].eligible) {
-      ++eligible_others;
-    }
-  }
-  // PickServer would fall back on `other` (or on an ejected server): a
-  // hedge there would wait on the same slow server, or on a failing one.
-  if (eligible_others == 0) return nullptr;
-  size_t i = PickServer(lb(), views, key, d1, d2, &round_robin_next_, excluded);
+  if (servers_.empty()) return nullptr;
+  const LoadBalancing lb = this->lb();
+  const auto view_of = [this, now, lb](size_t i) {
+    mu_.AssertHeld();  // the lambda runs within PickServer, under the lock above
+    return ViewLocked(*servers_[i], now, lb);
+  };
+  size_t i = PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_,
+                        IndexOfLocked(other.get()));
   EntryPtr& e = servers_[i];
-  if (e == other || !views[i].eligible) return nullptr;
+  // With no other server eligible PickServer falls back on `other` or on
+  // an ejected one: a hedge there would wait on the same slow server, or
+  // on a failing one.
+  if (e == other || !EligibleLocked(*e, now)) return nullptr;
   ++e->outstanding;
   ++e->calls;
   return e;

@@ -105,6 +105,9 @@ class ServerSet {
     MonoDelta next_ejection;
     MonoTime draining_until;
     bool in_set = true;  // false once a re-resolution dropped it
+    // Its index in the set's list when last placed there (a hint: checked
+    // before use, since the list changes).
+    size_t index = 0;
   };
   using EntryPtr = std::shared_ptr<Entry>;
 
@@ -174,6 +177,12 @@ class ServerSet {
   MonoTime Now() const;
   uint64_t Draw() const;
   bool EligibleLocked(const Entry& e, MonoTime now) const OSPREY_REQUIRES(mu_);
+  // What the balancer sees of e (its latency only for two choices).
+  ServerView ViewLocked(const Entry& e, MonoTime now, LoadBalancing lb) const OSPREY_REQUIRES(mu_);
+  // Replaces the servers, each told its index.
+  void PlaceLocked(std::vector<EntryPtr> servers) OSPREY_REQUIRES(mu_);
+  // e's index in servers_, or -1 if it left the set.
+  int IndexOfLocked(const Entry* e) const OSPREY_REQUIRES(mu_);
   static double DecayedLatency(const Entry& e, MonoTime now);
   // What the balancer costs e by: its decayed latency once confirmed, else
   // 0 (unknown, costed as the fastest).
