@@ -5,11 +5,20 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "osprey/rpc/server_set.h"
 
 namespace osprey {
 namespace {
+
+std::vector<std::string> Addresses(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back("127.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1) + ":7051");
+  }
+  return out;
+}
 
 void BM_PickAndEnd(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
@@ -42,6 +51,24 @@ BENCHMARK(BM_PickAndEnd)
                    {static_cast<int>(LoadBalancing::kPowerOfTwoChoices),
                     static_cast<int>(LoadBalancing::kRoundRobin),
                     static_cast<int>(LoadBalancing::kConsistentHash)}});
+
+// One server joins a set of N (an etcd watch event): the whole list is
+// handed over, and the entries of those that stay are kept.
+void BM_OneServerJoins(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  std::vector<std::string> before = Addresses(n), after = Addresses(n + 1);
+  std::shared_ptr<ServerSet> set;
+  if (!ServerSet::Make("etcd://127.0.0.1:1/unused", ServerSet::Options(), &set).ok()) {
+    state.SkipWithError("no set");
+    return;
+  }
+  bool joined = false;
+  for (auto _ : state) {
+    set->ReplaceServers(joined ? before : after);
+    joined = !joined;
+  }
+}
+BENCHMARK(BM_OneServerJoins)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace osprey

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
 #include "osprey/rpc/etcd_registry.h"
 
@@ -132,32 +135,50 @@ void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {
     parsed.emplace_back(a, Sockaddr::HostOf(hp));
   }
   MutexLock l(mu_);
-  std::vector<EntryPtr> next;
   std::string added, removed;
-  for (auto& parsed_server : parsed) {
-    // Named, not a structured binding: clang (CI) refuses capturing one.
-    const Sockaddr& a = parsed_server.first;
-    std::string& host = parsed_server.second;
-    auto same = std::find_if(servers_.begin(), servers_.end(),
-                             [&](const EntryPtr& e) { return e->address == a; });
-    if (same != servers_.end()) {
-      next.push_back(*same);
-    } else if (std::none_of(next.begin(), next.end(),
-                            [&](const EntryPtr& e) { return e->address == a; })) {
-      next.push_back(MakeEntry(a, std::move(host)));
-      added += " +" + a.ToString();
-    }
-  }
-  for (const EntryPtr& e : servers_) {
-    if (std::find(next.begin(), next.end(), e) == next.end()) {
-      e->in_set = false;
-      removed += " -" + e->address.ToString();
-    }
-  }
+  const size_t now = MergeLocked(std::move(parsed), &added, &removed);
   if (!added.empty() || !removed.empty()) {
-    LOG(INFO) << "servers changed:" << added << removed << " (" << next.size() << " now)";
+    LOG(INFO) << "servers changed:" << added << removed << " (" << now << " now)";
+  }
+}
+
+size_t ServerSet::MergeLocked(std::vector<std::pair<Sockaddr, std::string>> servers,
+                              std::string* added, std::string* removed) {
+  // By address, in one pass each: a set of thousands changes in a few
+  // milliseconds under the lock, not in seconds.
+  std::unordered_map<Sockaddr, EntryPtr> current;
+  current.reserve(servers_.size());
+  for (const EntryPtr& e : servers_) current.emplace(e->address, e);
+  std::unordered_set<Sockaddr> seen;
+  seen.reserve(servers.size());
+  std::vector<EntryPtr> next;
+  next.reserve(servers.size());
+  // The log names the first few of each (a first read may bring thousands).
+  constexpr size_t kNamed = 16;
+  size_t added_n = 0, removed_n = 0;
+  for (auto& [address, host] : servers) {
+    if (!seen.insert(address).second) continue;  // listed twice
+    auto same = current.find(address);
+    if (same != current.end()) {
+      next.push_back(std::move(same->second));
+      current.erase(same);
+    } else {
+      next.push_back(MakeEntry(address, std::move(host)));
+      if (added != nullptr && added_n++ < kNamed) *added += " +" + address.ToString();
+    }
+  }
+  for (auto& [address, gone] : current) {
+    gone->in_set = false;
+    if (removed != nullptr && removed_n++ < kNamed) *removed += " -" + address.ToString();
+  }
+  if (added != nullptr && added_n > kNamed) {
+    *added += " (+" + std::to_string(added_n - kNamed) + " more)";
+  }
+  if (removed != nullptr && removed_n > kNamed) {
+    *removed += " (-" + std::to_string(removed_n - kNamed) + " more)";
   }
   PlaceLocked(std::move(next));
+  return servers_.size();
 }
 
 MonoTime ServerSet::Now() const { return options_.clock ? options_.clock() : MonoTime::Now(); }
@@ -262,16 +283,10 @@ void ServerSet::MaybeResolve() {
                  << "); keeping its last " << servers_.size() << " servers";
     return;
   }
-  std::vector<EntryPtr> next;
-  for (const Sockaddr& a : all) {
-    auto same = std::find_if(servers_.begin(), servers_.end(),
-                             [&](const EntryPtr& e) { return e->address == a; });
-    next.push_back(same != servers_.end() ? *same : MakeEntry(a, Sockaddr::HostOf(dns_host_port_)));
-  }
-  for (const EntryPtr& e : servers_) {
-    if (std::find(next.begin(), next.end(), e) == next.end()) e->in_set = false;
-  }
-  PlaceLocked(std::move(next));
+  std::vector<std::pair<Sockaddr, std::string>> servers;
+  const std::string host = Sockaddr::HostOf(dns_host_port_);
+  for (const Sockaddr& a : all) servers.emplace_back(a, host);
+  MergeLocked(std::move(servers), nullptr, nullptr);
 }
 
 ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may_resolve) {

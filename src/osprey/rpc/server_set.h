@@ -179,6 +179,13 @@ class ServerSet {
   bool EligibleLocked(const Entry& e, MonoTime now) const OSPREY_REQUIRES(mu_);
   // What the balancer sees of e (its latency only for two choices).
   ServerView ViewLocked(const Entry& e, MonoTime now, LoadBalancing lb) const OSPREY_REQUIRES(mu_);
+  // Makes `servers` (address, host dialled) the set, in their order, each
+  // once: those already in it keep their entries (calls, latency,
+  // ejection), the others get new ones, and those not listed are marked
+  // out of the set. Appends " +ADDR" / " -ADDR" to `added` / `removed`
+  // when given; returns the servers now.
+  size_t MergeLocked(std::vector<std::pair<Sockaddr, std::string>> servers, std::string* added,
+                     std::string* removed) OSPREY_REQUIRES(mu_);
   // Replaces the servers, each told its index.
   void PlaceLocked(std::vector<EntryPtr> servers) OSPREY_REQUIRES(mu_);
   // e's index in servers_, or -1 if it left the set.
