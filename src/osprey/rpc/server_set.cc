@@ -89,7 +89,7 @@ Status ServerSet::Make(const std::string& target, Options options,
                       ? set->options_.etcd_watches->Get(target, etcd, timeouts)
                       : std::make_shared<SharedEtcdWatch>(etcd, timeouts);
     set->subscription_ = set->watch_->Subscribe(
-        [raw](const std::vector<std::string>& addresses) { raw->ReplaceServers(addresses); },
+        [raw](const ParsedServers& servers) { raw->ReplaceParsedServers(servers); },
         MonoDelta::FromSeconds(2));
   }
   *out = std::move(set);
@@ -124,26 +124,19 @@ int64_t ServerSet::registry_reconnects() const {
 
 void ServerSet::ReplaceServers(const std::vector<std::string>& host_ports) {
   // Parsed outside the lock: a name may take a while to resolve.
-  std::vector<std::pair<Sockaddr, std::string>> parsed;
-  for (const std::string& hp : host_ports) {
-    Sockaddr a;
-    Status s = Sockaddr::Parse(hp, &a);
-    if (!s.ok()) {
-      LOG(WARNING) << "server '" << hp << "' skipped: " << s.ToString();
-      continue;
-    }
-    parsed.emplace_back(a, Sockaddr::HostOf(hp));
-  }
+  ReplaceParsedServers(ParseServers(host_ports));
+}
+
+void ServerSet::ReplaceParsedServers(ParsedServers servers) {
   MutexLock l(mu_);
   std::string added, removed;
-  const size_t now = MergeLocked(std::move(parsed), &added, &removed);
+  const size_t now = MergeLocked(std::move(servers), &added, &removed);
   if (!added.empty() || !removed.empty()) {
     LOG(INFO) << "servers changed:" << added << removed << " (" << now << " now)";
   }
 }
 
-size_t ServerSet::MergeLocked(std::vector<std::pair<Sockaddr, std::string>> servers,
-                              std::string* added, std::string* removed) {
+size_t ServerSet::MergeLocked(ParsedServers servers, std::string* added, std::string* removed) {
   // By address, in one pass each: a set of thousands changes in a few
   // milliseconds under the lock, not in seconds.
   std::unordered_map<Sockaddr, EntryPtr> current;
@@ -283,7 +276,7 @@ void ServerSet::MaybeResolve() {
                  << "); keeping its last " << servers_.size() << " servers";
     return;
   }
-  std::vector<std::pair<Sockaddr, std::string>> servers;
+  ParsedServers servers;
   const std::string host = Sockaddr::HostOf(dns_host_port_);
   for (const Sockaddr& a : all) servers.emplace_back(a, host);
   MergeLocked(std::move(servers), nullptr, nullptr);

@@ -155,6 +155,8 @@ class ServerSet {
   // For a registry's watcher; any thread but a reactor's (a name may
   // block in getaddrinfo).
   void ReplaceServers(const std::vector<std::string>& host_ports) OSPREY_EXCLUDES(mu_);
+  // The same, parsed (a shared etcd watch parses once for all its sets).
+  void ReplaceParsedServers(ParsedServers servers) OSPREY_EXCLUDES(mu_);
   // An etcd target's: whether its watch is established now (false while
   // etcd is unreachable, the set then being the last known), and how often
   // it had to be made again. Other sets: true and 0.
@@ -184,8 +186,8 @@ class ServerSet {
   // ejection), the others get new ones, and those not listed are marked
   // out of the set. Appends " +ADDR" / " -ADDR" to `added` / `removed`
   // when given; returns the servers now.
-  size_t MergeLocked(std::vector<std::pair<Sockaddr, std::string>> servers, std::string* added,
-                     std::string* removed) OSPREY_REQUIRES(mu_);
+  size_t MergeLocked(ParsedServers servers, std::string* added, std::string* removed)
+      OSPREY_REQUIRES(mu_);
   // Replaces the servers, each told its index.
   void PlaceLocked(std::vector<EntryPtr> servers) OSPREY_REQUIRES(mu_);
   // e's index in servers_, or -1 if it left the set.

@@ -36,7 +36,7 @@ TEST(EtcdWatchesTest, OneWatchPerTargetAndTheLongestIdleStopsFirst) {
   auto wc = GetWatch(&table, c);
   EXPECT_NE(wa, wb);
   int calls = 0;
-  const auto count = [&calls](const std::vector<std::string>& servers) {
+  const auto count = [&calls](const ParsedServers& servers) {
     EXPECT_TRUE(servers.empty());  // etcd never answered
     ++calls;
   };

@@ -31,7 +31,7 @@ uint64_t SharedEtcdWatch::Subscribe(OnChange on_change, MonoDelta first_read_tim
     }
   }
   MutexLock l(mu_);
-  on_change(addresses_);
+  on_change(servers_);
   const uint64_t id = next_id_++;
   subscribers_.emplace(id, std::move(on_change));
   return id;
@@ -40,6 +40,21 @@ uint64_t SharedEtcdWatch::Subscribe(OnChange on_change, MonoDelta first_read_tim
 namespace {
 std::atomic<uint64_t> unsubscriptions{0};
 }  // namespace
+
+ParsedServers ParseServers(const std::vector<std::string>& host_ports) {
+  ParsedServers parsed;
+  parsed.reserve(host_ports.size());
+  for (const std::string& hp : host_ports) {
+    Sockaddr a;
+    Status s = Sockaddr::Parse(hp, &a);
+    if (!s.ok()) {
+      LOG(WARNING) << "server '" << hp << "' skipped: " << s.ToString();
+      continue;
+    }
+    parsed.emplace_back(a, Sockaddr::HostOf(hp));
+  }
+  return parsed;
+}
 
 void SharedEtcdWatch::Unsubscribe(uint64_t id) {
   MutexLock l(mu_);
@@ -58,9 +73,10 @@ uint64_t SharedEtcdWatch::idle_since() const {
 }
 
 void SharedEtcdWatch::Publish(const std::vector<std::string>& addresses) {
+  ParsedServers parsed = ParseServers(addresses);  // a name may take a while
   MutexLock l(mu_);
-  addresses_ = addresses;
-  for (auto& [id, on_change] : subscribers_) on_change(addresses_);
+  servers_ = std::move(parsed);
+  for (auto& [id, on_change] : subscribers_) on_change(servers_);
 }
 
 EtcdWatches::~EtcdWatches() {

@@ -6,7 +6,9 @@
 //
 // Each set subscribes with a callback, which is called at once with the
 // servers known, then after each change, on the watch's thread (or on the
-// thread of the subscriber that made the first read). Unsubscribe waits
+// thread of the subscriber that made the first read). The addresses are
+// parsed (a name resolved) once per change, before the lock, not once per
+// set. Unsubscribe waits
 // for a call in progress: once it returns, the callback is not running and
 // is never called again. The watch stops, and its thread is joined, when
 // the last holder lets it go. Any thread but the watch's own.
@@ -23,17 +25,26 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "osprey/base/mutex.h"
+#include "osprey/base/sockaddr.h"
 #include "osprey/base/status.h"
 #include "osprey/rpc/etcd_registry.h"
 
 namespace osprey {
 
+// Servers as a set takes them: each address, and the host dialled (which
+// TLS and Kerberos check).
+using ParsedServers = std::vector<std::pair<Sockaddr, std::string>>;
+// Parses each "HOST:PORT" (a name resolved now, its first address);
+// those that do not parse are skipped, with a warning.
+ParsedServers ParseServers(const std::vector<std::string>& host_ports);
+
 class SharedEtcdWatch {
  public:
-  using OnChange = EtcdWatcher::OnChange;
+  using OnChange = std::function<void(const ParsedServers& servers)>;
 
   // A watch of `target`, not yet started: the first Subscribe reads etcd
   // and starts it.
@@ -61,8 +72,8 @@ class SharedEtcdWatch {
   uint64_t idle_since() const OSPREY_EXCLUDES(mu_);
 
  private:
-  // The watcher's callback: keeps `addresses` and hands them to every
-  // subscriber.
+  // The watcher's callback: parses `addresses`, keeps them and hands them
+  // to every subscriber.
   void Publish(const std::vector<std::string>& addresses) OSPREY_EXCLUDES(mu_);
 
   // Held by the first Subscribe through its read and the watch's start, so
@@ -74,7 +85,7 @@ class SharedEtcdWatch {
   std::map<uint64_t, OnChange> subscribers_ OSPREY_GUARDED_BY(mu_);
   uint64_t next_id_ OSPREY_GUARDED_BY(mu_) = 1;
   uint64_t idle_since_ OSPREY_GUARDED_BY(mu_) = 0;
-  std::vector<std::string> addresses_ OSPREY_GUARDED_BY(mu_);
+  ParsedServers servers_ OSPREY_GUARDED_BY(mu_);
   // Last: its callback uses the fields above, so it is destroyed (stopped)
   // first.
   EtcdWatcher watcher_;
