@@ -162,10 +162,11 @@ uint32_t CutSeed() {
 // its own answer, a worker its connection's next request, both spinning
 // briefly before they sleep), or one of those turned off, or all of them
 // (only reactors read, as in Kudu).
-// And with TLS, whose handshake and records a cut may end anywhere.
+// And with TLS, whose handshake and records a cut may end anywhere; and
+// over Unix sockets, whose cuts end in other errors (EPIPE, not a reset).
 struct HotPath {
   const char* name;
-  bool caller_reads, worker_reads, spin, tls;
+  bool caller_reads, worker_reads, spin, tls, unix_socket = false;
 };
 constexpr HotPath kHotPaths[] = {
     {"Defaults", true, true, true, false},
@@ -174,7 +175,20 @@ constexpr HotPath kHotPaths[] = {
     {"SpinOff", true, true, false, false},
     {"OnlyReactorsRead", false, false, false, false},
     {"Tls", true, true, true, true},
+    {"UnixSocket", true, true, true, false, true},
 };
+// Where a bank listens: loopback, or an abstract Unix socket name of its
+// own (no file left behind).
+Sockaddr ListenAddress(const HotPath& h) {
+  if (!h.unix_socket) return Sockaddr::Loopback(0);
+  static std::atomic<int> next{0};
+  Sockaddr a;
+  EXPECT_TRUE(
+      Sockaddr::Parse(
+          "unix:@osprey-flaky-" + std::to_string(getpid()) + "-" + std::to_string(next++), &a)
+          .ok());
+  return a;
+}
 // `cert` (its own CA) is both ends' identity and trust when h.tls.
 MessengerBuilder WithHotPath(MessengerBuilder b, const HotPath& h, const test::CertFiles& cert) {
   b.set_caller_reads(h.caller_reads).set_worker_reads(h.worker_reads);
@@ -201,7 +215,7 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
     bank_ = bank.get();
     ASSERT_TRUE(server_->RegisterService(std::move(bank)).ok());
     Sockaddr addr;
-    ASSERT_TRUE(server_->Listen(Sockaddr::Loopback(0), &addr).ok());
+    ASSERT_TRUE(server_->Listen(ListenAddress(GetParam()), &addr).ok());
     server_addr_ = addr;
     cutter_ = std::make_unique<RecordingProxy>(addr);
     cutter_->CutAtRandomReads(0.02, seed_);
@@ -227,7 +241,7 @@ class FlakyNetworkTest : public ::testing::TestWithParam<HotPath> {
     second_bank_ = bank.get();
     ASSERT_TRUE(second_->RegisterService(std::move(bank)).ok());
     Sockaddr addr;
-    ASSERT_TRUE(second_->Listen(Sockaddr::Loopback(0), &addr).ok());
+    ASSERT_TRUE(second_->Listen(ListenAddress(GetParam()), &addr).ok());
     second_cutter_ = std::make_unique<RecordingProxy>(addr);
     second_cutter_->CutAtRandomReads(0.02, seed_ + 1);
     ASSERT_TRUE(second_cutter_->Start(&second_via_).ok());
