@@ -163,7 +163,7 @@ uint32_t CutSeed() {
 // briefly before they sleep), or one of those turned off, or all of them
 // (only reactors read, as in Kudu).
 // And with TLS, whose handshake and records a cut may end anywhere; and
-// over Unix sockets, whose cuts end in other errors (EPIPE, not a reset).
+// over Unix sockets, the other transport a connection may use.
 struct HotPath {
   const char* name;
   bool caller_reads, worker_reads, spin, tls, unix_socket = false;
