@@ -170,6 +170,43 @@ TEST(LoadBalancerTest, APickAmongTenThousandServersLooksAtAFew) {
   EXPECT_EQ(4321u, PickServer(LoadBalancing::kRoundRobin, kServers, view_of, 0, 0, 0, &rr));
 }
 
+// Rendezvous hashing over the ids in one array picks what it picks over
+// the views alone, whichever servers are eligible or excluded, and asks
+// for one view when the heaviest server is usable.
+TEST(LoadBalancerTest, HashingOverAnArrayOfIdsPicksAsOverTheViews) {
+  auto s = Servers(50);
+  std::vector<uint64_t> ids;
+  for (const ServerView& v : s) ids.push_back(v.id);
+  int looked = 0;
+  const ServerViewOf view_of = [&](size_t i) {
+    ++looked;
+    return s[i];
+  };
+  uint64_t rr = 0;
+  std::mt19937_64 random(11);
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1) {
+      for (size_t i = 0; i < s.size(); i += 3) s[i].eligible = false;
+    }
+    if (round == 2) {
+      for (auto& v : s) v.eligible = false;
+    }
+    for (int k = 0; k < 500; ++k) {
+      const uint64_t key = random();
+      const int exclude = k % 5 == 0 ? static_cast<int>(key % s.size()) : -1;
+      looked = 0;
+      const size_t with_ids = PickServer(LoadBalancing::kConsistentHash, s.size(), view_of, key, 0,
+                                         0, &rr, exclude, ids);
+      const int looked_with_ids = looked;
+      EXPECT_EQ(PickServer(LoadBalancing::kConsistentHash, s, key, 0, 0, &rr, exclude), with_ids)
+          << "round " << round << ", key " << key;
+      if (round == 0 && exclude == -1) {
+        EXPECT_EQ(1, looked_with_ids);
+      }
+    }
+  }
+}
+
 // Rendezvous hashing: a key stays put while its server stays; one server
 // of N leaving moves only its own keys (1/N of them), one joining takes
 // about 1/(N+1), each from whichever server had it.

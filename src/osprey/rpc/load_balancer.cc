@@ -84,7 +84,8 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
 }
 
 size_t PickServer(LoadBalancing lb, size_t n, const ServerViewOf& view_of, uint64_t key,
-                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude) {
+                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude,
+                  std::span<const uint64_t> ids) {
   if (n == 1) return 0;
   const auto usable = [exclude](size_t i, const ServerView& v) {
     return v.eligible && static_cast<int>(i) != exclude;
@@ -129,6 +130,20 @@ size_t PickServer(LoadBalancing lb, size_t n, const ServerViewOf& view_of, uint6
       break;  // few or none usable: the fallback below
     }
     case LoadBalancing::kConsistentHash: {
+      if (ids.size() == n) {
+        // The heaviest of all, weighed in one array: when it is usable it
+        // is the heaviest usable one too, and no other view is needed.
+        size_t heaviest = 0;
+        uint64_t heaviest_weight = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const uint64_t w = Mix(key ^ Mix(ids[i]));
+          if (i == 0 || w > heaviest_weight) {
+            heaviest = i;
+            heaviest_weight = w;
+          }
+        }
+        if (usable(heaviest, view_of(heaviest))) return heaviest;
+      }
       // The highest weight among usable servers; else among eligible ones
       // (the excluded one among them); else among all but the excluded.
       struct Best {

@@ -28,8 +28,8 @@
 // draw is not eligible (at most half the servers are ejected, so 16 fail
 // together once in 65,536 unless many drain); only when those draws fail
 // are the eligible servers listed. Rendezvous hashing weighs every server,
-// one hash each: about 1.1 us a call among 100 servers, 11 us among 1,000
-// (bench/server-set-microbench.cc), so it suits sets of hundreds.
+// one hash each (the ids in one array when the caller has them), so its
+// cost grows with the set (bench/server-set-microbench.cc).
 #pragma once
 
 #include <cstdint>
@@ -83,9 +83,13 @@ size_t PickServer(LoadBalancing lb, std::span<const ServerView> servers, uint64_
                   uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude = -1);
 // The same, over `n` servers whose views `view_of` gives when asked, so
 // that a pick among thousands of servers builds the views of a few.
+// `ids`, if given, are the servers' ids in order (as their views say), in
+// one array: rendezvous hashing weighs them there and asks for the view
+// of the heaviest alone, unless it is not eligible.
 using ServerViewOf = std::function<ServerView(size_t)>;
 size_t PickServer(LoadBalancing lb, size_t n, const ServerViewOf& view_of, uint64_t key,
-                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude = -1);
+                  uint64_t draw1, uint64_t draw2, uint64_t* round_robin_next, int exclude = -1,
+                  std::span<const uint64_t> ids = {});
 // Two choices' draws before it lists the eligible servers.
 inline constexpr int kDraws = 16;
 

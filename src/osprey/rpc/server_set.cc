@@ -218,7 +218,11 @@ ServerView ServerSet::ViewLocked(const Entry& e, MonoTime now, LoadBalancing lb)
 
 void ServerSet::PlaceLocked(std::vector<EntryPtr> servers) {
   servers_ = std::move(servers);
-  for (size_t i = 0; i < servers_.size(); ++i) servers_[i]->index = i;
+  ids_.resize(servers_.size());
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    servers_[i]->index = i;
+    ids_[i] = servers_[i]->id;
+  }
 }
 
 int ServerSet::IndexOfLocked(const Entry* e) const {
@@ -296,7 +300,8 @@ ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may
     return ViewLocked(*servers_[i], now, lb);
   };
   const int excluded = exclude != nullptr ? IndexOfLocked(exclude) : -1;
-  size_t i = PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_, excluded);
+  size_t i =
+      PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_, excluded, ids_);
   EntryPtr& e = servers_[i];
   ++e->outstanding;
   ++e->calls;
@@ -314,7 +319,7 @@ ServerSet::EntryPtr ServerSet::PickOther(uint64_t key, const EntryPtr& other) {
     return ViewLocked(*servers_[i], now, lb);
   };
   size_t i = PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_,
-                        IndexOfLocked(other.get()));
+                        IndexOfLocked(other.get()), ids_);
   EntryPtr& e = servers_[i];
   // With no other server eligible PickServer falls back on `other` or on
   // an ejected one: a hedge there would wait on the same slow server, or

@@ -208,6 +208,8 @@ class ServerSet {
   const std::string dns_host_port_;  // "NAME:PORT" of a dns: target; else empty
   mutable Mutex mu_;
   std::vector<EntryPtr> servers_ OSPREY_GUARDED_BY(mu_);
+  // Their ids, in order, in one array (rendezvous hashing weighs them all).
+  std::vector<uint64_t> ids_ OSPREY_GUARDED_BY(mu_);
   uint64_t round_robin_next_ OSPREY_GUARDED_BY(mu_) = 0;
   MonoTime resolved_at_ OSPREY_GUARDED_BY(mu_);
   bool resolve_now_ OSPREY_GUARDED_BY(mu_) = false;
