@@ -286,23 +286,31 @@ void ServerSet::MaybeResolve() {
   MergeLocked(std::move(servers), nullptr, nullptr);
 }
 
+size_t ServerSet::PickIndexLocked(uint64_t key, uint64_t d1, uint64_t d2, int excluded,
+                                  MonoTime now) {
+  // Views made when the balancer asks for them: a pick among thousands of
+  // servers looks at a few. The closure holds two pointers, within
+  // std::function's own storage: no allocation per call.
+  struct Asked {
+    MonoTime now;
+    LoadBalancing lb;
+  } const asked{now, lb()};
+  const ServerViewOf view_of = [this, &asked](size_t i) {
+    mu_.AssertHeld();  // runs within PickServer, under the caller's lock
+    return ViewLocked(*servers_[i], asked.now, asked.lb);
+  };
+  return PickServer(asked.lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_, excluded,
+                    ids_);
+}
+
 ServerSet::EntryPtr ServerSet::Pick(uint64_t key, const Entry* exclude, bool may_resolve) {
   const uint64_t d1 = Draw(), d2 = Draw();
   if (may_resolve) MaybeResolve();
   MutexLock l(mu_);
   const MonoTime now = Now();
   if (servers_.empty()) return nullptr;
-  const LoadBalancing lb = this->lb();
-  // Views made when the balancer asks for them: a pick among thousands of
-  // servers looks at a few.
-  const auto view_of = [this, now, lb](size_t i) {
-    mu_.AssertHeld();  // the lambda runs within PickServer, under the lock above
-    return ViewLocked(*servers_[i], now, lb);
-  };
   const int excluded = exclude != nullptr ? IndexOfLocked(exclude) : -1;
-  size_t i =
-      PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_, excluded, ids_);
-  EntryPtr& e = servers_[i];
+  EntryPtr& e = servers_[PickIndexLocked(key, d1, d2, excluded, now)];
   ++e->outstanding;
   ++e->calls;
   return e;
@@ -313,14 +321,7 @@ ServerSet::EntryPtr ServerSet::PickOther(uint64_t key, const EntryPtr& other) {
   MutexLock l(mu_);
   const MonoTime now = Now();
   if (servers_.empty()) return nullptr;
-  const LoadBalancing lb = this->lb();
-  const auto view_of = [this, now, lb](size_t i) {
-    mu_.AssertHeld();  // the lambda runs within PickServer, under the lock above
-    return ViewLocked(*servers_[i], now, lb);
-  };
-  size_t i = PickServer(lb, servers_.size(), view_of, key, d1, d2, &round_robin_next_,
-                        IndexOfLocked(other.get()), ids_);
-  EntryPtr& e = servers_[i];
+  EntryPtr& e = servers_[PickIndexLocked(key, d1, d2, IndexOfLocked(other.get()), now)];
   // With no other server eligible PickServer falls back on `other` or on
   // an ejected one: a hedge there would wait on the same slow server, or
   // on a failing one.

@@ -190,6 +190,10 @@ class ServerSet {
       OSPREY_REQUIRES(mu_);
   // Replaces the servers, each told its index.
   void PlaceLocked(std::vector<EntryPtr> servers) OSPREY_REQUIRES(mu_);
+  // The index of the server for an attempt (PickServer over the set's
+  // views), `excluded` (-1: none) picked only when no other can be.
+  size_t PickIndexLocked(uint64_t key, uint64_t d1, uint64_t d2, int excluded, MonoTime now)
+      OSPREY_REQUIRES(mu_);
   // e's index in servers_, or -1 if it left the set.
   int IndexOfLocked(const Entry* e) const OSPREY_REQUIRES(mu_);
   static double DecayedLatency(const Entry& e, MonoTime now);
